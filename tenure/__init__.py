@@ -1,0 +1,20 @@
+"""tenure: symbolic tensor computation built around memory.
+
+Build graphs over symbolic tensors (``tn.matrix``) and shared variables
+(``tn.shared``), compile them with ``tn.function`` and call the result.  The
+``borrow`` flags of ``shared``, ``In`` and ``Out`` decide which buffers may be
+lent, taken or overwritten; see the "Memory aliasing and borrowing" docs page.
+"""
+
+from tenure import config  # noqa: F401
+from tenure.symbolic.graph import Apply, Constant, Op, Variable  # noqa: F401
+from tenure.symbolic.types import (  # noqa: F401
+    TensorType, matrix, scalar, tensor, tensor3, tensor4, vector)
+from tenure.symbolic.variable import (  # noqa: F401
+    TensorConstant, TensorVariable, as_tensor_variable, constant)
+from tenure.symbolic.shared import SharedVariable, shared  # noqa: F401
+from tenure.symbolic.ops import *  # noqa: F401,F403
+from tenure.function import Function, In, Mode, Out, UnusedInputError, function  # noqa: F401
+from tenure.printing import debugprint  # noqa: F401
+
+__version__ = "0.1.0"

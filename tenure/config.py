@@ -1,0 +1,156 @@
+"""Configuration flags.
+
+Flags have defaults, can be set from the ``TENURE_FLAGS`` environment variable
+(``TENURE_FLAGS="floatX=float32,linker=py"``) and changed for a block of code::
+
+    with tn.config.change_flags(floatX="float32"):
+        x = tn.matrix()          # float32
+
+Every flag validates its value, so a typo fails loudly instead of being ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+_FLOAT_DTYPES = ("float64", "float32", "float16")
+#: linker names a Mode can use; the C and CUDA linkers join this list when they land.
+LINKERS = ("py",)
+
+
+@dataclass
+class _Flag:
+    name: str
+    default: Any
+    doc: str
+    parse: Callable[[str], Any]
+    check: Callable[[Any], Any]
+
+
+def _check_floatx(value):
+    if value not in _FLOAT_DTYPES:
+        raise ValueError(f"config.floatX: expected one of {', '.join(_FLOAT_DTYPES)}, "
+                         f"got {value!r}")
+    return value
+
+
+def _check_linker(value):
+    if value not in LINKERS:
+        raise ValueError(f"config.linker: expected one of {', '.join(LINKERS)}, got {value!r}")
+    return value
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = str(text).strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected a boolean (true/false/1/0), got {text!r}")
+
+
+def _check_bool(value):
+    if not isinstance(value, bool):
+        raise ValueError(f"expected True or False, got {value!r}")
+    return value
+
+
+_FLAGS = {
+    flag.name: flag for flag in (
+        _Flag("floatX", "float64",
+              "dtype of float tensors created without a dtype, and of Python float constants",
+              str, _check_floatx),
+        _Flag("linker", "py", "the linker that compiled functions use by default",
+              str, _check_linker),
+        _Flag("allow_gc", True,
+              "free each intermediate result as soon as its last reader has run",
+              _parse_bool, _check_bool),
+    )
+}
+
+
+class _Config:
+    """The flag values; attribute access reads and writes them (validated)."""
+
+    def __init__(self):
+        object.__setattr__(self, "_values", {n: f.default for n, f in _FLAGS.items()})
+
+    def __getattr__(self, name):
+        values = object.__getattribute__(self, "_values")
+        if name in values:
+            return values[name]
+        raise AttributeError(f"config has no flag {name!r}; flags: {', '.join(sorted(_FLAGS))}")
+
+    def __setattr__(self, name, value):
+        if name not in _FLAGS:
+            raise AttributeError(f"config has no flag {name!r}; flags: "
+                                 f"{', '.join(sorted(_FLAGS))}")
+        self._values[name] = _FLAGS[name].check(value)
+
+    def __dir__(self):
+        return sorted(_FLAGS) + ["change_flags", "flags"]
+
+    def flags(self) -> dict[str, Any]:
+        """A copy of the current flag values."""
+        return dict(self._values)
+
+    @contextlib.contextmanager
+    def change_flags(self, **changes):
+        """Set flags for the duration of a ``with`` block, then restore them."""
+        old = dict(self._values)
+        try:
+            for name, value in changes.items():
+                setattr(self, name, value)
+            yield self
+        finally:
+            self._values.clear()
+            self._values.update(old)
+
+    def __repr__(self):
+        return "config(" + ", ".join(f"{k}={v!r}" for k, v in self._values.items()) + ")"
+
+
+def parse_flags_string(text: str) -> dict[str, Any]:
+    """``"floatX=float32,linker=py"`` as a validated dict."""
+    result = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        if "=" not in item:
+            raise ValueError(f"TENURE_FLAGS: expected name=value, got {item!r}")
+        name, raw = (s.strip() for s in item.split("=", 1))
+        if name not in _FLAGS:
+            raise ValueError(f"TENURE_FLAGS: unknown flag {name!r}; flags: "
+                             f"{', '.join(sorted(_FLAGS))}")
+        flag = _FLAGS[name]
+        try:
+            result[name] = flag.check(flag.parse(raw))
+        except ValueError as exc:
+            raise ValueError(f"TENURE_FLAGS: bad value for {name}: {exc}") from None
+    return result
+
+
+config = _Config()
+for _name, _value in parse_flags_string(os.environ.get("TENURE_FLAGS", "")).items():
+    setattr(config, _name, _value)
+
+
+# `from tenure import config` gives this module; make its attributes the flags
+# so `tn.config.floatX` and `tn.config.change_flags` work on the module too.
+class _ConfigModule(type(sys)):
+    def __getattr__(self, name):
+        return getattr(config, name)
+
+    def __setattr__(self, name, value):
+        if name in _FLAGS:
+            setattr(config, name, value)
+        else:
+            super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _ConfigModule
+change_flags = config.change_flags
+flags = config.flags

@@ -1,0 +1,518 @@
+"""``function``: compile a graph into a callable that keeps the memory contract.
+
+The pieces: :class:`In` and :class:`Out` say how each input and output may be
+aliased, :class:`Mode` chooses the linker, and :class:`Function` is what the
+user calls.  Compilation clones the graph into a
+:class:`~tenure.rewrites.fgraph.FunctionGraph` (inputs first, then the shared
+variables it reads), hands it to the linker, and works out once which results
+could alias memory they must not; each call then copies exactly those that do.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tenure import config
+from tenure.linkers.plan import destroyed_roots, view_root
+from tenure.rewrites.fgraph import FunctionGraph
+from tenure.symbolic.graph import Constant, Variable, ancestors, clone_get_equiv
+from tenure.symbolic.shared import SharedVariable
+from tenure.symbolic.types import TensorType
+
+
+class UnusedInputError(ValueError):
+    """An input of ``function`` is not needed by any output or update."""
+
+
+class In:
+    """How a function treats one input.
+
+    ``borrow=True``: outputs may alias the caller's array (no defensive copy).
+    ``mutable=True`` (needs ``borrow=True``): the caller gives the buffer away;
+    tenure may overwrite it as workspace.  ``value``: the default used when
+    the argument is not given.  ``name``: the keyword to pass it by (defaults
+    to the variable's name).
+    """
+
+    def __init__(self, variable: Variable, name: str | None = None, value=None,
+                 borrow: bool = False, mutable: bool = False):
+        if not isinstance(variable, Variable):
+            raise TypeError(f"In(): expected a symbolic variable, got "
+                            f"{type(variable).__name__}")
+        if mutable and not borrow:
+            raise ValueError(f"In({variable}): mutable=True requires borrow=True (a buffer "
+                             "tenure may overwrite is necessarily lent to it)")
+        self.variable = variable
+        self.name = name if name is not None else variable.name
+        self.value = value
+        self.borrow = bool(borrow)
+        self.mutable = bool(mutable)
+
+    def __repr__(self):
+        return (f"In({self.variable}, name={self.name!r}, borrow={self.borrow}, "
+                f"mutable={self.mutable})")
+
+
+class Out:
+    """How a function returns one output.
+
+    ``borrow=False`` (default): a fresh array the caller owns.  ``borrow=True``:
+    possibly an internal buffer that the next call overwrites (and that may
+    alias shared storage or borrowed inputs); in steady state it costs no
+    allocation per call.
+    """
+
+    def __init__(self, variable: Variable, borrow: bool = False):
+        if not isinstance(variable, Variable):
+            raise TypeError(f"Out(): expected a symbolic variable, got "
+                            f"{type(variable).__name__}")
+        self.variable = variable
+        self.borrow = bool(borrow)
+
+    def __repr__(self):
+        return f"Out({self.variable}, borrow={self.borrow})"
+
+
+class Mode:
+    """How to compile: which linker runs the graph (``"py"``: the NumPy executor).
+
+    ``linker=None`` means ``config.linker``.
+    """
+
+    def __init__(self, linker: str | None = None):
+        self.linker = config.linker if linker is None else linker
+        if self.linker not in config.LINKERS:
+            raise ValueError(f"Mode: unknown linker {self.linker!r}; expected one of "
+                             f"{', '.join(config.LINKERS)}")
+
+    def make_linker(self):
+        from tenure.linkers.python import PythonLinker
+        return PythonLinker()
+
+    def __repr__(self):
+        return f"Mode(linker={self.linker!r})"
+
+
+def _as_mode(mode) -> Mode:
+    if mode is None:
+        return Mode()
+    if isinstance(mode, Mode):
+        return mode
+    if isinstance(mode, str):
+        return Mode(linker=mode)
+    raise TypeError(f"mode: expected a Mode, a linker name or None, got {type(mode).__name__}")
+
+
+# ----------------------------------------------------------------------------
+# Compile-time analysis of what may alias what
+
+
+@dataclass
+class _Hazards:
+    """What one result (output or update value) may alias, decided at compile
+    time; each call then checks only these with ``np.may_share_memory``."""
+    inputs: list[int] = field(default_factory=list)     # explicit inputs, always checked
+    defaults: list[int] = field(default_factory=list)   # explicit inputs, checked when defaulted
+    shared: list[int] = field(default_factory=list)     # shared variables
+    constant: bool = False                              # a constant's data
+    outputs: list[int] = field(default_factory=list)    # other outputs
+    updates: list[int] = field(default_factory=list)    # other update values
+
+    def __bool__(self):
+        return bool(self.inputs or self.defaults or self.shared or self.constant
+                    or self.outputs or self.updates)
+
+
+class Function:
+    """A compiled function.  Call it with positional or keyword arguments.
+
+    Attributes: ``fgraph`` (the compiled graph), ``trust_input`` (skip the
+    input gate: the caller promises arrays of exactly the right type),
+    ``inputs`` / ``outputs`` (the In / Out specs), ``name``.
+    """
+
+    def __init__(self, inputs: list[In], outputs: list[Out], single_output: bool,
+                 updates: list[tuple[SharedVariable, Variable]], givens, mode: Mode,
+                 allow_input_downcast: bool, on_unused_input: str, name: str | None):
+        self.inputs = inputs
+        self.outputs = outputs
+        self.name = name
+        self.mode = mode
+        self.trust_input = False
+        self.allow_input_downcast = allow_input_downcast
+        self._single = single_output
+        self._build_graph(givens, on_unused_input, updates)
+        self._analyse_aliasing()
+        keep = {i for i, spec in enumerate(self.outputs)
+                if spec.borrow and i not in self._no_reuse}
+        self._thunk = mode.make_linker().make_thunk(self.fgraph, keep,
+                                                    allow_gc=config.allow_gc)
+        self._defaults = [None if spec.value is None else
+                          spec.variable.type.filter(spec.value, allow_downcast=allow_input_downcast,
+                                                    what=f"default value of input {spec.name}")
+                          for spec in inputs]
+        names = [spec.name for spec in inputs]
+        self._index_of_name = {n: i for i, n in enumerate(names) if n is not None
+                               and names.count(n) == 1}
+        self._ambiguous_names = {n for n in names if n is not None and names.count(n) > 1}
+
+    # -- compilation ----------------------------------------------------------
+    def _build_graph(self, givens, on_unused_input, updates) -> None:
+        in_vars = [spec.variable for spec in self.inputs]
+        out_vars = [spec.variable for spec in self.outputs]
+        upd_vars = [expr for _, expr in updates]
+        targets = out_vars + upd_vars
+        if givens:
+            targets = _apply_givens(targets, givens, in_vars)
+        _check_unused(self.inputs, targets, on_unused_input)
+        # Every shared variable the outputs read becomes an implicit input.
+        shared_vars = [v for v in ancestors(targets, blockers=in_vars)
+                       if isinstance(v, SharedVariable) and v not in in_vars]
+        for var, _ in updates:
+            if var not in shared_vars:
+                shared_vars.append(var)
+        _check_missing(targets, in_vars)
+        equiv = clone_get_equiv(in_vars, targets,
+                                replace={v: v for v in shared_vars}, copy_inputs=True)
+        self.shared_vars = shared_vars
+        self._containers = [v.container for v in shared_vars]
+        self._update_containers = [var.container for var, _ in updates]
+        self._update_shared_index = [shared_vars.index(var) for var, _ in updates]
+        self.fgraph = FunctionGraph([equiv[v] for v in in_vars] + shared_vars,
+                                    [equiv.get(v, v) for v in targets])
+        self._n_out = len(out_vars)
+
+    def _analyse_aliasing(self) -> None:
+        fg = self.fgraph
+        n_in = len(self.inputs)
+        explicit = {var: i for i, var in enumerate(fg.inputs[:n_in])}
+        shared = {var: i for i, var in enumerate(fg.inputs[n_in:])}
+        roots = [view_root(v) for v in fg.outputs]
+        out_roots, upd_roots = roots[:self._n_out], roots[self._n_out:]
+        self._check_destroyers(explicit, shared)
+        # Mutable inputs that the graph overwrites: copied at call time when they
+        # overlap any other argument, so writing one never changes another.
+        destroyed = destroyed_roots(fg)
+        self._destroyed_inputs = [i for var, i in explicit.items() if var in destroyed]
+
+        def hazards(root: Variable, k: int, is_update: bool) -> _Hazards:
+            h = _Hazards()
+            if root in explicit:
+                i = explicit[root]
+                spec = self.inputs[i]
+                # Outputs may alias borrowed inputs; shared storage may only adopt
+                # a buffer the caller gave away (mutable).  A default value is the
+                # function's own and is never handed out.
+                if not (spec.mutable if is_update else spec.borrow):
+                    h.inputs.append(i)
+                elif spec.value is not None:
+                    h.defaults.append(i)
+            elif root in shared:
+                j = shared[root]
+                if is_update:
+                    if self._update_shared_index[k] != j:
+                        h.shared.append(j)
+                elif not self.outputs[k].borrow:
+                    h.shared.append(j)
+            elif isinstance(root, Constant):
+                h.constant = is_update or not self.outputs[k].borrow
+            if is_update:
+                h.updates = [u for u in range(k) if upd_roots[u] is root]
+            elif not self.outputs[k].borrow:
+                h.outputs = [o for o in range(self._n_out) if o != k and out_roots[o] is root
+                             and (o < k or self.outputs[o].borrow)]
+                h.updates = [u for u, r in enumerate(upd_roots) if r is root]
+            return h
+
+        self._update_hazards = [hazards(r, k, True) for k, r in enumerate(upd_roots)]
+        self._output_hazards = [hazards(r, k, False) for k, r in enumerate(out_roots)]
+        # A borrowed output's buffer is reused next call unless it may also become
+        # shared storage (the next call would then write into a shared value).
+        self._no_reuse = {k for k, r in enumerate(out_roots) if r in upd_roots
+                          or r in explicit or r in shared or isinstance(r, Constant)}
+
+    def _check_destroyers(self, explicit, shared) -> None:
+        """Refuse a graph that overwrites a buffer the contract protects."""
+        updated = set(self._update_shared_index)
+        for root, node in destroyed_roots(self.fgraph).items():
+            if isinstance(root, Constant):
+                raise ValueError(f"{node} would overwrite constant {root}")
+            if root in explicit and not self.inputs[explicit[root]].mutable:
+                raise ValueError(f"{node} would overwrite input {root}, which is not "
+                                 "In(..., borrow=True, mutable=True)")
+            if root in shared and shared[root] not in updated:
+                raise ValueError(f"{node} would overwrite shared variable {root}, which "
+                                 "this function does not update")
+            if root in self.fgraph.outputs and root not in explicit and root not in shared:
+                raise ValueError(f"{node} would overwrite {root}, which is returned")
+
+    # -- calling ----------------------------------------------------------------
+    def _bind(self, args, kwargs) -> tuple[list, list[bool]]:
+        """Arguments in input order; also which ones came from a default value."""
+        n = len(self.inputs)
+        if len(args) > n:
+            raise TypeError(f"{self._label()} takes {n} argument(s) ({self._signature()}), "
+                            f"got {len(args)}")
+        values = list(args) + [_MISSING] * (n - len(args))
+        for key, value in kwargs.items():
+            if key in self._ambiguous_names:
+                raise TypeError(f"{self._label()}: several inputs are named {key!r}; pass "
+                                "them positionally")
+            i = self._index_of_name.get(key)
+            if i is None:
+                raise TypeError(f"{self._label()} got an unexpected keyword argument {key!r}; "
+                                f"expected {self._signature()}")
+            if values[i] is not _MISSING:
+                raise TypeError(f"{self._label()} got several values for input {key!r}")
+            values[i] = value
+        from_default = [False] * n
+        for i, value in enumerate(values):
+            if value is _MISSING:
+                if self._defaults[i] is None:
+                    raise TypeError(f"{self._label()} is missing a value for input "
+                                    f"{self._input_label(i)}; expected {self._signature()}")
+                values[i] = self._defaults[i]
+                from_default[i] = True
+        return values, from_default
+
+    def __call__(self, *args, **kwargs):
+        if self.trust_input and not kwargs and len(args) == len(self.inputs):
+            values, from_default = list(args), None
+        else:
+            values, from_default = self._bind(args, kwargs)
+            allow = self.allow_input_downcast
+            for i, spec in enumerate(self.inputs):
+                if from_default[i]:
+                    continue
+                values[i] = spec.variable.type.filter(values[i], allow_downcast=allow,
+                                                      what=f"input {self._input_label(i)}")
+        if from_default is not None and any(from_default):
+            # A default is the function's own data: never hand it out to be written.
+            values = [v.copy() if d and self.inputs[i].mutable else v
+                      for i, (v, d) in enumerate(zip(values, from_default))]
+        shared_values = [c.value for c in self._containers]
+        if self._destroyed_inputs:
+            self._separate_destroyed_inputs(values, shared_values)
+        if self._thunk.kept_slots:
+            self._release_kept_aliasing(values, shared_values)
+        results = self._thunk(values + shared_values)
+        outputs, updates = results[:self._n_out], results[self._n_out:]
+        self._copy_where_needed(outputs, updates, values, shared_values, from_default)
+        for container, value in zip(self._update_containers, updates):
+            container.value = value
+        if self._single:
+            return outputs[0]
+        return outputs
+
+    def _separate_destroyed_inputs(self, values, shared_values) -> None:
+        """Copy a mutable input the graph overwrites when it overlaps another argument."""
+        for i in self._destroyed_inputs:
+            others = [v for j, v in enumerate(values) if j != i] + shared_values
+            if any(np.may_share_memory(values[i], other) for other in others):
+                values[i] = values[i].copy()
+
+    def _release_kept_aliasing(self, values, shared_values) -> None:
+        """Stop reusing a kept output buffer that the caller passed back in (or
+        made shared storage): the next result must not be written over it."""
+        for slot, buf in self._thunk.kept_buffers():
+            if any(np.may_share_memory(buf, v) for v in values + shared_values):
+                self._thunk.drop_kept(slot)
+
+    def _copy_where_needed(self, outputs, updates, values, shared_values, from_default) -> None:
+        """Copy each result that aliases memory the contract keeps it from aliasing."""
+        # What each shared variable holds after this call: an update value whose
+        # buffer was another shared variable's is fine if that one moves to a new
+        # buffer (a swap), and must be copied if it keeps it.
+        final_shared = list(shared_values)
+        for k, j in enumerate(self._update_shared_index):
+            final_shared[j] = updates[k]
+
+        def clashes(arr, h: _Hazards, shared_arrays) -> bool:
+            if h.constant:
+                return True
+            return (any(np.may_share_memory(arr, values[i]) for i in h.inputs)
+                    or any(from_default is not None and from_default[i]
+                           and np.may_share_memory(arr, values[i]) for i in h.defaults)
+                    or any(np.may_share_memory(arr, shared_arrays[j]) for j in h.shared)
+                    or any(np.may_share_memory(arr, updates[u]) for u in h.updates)
+                    or any(np.may_share_memory(arr, outputs[o]) for o in h.outputs))
+
+        for k, h in enumerate(self._update_hazards):
+            if h and clashes(updates[k], h, final_shared):
+                updates[k] = final_shared[self._update_shared_index[k]] = updates[k].copy()
+        for k, h in enumerate(self._output_hazards):
+            # An output must not alias shared storage from before or after the call.
+            if h and (clashes(outputs[k], h, shared_values)
+                      or any(np.may_share_memory(outputs[k], final_shared[j]) for j in h.shared)):
+                outputs[k] = outputs[k].copy()
+
+    def free(self) -> None:
+        """Release the buffers this function keeps between calls (borrowed outputs)."""
+        self._thunk.free()
+
+    # -- naming -------------------------------------------------------------
+    def _label(self) -> str:
+        return f"function {self.name!r}" if self.name else "function"
+
+    def _input_label(self, i: int) -> str:
+        name = self.inputs[i].name
+        return repr(name) if name is not None else f"#{i} ({self.inputs[i].variable.type})"
+
+    def _signature(self) -> str:
+        parts = []
+        for i, spec in enumerate(self.inputs):
+            text = spec.name if spec.name is not None else f"<input #{i}>"
+            if spec.value is not None:
+                text += "=<default>"
+            parts.append(text)
+        return "(" + ", ".join(parts) + ")"
+
+    def __repr__(self):
+        return f"<Function {self.name or ''}{self._signature()} mode={self.mode}>"
+
+
+_MISSING = object()
+
+
+# ----------------------------------------------------------------------------
+# Graph preparation helpers
+
+
+def _apply_givens(targets, givens, in_vars):
+    from tenure.symbolic.graph import clone_replace
+    from tenure.symbolic.variable import as_tensor_variable
+    items = givens.items() if isinstance(givens, dict) else givens
+    replace = {}
+    for key, value in items:
+        if not isinstance(key, Variable):
+            raise TypeError(f"givens: keys must be symbolic variables, got "
+                            f"{type(key).__name__}")
+        if key in in_vars:
+            raise ValueError(f"givens: {key} is an input of the function; givens may replace "
+                             "only other variables (drop it from the inputs, or from givens)")
+        value = as_tensor_variable(value)
+        if isinstance(value, Constant) and value.type != key.type:
+            value = key.type.make_constant(value.data)
+        replace[key] = value
+    return clone_replace(list(targets), replace)
+
+
+def _check_unused(inputs: list[In], targets, on_unused_input: str) -> None:
+    if on_unused_input not in ("raise", "warn", "ignore"):
+        raise ValueError(f"on_unused_input: expected 'raise', 'warn' or 'ignore', got "
+                         f"{on_unused_input!r}")
+    if on_unused_input == "ignore":
+        return
+    used = set(ancestors(targets, blockers=[spec.variable for spec in inputs]))
+    for i, spec in enumerate(inputs):
+        if spec.variable not in used:
+            msg = (f"input {spec.name or spec.variable} (#{i}) is not used to compute any "
+                   "output or update; pass on_unused_input='ignore' (or 'warn') if that is "
+                   "intended")
+            if on_unused_input == "raise":
+                raise UnusedInputError(msg)
+            warnings.warn(msg, stacklevel=4)
+
+
+def _check_missing(targets, in_vars) -> None:
+    for var in ancestors(targets, blockers=in_vars):
+        if (var.owner is None and var not in in_vars
+                and not isinstance(var, (Constant, SharedVariable))):
+            raise ValueError(f"{var} ({var.type}) is needed to compute the outputs but is not "
+                             "among the function's inputs (add it to the inputs, or give it "
+                             "a value with givens)")
+
+
+def _as_in(item, i: int) -> In:
+    spec = item if isinstance(item, In) else In(item) if isinstance(item, Variable) else None
+    if spec is None:
+        raise TypeError(f"inputs[{i}]: expected a symbolic variable or In(...), got "
+                        f"{type(item).__name__}")
+    var = spec.variable
+    if isinstance(var, SharedVariable):
+        raise TypeError(f"inputs[{i}]: {var} is a shared variable; shared variables are "
+                        "implicit inputs (leave it out, or use givens to replace it)")
+    if isinstance(var, Constant):
+        raise TypeError(f"inputs[{i}]: {var} is a constant and cannot be an input")
+    return spec
+
+
+def _as_out(item, i) -> Out:
+    if isinstance(item, Out):
+        return item
+    if isinstance(item, Variable):
+        return Out(item)
+    raise TypeError(f"outputs[{i}]: expected a symbolic variable or Out(...), got "
+                    f"{type(item).__name__}")
+
+
+def _check_updates(updates) -> list[tuple[SharedVariable, Variable]]:
+    from tenure.symbolic.variable import as_tensor_variable
+    if updates is None:
+        return []
+    items = list(updates.items()) if isinstance(updates, dict) else list(updates)
+    checked = []
+    seen = set()
+    for pair in items:
+        try:
+            var, expr = pair
+        except (TypeError, ValueError):
+            raise TypeError(f"updates: expected (shared variable, expression) pairs, got "
+                            f"{pair!r}") from None
+        if not isinstance(var, SharedVariable):
+            raise TypeError(f"updates: {var} is not a shared variable; only shared variables "
+                            "can be updated")
+        if var in seen:
+            raise ValueError(f"updates: {var} is updated twice")
+        seen.add(var)
+        expr = as_tensor_variable(expr)
+        if isinstance(expr, Constant) and expr.type != var.type:
+            expr = var.type.make_constant(expr.data)
+        if not (isinstance(expr.type, TensorType) and expr.dtype == var.dtype
+                and expr.ndim == var.ndim and var.type.is_compatible_replacement(expr.type)):
+            raise TypeError(f"updates: the new value of {var} has type {expr.type}, but {var} "
+                            f"has type {var.type} (cast it with .astype({var.dtype!r}) or "
+                            "reshape it)")
+        checked.append((var, expr))
+    return checked
+
+
+def function(inputs: Sequence = (), outputs=None, updates=None, givens=None, mode=None,
+             allow_input_downcast: bool = False, on_unused_input: str = "raise",
+             name: str | None = None) -> Function:
+    """Compile a function from ``inputs`` to ``outputs``.
+
+    ``inputs``: variables or :class:`In` specs.  ``outputs``: a variable or
+    :class:`Out` (the call returns one value), a list of them (returns a
+    list), or ``None``.  ``updates``: ``(shared, expression)`` pairs, all
+    computed from the values before the call and assigned together after it.
+    ``givens``: ``{variable: replacement}`` substituted into the graph.
+    ``allow_input_downcast``: accept arguments that need a lossy cast.
+    ``on_unused_input``: ``"raise"``, ``"warn"`` or ``"ignore"``.
+    """
+    if isinstance(inputs, (Variable, In)):
+        raise TypeError("function(): inputs must be a list (e.g. [x]), got a single "
+                        f"{type(inputs).__name__}")
+    in_specs = [_as_in(item, i) for i, item in enumerate(inputs)]
+    seen = set()
+    for spec in in_specs:
+        if spec.variable in seen:
+            raise ValueError(f"function(): input {spec.variable} is given twice")
+        seen.add(spec.variable)
+    single = isinstance(outputs, (Variable, Out))
+    if outputs is None:
+        out_items = []
+    elif single:
+        out_items = [outputs]
+    elif isinstance(outputs, (list, tuple)):
+        out_items = list(outputs)
+    else:
+        raise TypeError(f"function(): outputs must be a variable, Out, a list or None, got "
+                        f"{type(outputs).__name__}")
+    out_specs = [_as_out(item, i) for i, item in enumerate(out_items)]
+    return Function(in_specs, out_specs, single, _check_updates(updates), givens,
+                    _as_mode(mode), allow_input_downcast, on_unused_input, name)

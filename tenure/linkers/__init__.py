@@ -1,0 +1,1 @@
+"""Linkers turn a FunctionGraph into something that runs."""

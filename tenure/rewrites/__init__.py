@@ -1,0 +1,1 @@
+"""Graph rewriting: the FunctionGraph that compiled functions work on."""

@@ -1,0 +1,1 @@
+"""Symbolic graphs: variables, types, shared variables and ops."""

@@ -1,0 +1,18 @@
+"""The op families, one file each; this module re-exports their user-facing functions."""
+
+from tenure.symbolic.ops.elemwise import (  # noqa: F401
+    Elemwise, abs, absolute, add, astype, bitwise_and, bitwise_or, bitwise_xor, cast, clip, cos,
+    divide, eq, equal, erf, exp, expm1, floor_divide, ge, greater, greater_equal, gt, invert,
+    isinf, isnan, le, less, less_equal, log, log1p, logical_and, logical_not, logical_or,
+    logical_xor, lt, maximum, minimum, mod, mul, multiply, neg, negative, neq, not_equal, power,
+    reciprocal, sigmoid, sign, sin, softplus, sqrt, square, sub, subtract, tanh, true_divide,
+    where)
+from tenure.symbolic.ops.reduce import (  # noqa: F401
+    all, any, argmax, argmin, max, mean, min, prod, sum)
+from tenure.symbolic.ops.blas import dot, matmul  # noqa: F401
+from tenure.symbolic.ops.shape import (  # noqa: F401
+    expand_dims, flatten, reshape, shape, shape_tuple, squeeze, stack_scalars, transpose)
+from tenure.symbolic.ops.indexing import getitem  # noqa: F401
+
+__all__ = [name for name in dir() if not name.startswith("_")
+           and name not in ("elemwise", "reduce", "blas", "shape_ops", "indexing", "scalar")]

@@ -1,0 +1,243 @@
+"""Elementwise ops: one :class:`Elemwise` op applies a scalar op over broadcast arrays.
+
+Broadcasting follows NumPy (shapes aligned on the right, length-1 dimensions
+stretch); dtypes follow NumPy 2, with bare Python numbers weakly typed (``x *
+2`` keeps ``x``'s dtype).  ``inplace_pattern`` ``{output: input}`` makes the op
+write its output into that input's buffer (declared in ``destroy_map``); the
+in-place rewrites are the ones that create such ops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tenure.symbolic.graph import Apply, Op
+from tenure.symbolic.ops import scalar as ps
+from tenure.symbolic.types import TensorType, normalize_dtype
+from tenure.symbolic.variable import TensorConstant, as_tensor_variable
+
+
+def broadcast_static_shapes(shapes: list[tuple], what: str = "broadcast") -> tuple:
+    """NumPy broadcasting over static shapes (``None`` = unknown length).
+
+    Raises ``ValueError`` when two known lengths are incompatible.
+    """
+    ndim = max((len(s) for s in shapes), default=0)
+    padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
+    result = []
+    for axis in range(ndim):
+        dims = [s[axis] for s in padded]
+        known = {d for d in dims if d is not None and d != 1}
+        if len(known) > 1:
+            raise ValueError(f"{what}: shapes {' and '.join(str(tuple(s)) for s in shapes)} "
+                             f"cannot be broadcast (axis {axis}: lengths {sorted(known)})")
+        if known:
+            result.append(known.pop())
+        elif all(d == 1 for d in dims):
+            result.append(1)
+        else:
+            result.append(None)
+    return tuple(result)
+
+
+def broadcast_symbolic_shapes(static_out: tuple, input_shapes: list[tuple],
+                              input_static: list[tuple]) -> tuple:
+    """Symbolic output shape of a broadcast, for ``infer_shape``."""
+    from tenure.symbolic.ops import maximum  # the elementwise max of lengths
+    ndim = len(static_out)
+    result = []
+    for axis in range(ndim):
+        if static_out[axis] is not None:
+            result.append(static_out[axis])
+            continue
+        candidates = []
+        for shape, static in zip(input_shapes, input_static):
+            offset = ndim - len(static)
+            if axis < offset or static[axis - offset] == 1:
+                continue  # this input is broadcast along the axis
+            candidates.append(shape[axis - offset])
+        dim = candidates[0]
+        for other in candidates[1:]:
+            # Compatible lengths are equal or 1, so the max is the broadcast length.
+            dim = maximum(dim, other)
+        result.append(dim)
+    return tuple(result)
+
+
+def _probe(var):
+    """What NumPy sees of an input when working out the output dtype."""
+    if isinstance(var, TensorConstant) and var.weak:
+        return var.weak_value
+    return np.empty((0,) * var.ndim, dtype=var.dtype)
+
+
+def _describe(inputs) -> str:
+    return ", ".join(
+        f"Python {type(v.weak_value).__name__} {v.weak_value!r}"
+        if isinstance(v, TensorConstant) and v.weak else f"{v} ({v.type})" for v in inputs)
+
+
+def _strengthen(inputs: list, op_name: str) -> list:
+    """Weak Python-number constants become constants of the dtype NumPy would give them."""
+    strong = [v for v in inputs if not (isinstance(v, TensorConstant) and v.weak)]
+    if not strong or len(strong) == len(inputs):
+        return inputs
+    common = np.result_type(*[v.dtype for v in strong],
+                            *[v.weak_value for v in inputs if v not in strong])
+    return [v if v in strong else
+            TensorConstant(TensorType(common, ()), np.array(v.weak_value, dtype=common))
+            for v in inputs]
+
+
+class Elemwise(Op):
+    """Apply ``scalar_op`` elementwise, with NumPy broadcasting."""
+
+    __props__ = ("scalar_op", "inplace_pattern")
+
+    def __init__(self, scalar_op: ps.ScalarOp, inplace_pattern: dict[int, int] | None = None):
+        self.scalar_op = scalar_op
+        # Stored as sorted pairs so the op stays hashable.
+        self.inplace_pattern = tuple(sorted((inplace_pattern or {}).items()))
+        self.destroy_map = {o: [i] for o, i in self.inplace_pattern}
+
+    def __str__(self) -> str:
+        name = self.scalar_op.name
+        if self.inplace_pattern:
+            name += "_inplace" + "".join(f"[{o}<-{i}]" for o, i in self.inplace_pattern)
+        return name
+
+    def make_node(self, *inputs) -> Apply:
+        sop = self.scalar_op
+        if len(inputs) != sop.nin:
+            raise TypeError(f"{sop.name} takes {sop.nin} input(s), got {len(inputs)}")
+        inputs = [as_tensor_variable(v) for v in inputs]
+        try:
+            out_dtype = sop.output_dtype([_probe(v) for v in inputs])
+        except (TypeError, OverflowError) as exc:
+            kind = TypeError if isinstance(exc, TypeError) else ValueError
+            raise kind(f"{sop.name}: unsupported inputs {_describe(inputs)}: {exc}") from None
+        inputs = _strengthen(inputs, sop.name)
+        shape = broadcast_static_shapes([v.type.shape for v in inputs], what=sop.name)
+        for out_i, in_i in self.inplace_pattern:
+            if inputs[in_i].type.shape != shape or inputs[in_i].dtype != out_dtype.name:
+                raise TypeError(f"{self}: input {in_i} ({inputs[in_i].type}) cannot hold the "
+                                f"output ({out_dtype.name}{shape})")
+        out = TensorType(out_dtype, shape)()
+        return Apply(self, inputs, [out])
+
+    def perform(self, node, inputs, output_storage):
+        cell = output_storage[0]
+        out_type = node.outputs[0].type
+        if self.inplace_pattern:
+            target = inputs[self.inplace_pattern[0][1]]
+        else:
+            target = cell[0]
+            if target is not None:
+                shape = np.broadcast_shapes(*(np.shape(x) for x in inputs))
+                if target.shape != shape or target.dtype != out_type.numpy_dtype:
+                    target = None
+        if target is None:
+            result = self.scalar_op.impl(*inputs)
+            result = np.asarray(result, dtype=out_type.numpy_dtype)
+        else:
+            result = self.scalar_op.impl(*inputs, out=target)
+        cell[0] = result
+
+    def infer_shape(self, node, input_shapes):
+        static = node.outputs[0].type.shape
+        return [broadcast_symbolic_shapes(static, input_shapes,
+                                          [v.type.shape for v in node.inputs])]
+
+
+_ELEMWISE_CACHE: dict[ps.ScalarOp, Elemwise] = {}
+
+
+def elemwise_op(scalar_op: ps.ScalarOp) -> Elemwise:
+    """The (shared) non-inplace Elemwise op for ``scalar_op``."""
+    op = _ELEMWISE_CACHE.get(scalar_op)
+    if op is None:
+        op = _ELEMWISE_CACHE[scalar_op] = Elemwise(scalar_op)
+    return op
+
+
+def _make(scalar_op: ps.ScalarOp, doc: str):
+    op = elemwise_op(scalar_op)
+
+    def apply(*inputs):
+        return op(*inputs)
+
+    apply.__name__ = scalar_op.name
+    apply.__qualname__ = scalar_op.name
+    apply.__doc__ = doc
+    return apply
+
+
+add = _make(ps.add, "``x + y``, elementwise with broadcasting.")
+sub = _make(ps.sub, "``x - y``, elementwise with broadcasting.")
+mul = _make(ps.mul, "``x * y``, elementwise with broadcasting.")
+true_divide = _make(ps.true_divide, "``x / y`` (true division; ints give floats).")
+floor_divide = _make(ps.floor_divide, "``x // y``, rounding towards minus infinity.")
+mod = _make(ps.mod, "``x % y``, with the sign of ``y`` like Python and NumPy.")
+power = _make(ps.power, "``x ** y``.")
+neg = _make(ps.neg, "``-x``.")
+abs = _make(ps.abs_, "``|x|``.")
+sign = _make(ps.sign, "-1, 0 or 1 by the sign of ``x``.")
+square = _make(ps.square, "``x * x``.")
+reciprocal = _make(ps.reciprocal, "``1 / x`` (NumPy semantics: integer inputs stay integer).")
+exp = _make(ps.exp, "Elementwise exponential.")
+log = _make(ps.log, "Elementwise natural logarithm.")
+log1p = _make(ps.log1p, "``log(1 + x)``, accurate for small ``x``.")
+expm1 = _make(ps.expm1, "``exp(x) - 1``, accurate for small ``x``.")
+sqrt = _make(ps.sqrt, "Elementwise square root.")
+sin = _make(ps.sin, "Elementwise sine.")
+cos = _make(ps.cos, "Elementwise cosine.")
+tanh = _make(ps.tanh, "Elementwise hyperbolic tangent.")
+sigmoid = _make(ps.sigmoid, "The logistic function ``1 / (1 + exp(-x))``.")
+softplus = _make(ps.softplus, "``log(1 + exp(x))``, computed without overflow.")
+erf = _make(ps.erf, "The error function.")
+maximum = _make(ps.maximum, "Elementwise maximum (NaN propagates).")
+minimum = _make(ps.minimum, "Elementwise minimum (NaN propagates).")
+less = _make(ps.less, "``x < y`` (bool).")
+less_equal = _make(ps.less_equal, "``x <= y`` (bool).")
+greater = _make(ps.greater, "``x > y`` (bool).")
+greater_equal = _make(ps.greater_equal, "``x >= y`` (bool).")
+equal = _make(ps.equal, "``x == y`` elementwise (bool).  (``==`` on variables is identity.)")
+not_equal = _make(ps.not_equal, "``x != y`` elementwise (bool).")
+logical_and = _make(ps.logical_and, "Elementwise logical and (bool).")
+logical_or = _make(ps.logical_or, "Elementwise logical or (bool).")
+logical_xor = _make(ps.logical_xor, "Elementwise logical xor (bool).")
+logical_not = _make(ps.logical_not, "Elementwise logical not (bool).")
+bitwise_and = _make(ps.bitwise_and, "``x & y`` (logical and for bools).")
+bitwise_or = _make(ps.bitwise_or, "``x | y`` (logical or for bools).")
+bitwise_xor = _make(ps.bitwise_xor, "``x ^ y`` (logical xor for bools).")
+invert = _make(ps.invert, "``~x`` (logical not for bools).")
+isnan = _make(ps.isnan, "Elementwise test for NaN.")
+isinf = _make(ps.isinf, "Elementwise test for positive or negative infinity.")
+where = _make(ps.where, "``a`` where ``cond`` holds, else ``b`` (broadcast together).")
+
+# NumPy-style aliases
+subtract, multiply, divide, negative, absolute = sub, mul, true_divide, neg, abs
+eq, neq, lt, le, gt, ge = equal, not_equal, less, less_equal, greater, greater_equal
+
+
+def clip(x, min, max):
+    """``x`` limited to ``[min, max]`` elementwise (NumPy's ``clip``)."""
+    return elemwise_op(ps.clip)(x, min, max)
+
+
+_CAST_OPS: dict[str, Elemwise] = {}
+
+
+def cast(x, dtype):
+    """``x`` converted to ``dtype`` (like ``ndarray.astype``; no-op when it already is)."""
+    x = as_tensor_variable(x)
+    dtype = normalize_dtype(dtype, what="cast")
+    if x.dtype == dtype:
+        return x
+    op = _CAST_OPS.get(dtype)
+    if op is None:
+        op = _CAST_OPS[dtype] = Elemwise(ps.Cast(dtype))
+    return op(x)
+
+
+astype = cast

@@ -1,0 +1,153 @@
+"""The scalar op table: elementwise math written once.
+
+Each :class:`ScalarOp` names one scalar function and its NumPy implementation
+(a ufunc or a function with the ufunc calling convention ``impl(*arrays,
+out=None)``).  Elementwise loops (:mod:`tenure.symbolic.ops.elemwise`), fusion
+and every linker read this table, so a new scalar function is added here once.
+
+Output dtypes are never written by hand: :meth:`ScalarOp.output_dtype` asks the
+implementation itself on empty arrays, which reproduces NumPy 2's promotion
+rules exactly (including weakly typed Python scalars).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import scipy.special
+
+
+class ScalarOp:
+    """One scalar function: ``name``, arity ``nin`` and NumPy ``impl``."""
+
+    def __init__(self, name: str, nin: int, impl: Callable, doc: str = ""):
+        self.name = name
+        self.nin = nin
+        self.impl = impl
+        self.doc = doc
+
+    def params(self) -> tuple:
+        """What distinguishes two ops of the same name (e.g. a cast's dtype)."""
+        return ()
+
+    def __eq__(self, other) -> bool:
+        return (type(self) is type(other) and self.name == other.name
+                and self.params() == other.params())
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.name, self.params()))
+
+    def __str__(self) -> str:
+        return self.name
+
+    __repr__ = __str__
+
+    def output_dtype(self, probes: list) -> np.dtype:
+        """The dtype NumPy gives ``impl`` for inputs like ``probes``.
+
+        ``probes`` holds empty arrays for typed inputs and Python numbers for
+        weakly typed ones.  Raises ``TypeError`` for dtypes the function does
+        not support and ``OverflowError`` for Python numbers out of range.
+        """
+        with np.errstate(all="ignore"):
+            result = self.impl(*probes)
+        return np.asarray(result).dtype
+
+    def __call__(self, *arrays, out=None):
+        return self.impl(*arrays, out=out)
+
+
+class Cast(ScalarOp):
+    """Conversion to ``dtype`` (NumPy's ``astype``, unsafe casting)."""
+
+    def __init__(self, dtype):
+        self.dtype = np.dtype(dtype)
+        super().__init__(f"cast_{self.dtype.name}", 1, self._cast)
+
+    def params(self) -> tuple:
+        return (self.dtype.name,)
+
+    def _cast(self, x, out=None):
+        if out is None:
+            return np.asarray(x).astype(self.dtype)
+        np.copyto(out, x, casting="unsafe")
+        return out
+
+
+def _softplus(x, out=None):
+    # log(1 + exp(x)) without overflow for large x.
+    return np.logaddexp(0, x, out=out)
+
+
+def _where(cond, a, b, out=None):
+    if out is None:
+        return np.where(cond, a, b)
+    # Fill from `b`, then overwrite where cond holds; both broadcast into `out`.
+    np.copyto(out, b, casting="unsafe")
+    np.copyto(out, a, casting="unsafe", where=np.asarray(cond, dtype=bool))
+    return out
+
+
+def _clip(x, lo, hi, out=None):
+    return np.clip(x, lo, hi, out=out)
+
+
+#: every scalar op, by name
+TABLE: dict[str, ScalarOp] = {}
+
+
+def _register(name: str, nin: int, impl: Callable, doc: str = "") -> ScalarOp:
+    op = ScalarOp(name, nin, impl, doc)
+    TABLE[name] = op
+    return op
+
+
+# Arithmetic
+add = _register("add", 2, np.add, "x + y")
+sub = _register("sub", 2, np.subtract, "x - y")
+mul = _register("mul", 2, np.multiply, "x * y")
+true_divide = _register("true_divide", 2, np.true_divide, "x / y")
+floor_divide = _register("floor_divide", 2, np.floor_divide, "x // y")
+mod = _register("mod", 2, np.remainder, "x % y (sign of y, like Python)")
+power = _register("power", 2, np.power, "x ** y")
+neg = _register("neg", 1, np.negative, "-x")
+abs_ = _register("abs", 1, np.absolute, "|x|")
+sign = _register("sign", 1, np.sign, "sign of x")
+square = _register("square", 1, np.square, "x * x")
+reciprocal = _register("reciprocal", 1, np.reciprocal, "1 / x (integer division for ints, as NumPy)")
+maximum = _register("maximum", 2, np.maximum, "elementwise max (NaN propagates)")
+minimum = _register("minimum", 2, np.minimum, "elementwise min (NaN propagates)")
+clip = _register("clip", 3, _clip, "x limited to [lo, hi]")
+
+# Transcendental
+exp = _register("exp", 1, np.exp)
+log = _register("log", 1, np.log)
+log1p = _register("log1p", 1, np.log1p, "log(1 + x), accurate for small x")
+expm1 = _register("expm1", 1, np.expm1, "exp(x) - 1, accurate for small x")
+sqrt = _register("sqrt", 1, np.sqrt)
+sin = _register("sin", 1, np.sin)
+cos = _register("cos", 1, np.cos)
+tanh = _register("tanh", 1, np.tanh)
+sigmoid = _register("sigmoid", 1, scipy.special.expit, "1 / (1 + exp(-x))")
+softplus = _register("softplus", 1, _softplus, "log(1 + exp(x)), stable")
+erf = _register("erf", 1, scipy.special.erf)
+
+# Comparisons and logic
+less = _register("less", 2, np.less, "x < y")
+less_equal = _register("less_equal", 2, np.less_equal, "x <= y")
+greater = _register("greater", 2, np.greater, "x > y")
+greater_equal = _register("greater_equal", 2, np.greater_equal, "x >= y")
+equal = _register("equal", 2, np.equal, "x == y")
+not_equal = _register("not_equal", 2, np.not_equal, "x != y")
+logical_and = _register("logical_and", 2, np.logical_and)
+logical_or = _register("logical_or", 2, np.logical_or)
+logical_xor = _register("logical_xor", 2, np.logical_xor)
+logical_not = _register("logical_not", 1, np.logical_not)
+bitwise_and = _register("bitwise_and", 2, np.bitwise_and, "x & y")
+bitwise_or = _register("bitwise_or", 2, np.bitwise_or, "x | y")
+bitwise_xor = _register("bitwise_xor", 2, np.bitwise_xor, "x ^ y")
+invert = _register("invert", 1, np.invert, "~x")
+isnan = _register("isnan", 1, np.isnan)
+isinf = _register("isinf", 1, np.isinf)
+where = _register("where", 3, _where, "a where cond else b")

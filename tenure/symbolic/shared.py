@@ -1,0 +1,136 @@
+"""Shared variables: named, persistent state in tenure space.
+
+A :class:`SharedVariable` is a graph root whose value lives in a
+:class:`Container` that outlives any one function call.  Every function that
+uses it reads that container, and ``updates`` write into it.
+
+The contract (see DESIGN.md, "The memory contract"):
+
+- ``shared(v)`` copies ``v``; ``shared(v, borrow=True)`` may keep ``v`` itself.
+- Two shared variables never share storage.
+- ``get_value()`` returns a copy the caller owns; ``get_value(borrow=True)``
+  may return the internal buffer (read it, do not write it).
+- ``set_value(v)`` copies; ``set_value(v, borrow=True)`` may adopt ``v``.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from tenure.symbolic.graph import Variable
+from tenure.symbolic.types import TensorType, python_scalar_dtype
+from tenure.symbolic.variable import TensorMethods
+
+
+class Container:
+    """The storage cell of a shared variable (one value, replaced or updated in place)."""
+
+    __slots__ = ("value", "__weakref__")
+
+    def __init__(self, value):
+        self.value = value
+
+
+# Live shared variables, so that a borrowed value already used as another
+# shared variable's storage is copied instead of aliased.
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+
+
+def _aliases_other_shared(value: np.ndarray, owner: SharedVariable | None) -> bool:
+    for var in list(_LIVE):
+        if var is owner:
+            continue
+        stored = var.container.value
+        if stored is not None and np.may_share_memory(stored, value):
+            return True
+    return False
+
+
+class SharedVariable(TensorMethods, Variable):
+    """A tensor with a persistent value, usable by every function that mentions it."""
+
+    def __init__(self, type: TensorType, value, name: str | None = None,
+                 borrow: bool = False):
+        super().__init__(type, name=name)
+        self.container = Container(None)
+        self.container.value = self._filter(value, borrow,
+                                            what=f"shared() value for {name or 'shared'}")
+        _LIVE.add(self)
+
+    def clone(self, name=None):
+        raise TypeError(f"shared variable {self} cannot be cloned; its storage is unique")
+
+    def get_value(self, borrow: bool = False, return_internal_type: bool = False):
+        """The current value.
+
+        ``borrow=False`` (default): a copy the caller owns.
+        ``borrow=True``: may be the internal buffer; read it, do not write it.
+        ``return_internal_type=True``: the internal object itself (an ndarray
+        on the CPU), with no conversion; a copy of it unless ``borrow``.
+        """
+        value = self.container.value
+        if borrow:
+            return value
+        return value.copy()
+
+    def set_value(self, value, borrow: bool = False) -> None:
+        """Replace the value.  It is copied unless ``borrow=True``, in which case
+        tenure may adopt ``value`` as its storage (so don't keep writing it).
+
+        The new value must have the same dtype (safe casts of Python values are
+        accepted) and number of dimensions; the shape may change.
+        """
+        self.container.value = self._filter(value, borrow, what=f"set_value of {self}")
+
+    def _filter(self, value, borrow: bool, what: str) -> np.ndarray:
+        if isinstance(value, Variable):
+            raise TypeError(f"{what}: expected a value, got symbolic variable {value} "
+                            "(use updates= to assign an expression)")
+        arr = self.type.filter(value, what=what)
+        if arr is not value:
+            return arr  # converted: already a fresh array of our own
+        # The caller's own array: keep it only when lent and lending is safe
+        # (writeable, so updates may go in place; not another shared's storage).
+        if not borrow or not arr.flags.writeable or _aliases_other_shared(arr, self):
+            arr = arr.copy()
+        return arr
+
+    def __str__(self) -> str:
+        return self.name if self.name is not None else f"<shared {self.type}>"
+
+
+def shared(value, name: str | None = None, borrow: bool = False,
+           dtype=None, shape=None) -> SharedVariable:
+    """A shared variable holding ``value``.
+
+    ``value`` is copied unless ``borrow=True``, which lets tenure keep the very
+    array as its storage (aliasing is allowed, never promised: an update may
+    replace the buffer).  The type comes from the value: its dtype (Python
+    floats become ``config.floatX``, unless ``dtype`` is given) and its number
+    of dimensions; lengths are not static unless ``shape`` says so, so
+    ``set_value`` can change them.
+    """
+    if isinstance(value, Variable):
+        raise TypeError(f"shared(): expected a value, got symbolic variable {value}")
+    if isinstance(value, (np.ndarray, np.generic)):
+        natural = np.asarray(value)
+    else:
+        try:
+            natural = np.asarray(value)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"shared(): cannot make an array of {type(value).__name__} "
+                            f"({exc})") from None
+        if natural.ndim == 0 and dtype is None:
+            dtype = python_scalar_dtype(value)
+        elif natural.dtype.kind == "f" and dtype is None:
+            from tenure import config
+            dtype = config.floatX
+    if natural.dtype == object or natural.dtype.kind in "USVM":
+        raise TypeError(f"shared(): expected numeric data, got dtype {natural.dtype}")
+    if dtype is None:
+        dtype = natural.dtype
+    if shape is None:
+        shape = (None,) * natural.ndim
+    return SharedVariable(TensorType(dtype, shape), value, name=name, borrow=borrow)

@@ -1,0 +1,278 @@
+"""Tensor types: a dtype plus a static shape, and the input gate (``filter``)."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+
+import numpy as np
+
+from tenure import config
+
+#: dtypes a TensorType may have.
+SUPPORTED_DTYPES = frozenset(
+    np.dtype(d).name for d in (
+        "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+        "float16", "float32", "float64", "complex64", "complex128"))
+
+
+def normalize_dtype(dtype, what: str = "dtype") -> str:
+    """``dtype`` as a canonical name (``None`` means ``config.floatX``)."""
+    if dtype is None:
+        return config.floatX
+    if dtype == "floatX":
+        return config.floatX
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        raise TypeError(f"{what}: expected a NumPy dtype, got {dtype!r}") from None
+    if name not in SUPPORTED_DTYPES:
+        raise TypeError(f"{what}: dtype {name} is not supported; expected one of "
+                        f"{', '.join(sorted(SUPPORTED_DTYPES))}")
+    return name
+
+
+def _normalize_shape(shape) -> tuple[int | None, ...]:
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    try:
+        items = tuple(shape)
+    except TypeError:
+        raise TypeError(f"shape: expected a tuple of ints or None, got {shape!r}") from None
+    out = []
+    for i, dim in enumerate(items):
+        if dim is None:
+            out.append(None)
+        elif isinstance(dim, (int, np.integer)) and not isinstance(dim, bool) and dim >= 0:
+            out.append(int(dim))
+        else:
+            raise ValueError(f"shape: dimension {i} must be a non-negative int or None, "
+                             f"got {dim!r}")
+    return tuple(out)
+
+
+def _shape_str(shape) -> str:
+    inner = ", ".join("?" if d is None else str(d) for d in shape)
+    if len(shape) == 1:
+        inner += ","
+    return f"({inner})"
+
+
+class TensorType:
+    """The type of an n-dimensional array: ``dtype`` and ``shape``.
+
+    ``shape`` has one entry per dimension: an int when the length is known
+    when the graph is built (a *static* shape), ``None`` otherwise.
+    """
+
+    def __init__(self, dtype=None, shape: Sequence[int | None] = ()):
+        self.dtype = normalize_dtype(dtype)
+        self.shape = _normalize_shape(shape)
+
+    # -- identity -----------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def broadcastable(self) -> tuple[bool, ...]:
+        return tuple(d == 1 for d in self.shape)
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        return np.dtype(self.dtype)
+
+    def __eq__(self, other) -> bool:
+        return (type(self) is type(other) and self.dtype == other.dtype
+                and self.shape == other.shape)
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.dtype, self.shape))
+
+    def __str__(self) -> str:
+        return f"{self.dtype}{_shape_str(self.shape)}"
+
+    def __repr__(self) -> str:
+        return f"TensorType({self.dtype}, shape={self.shape})"
+
+    def clone(self, dtype=None, shape=None) -> TensorType:
+        return TensorType(self.dtype if dtype is None else dtype,
+                          self.shape if shape is None else shape)
+
+    def is_compatible_replacement(self, other: TensorType) -> bool:
+        """Whether a variable of type ``other`` may stand in for one of this type:
+        same dtype and ndim, and no contradicting static length."""
+        if not isinstance(other, TensorType):
+            return False
+        if other.dtype != self.dtype or other.ndim != self.ndim:
+            return False
+        return all(a is None or b is None or a == b for a, b in zip(self.shape, other.shape))
+
+    # -- variables ----------------------------------------------------------
+    def __call__(self, name: str | None = None):
+        """A new root variable of this type."""
+        from tenure.symbolic.variable import TensorVariable
+        return TensorVariable(self, name=name)
+
+    def make_constant(self, value, name: str | None = None):
+        from tenure.symbolic.variable import TensorConstant
+        return TensorConstant(self, value, name=name)
+
+    # -- values -------------------------------------------------------------
+    def filter(self, value, strict: bool = False, allow_downcast: bool = False,
+               what: str = "value") -> np.ndarray:
+        """Convert ``value`` to an ndarray of this type or raise.
+
+        The input gate of every function.  Lists and Python scalars convert
+        (as NumPy would, weakly typed); arrays are accepted when their dtype
+        casts *safely* to this dtype, or any numeric cast when
+        ``allow_downcast``.  ndim and static lengths must match.  With
+        ``strict`` the value must already be an ndarray of exactly this dtype.
+        The result is ``value`` itself when no conversion was needed.
+        """
+        target = self.numpy_dtype
+        if isinstance(value, np.ndarray):
+            arr = value
+            if arr.dtype != target:
+                if strict:
+                    raise TypeError(f"{what}: expected dtype {self.dtype}, got {arr.dtype} "
+                                    "(strict input)")
+                if not (np.can_cast(arr.dtype, target, "safe") or allow_downcast):
+                    raise TypeError(
+                        f"{what}: expected dtype {self.dtype}, got {arr.dtype}; casting "
+                        f"{arr.dtype} to {self.dtype} could lose information (cast it "
+                        "yourself, or pass allow_input_downcast=True)")
+                arr = arr.astype(target)
+        else:
+            if strict:
+                raise TypeError(f"{what}: expected an ndarray of dtype {self.dtype}, got "
+                                f"{type(value).__name__} (strict input)")
+            arr = self._convert_python_value(value, allow_downcast, what)
+        if arr.ndim != self.ndim:
+            raise TypeError(f"{what}: expected {self.ndim} dimension(s) ({self}), got an "
+                            f"array with {arr.ndim} (shape {arr.shape})")
+        for axis, (want, got) in enumerate(zip(self.shape, arr.shape)):
+            if want is not None and want != got:
+                raise ValueError(f"{what}: expected static shape {_shape_str(self.shape)}, "
+                                 f"got shape {arr.shape} (axis {axis}: {got} != {want})")
+        return arr
+
+    def _convert_python_value(self, value, allow_downcast: bool, what: str) -> np.ndarray:
+        """Python scalars, lists and NumPy scalars into an array of this dtype."""
+        target = self.numpy_dtype
+        if isinstance(value, np.generic):
+            # NumPy scalars are strongly typed, like arrays.
+            return self.filter(np.asarray(value), allow_downcast=allow_downcast, what=what)
+        try:
+            natural = np.asarray(value)
+        except (ValueError, TypeError) as exc:
+            raise TypeError(f"{what}: expected an array-like of {self.dtype}, got "
+                            f"{type(value).__name__} ({exc})") from None
+        if natural.dtype == object or natural.dtype.kind in "USV":
+            raise TypeError(f"{what}: expected numbers convertible to {self.dtype}, got "
+                            f"{type(value).__name__} holding {natural.dtype}")
+        if natural.dtype == target:
+            return natural
+        # Python numbers are weakly typed: like NumPy 2, a float fits any float
+        # dtype and an int any int dtype it is in range of; changing kind
+        # (float to int, complex to float, numbers to bool) is a downcast.
+        same_or_higher_kind = _kind_rank(natural.dtype) <= _kind_rank(target)
+        if not (same_or_higher_kind or allow_downcast):
+            raise TypeError(f"{what}: expected {self.dtype}, got {type(value).__name__} "
+                            f"holding {natural.dtype} values; converting would lose "
+                            "information (pass allow_input_downcast=True to allow it)")
+        try:
+            with np.errstate(over="raise", invalid="raise"):
+                converted = np.asarray(value, dtype=target)
+        except (OverflowError, FloatingPointError, ValueError) as exc:
+            raise ValueError(f"{what}: {value!r} does not fit in {self.dtype} ({exc})") from None
+        if not allow_downcast and target.kind in "iu" and not np.array_equal(converted, natural):
+            raise ValueError(f"{what}: {value!r} does not fit in {self.dtype}")
+        return converted
+
+    def is_valid_value(self, value) -> bool:
+        try:
+            self.filter(value, strict=True)
+        except (TypeError, ValueError):
+            return False
+        return True
+
+    def signature_of(self, data: np.ndarray):
+        """A hashable key identifying a constant value of this type."""
+        return (self, data.shape, data.tobytes())
+
+    def short_value_repr(self, data: np.ndarray) -> str:
+        if data.size <= 8:
+            text = np.array2string(data, separator=", ", threshold=8)
+            return text.replace("\n", "")
+        return f"Constant{{{self}}}"
+
+    def value_nbytes(self, data: np.ndarray) -> int:
+        return int(data.nbytes)
+
+
+def _kind_rank(dtype: np.dtype) -> int:
+    return {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}.get(dtype.kind, 4)
+
+
+def python_scalar_dtype(value) -> str:
+    """The dtype a lone Python number gets: bool, int64, floatX or complex128."""
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if isinstance(value, numbers.Integral):
+        return "int64"
+    if isinstance(value, numbers.Real):
+        return config.floatX
+    if isinstance(value, numbers.Complex):
+        return "complex128"
+    raise TypeError(f"expected a Python number, got {type(value).__name__}")
+
+
+# --------------------------------------------------------------------------
+# Constructors
+
+
+def _type_for(ndim: int, dtype, shape, fn_name: str) -> TensorType:
+    if shape is None:
+        shape = (None,) * ndim
+    shape = _normalize_shape(shape)
+    if len(shape) != ndim:
+        raise ValueError(f"{fn_name}: shape must have {ndim} entries, got {shape!r}")
+    return TensorType(dtype, shape)
+
+
+def tensor(name: str | None = None, dtype=None, shape=None, ndim: int | None = None):
+    """A symbolic tensor.  Give ``shape`` (ints or None) or ``ndim``."""
+    if shape is None:
+        if ndim is None:
+            raise TypeError("tensor(): give shape= (e.g. (None, 3)) or ndim=")
+        shape = (None,) * ndim
+    shape = _normalize_shape(shape)
+    if ndim is not None and ndim != len(shape):
+        raise ValueError(f"tensor(): ndim={ndim} does not match shape {shape}")
+    return TensorType(dtype, shape)(name)
+
+
+def scalar(name=None, dtype=None, shape=None):
+    """A symbolic 0-d tensor (``dtype`` defaults to ``config.floatX``)."""
+    return _type_for(0, dtype, shape, "scalar")(name)
+
+
+def vector(name=None, dtype=None, shape=None):
+    """A symbolic 1-d tensor."""
+    return _type_for(1, dtype, shape, "vector")(name)
+
+
+def matrix(name=None, dtype=None, shape=None):
+    """A symbolic 2-d tensor."""
+    return _type_for(2, dtype, shape, "matrix")(name)
+
+
+def tensor3(name=None, dtype=None, shape=None):
+    """A symbolic 3-d tensor."""
+    return _type_for(3, dtype, shape, "tensor3")(name)
+
+
+def tensor4(name=None, dtype=None, shape=None):
+    """A symbolic 4-d tensor."""
+    return _type_for(4, dtype, shape, "tensor4")(name)
