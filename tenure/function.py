@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tenure import config
-from tenure.linkers.plan import destroyed_roots, view_root
+from tenure.linkers.plan import destroyed_roots, view_chain, view_root
 from tenure.rewrites.fgraph import FunctionGraph
 from tenure.symbolic.graph import Constant, Variable, ancestors, clone_get_equiv
 from tenure.symbolic.shared import SharedVariable
@@ -238,7 +238,8 @@ class Function:
     def _check_destroyers(self, explicit, shared) -> None:
         """Refuse a graph that overwrites a buffer the contract protects."""
         updated = set(self._update_shared_index)
-        for root, node in destroyed_roots(self.fgraph).items():
+        destroyers = destroyed_roots(self.fgraph)
+        for root, node in destroyers.items():
             if isinstance(root, Constant):
                 raise ValueError(f"{node} would overwrite constant {root}")
             if root in explicit and not self.inputs[explicit[root]].mutable:
@@ -247,8 +248,13 @@ class Function:
             if root in shared and shared[root] not in updated:
                 raise ValueError(f"{node} would overwrite shared variable {root}, which "
                                  "this function does not update")
-            if root in self.fgraph.outputs and root not in explicit and root not in shared:
-                raise ValueError(f"{node} would overwrite {root}, which is returned")
+        # A result is protected too: it may only share a destroyed buffer by being
+        # (a view of) what the destroyer wrote there.
+        for k, out in enumerate(self.fgraph.outputs):
+            root = view_root(out)
+            if root in destroyers and destroyers[root] not in view_chain(out)[0]:
+                raise ValueError(f"{destroyers[root]} would overwrite the buffer of {root}, "
+                                 f"which result #{k} ({out}) returns or assigns")
 
     # -- calling ----------------------------------------------------------------
     def _bind(self, args, kwargs) -> tuple[list, list[bool]]:

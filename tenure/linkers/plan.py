@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from tenure.symbolic.graph import Apply, Constant, Variable
 
 
-def view_root(var: Variable) -> Variable:
-    """The variable whose buffer ``var`` may be (through views and in-place ops)."""
+def view_chain(var: Variable) -> tuple[list[Apply], Variable]:
+    """The nodes through which ``var`` is a view (or in-place result) of another
+    buffer, and that buffer's own variable (its *view root*)."""
+    chain = []
     while var.owner is not None:
         op = var.owner.op
         targets = op.view_map.get(var.index) or op.destroy_map.get(var.index)
@@ -31,8 +33,14 @@ def view_root(var: Variable) -> Variable:
             break
         if len(targets) != 1:
             raise NotImplementedError(f"{op}: an output viewing several inputs is not supported")
+        chain.append(var.owner)
         var = var.owner.inputs[targets[0]]
-    return var
+    return chain, var
+
+
+def view_root(var: Variable) -> Variable:
+    """The variable whose buffer ``var`` may be (through views and in-place ops)."""
+    return view_chain(var)[1]
 
 
 def destroyed_roots(fgraph) -> dict[Variable, Apply]:
@@ -58,15 +66,15 @@ def _destroy_constraints(fgraph) -> dict[Apply, set[Apply]]:
     destroyers = destroyed_roots(fgraph)
     if not destroyers:
         return {}
-    readers_of_root: dict[Variable, set[Apply]] = {}
+    extra: dict[Apply, set[Apply]] = {}
     for node in fgraph.apply_nodes:
         for inp in node.inputs:
-            readers_of_root.setdefault(view_root(inp), set()).add(node)
-    extra: dict[Apply, set[Apply]] = {}
-    for root, destroyer in destroyers.items():
-        for reader in readers_of_root.get(root, ()):
-            if reader is not destroyer:
-                extra.setdefault(destroyer, set()).add(reader)
+            chain, root = view_chain(inp)
+            destroyer = destroyers.get(root)
+            # A reader of what the destroyer wrote (through its output) comes
+            # after it anyway; every other reader sees the old content: before.
+            if destroyer is not None and destroyer is not node and destroyer not in chain:
+                extra.setdefault(destroyer, set()).add(node)
     return extra
 
 
