@@ -261,7 +261,7 @@ class Function:
         """Arguments in input order; also which ones came from a default value."""
         n = len(self.inputs)
         if len(args) > n:
-            raise TypeError(f"{self._label()} takes {n} argument(s) ({self._signature()}), "
+            raise TypeError(f"{self._label()} takes {n} argument(s) {self._signature()}, "
                             f"got {len(args)}")
         values = list(args) + [_MISSING] * (n - len(args))
         for key, value in kwargs.items():
