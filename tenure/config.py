@@ -68,7 +68,9 @@ _FLAGS = {
         _Flag("linker", "py", "the linker that compiled functions use by default",
               str, _check_linker),
         _Flag("allow_gc", True,
-              "free each intermediate result as soon as its last reader has run",
+              "free each intermediate as soon as its last reader has run; when off, "
+              "intermediates stay between calls and are overwritten in place by the next "
+              "call (less allocation, more memory held)",
               _parse_bool, _check_bool),
     )
 }

@@ -2,16 +2,16 @@
 
 It runs the plan's schedule over a flat storage list, calling each op's
 ``perform``.  Intermediates are dropped right after their last reader (when the
-plan was made with ``allow_gc``).  Output slots listed in ``keep`` (borrowed
-outputs) keep their array between calls, so the op computing them can write
-the next result into the same buffer instead of allocating.
+plan was made with ``allow_gc``); without it they stay between calls and each
+op writes its next result into last call's buffer.  Output slots listed in
+``keep`` (borrowed outputs) keep their array between calls in either case.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tenure.linkers.plan import Plan, make_plan
+from tenure.linkers.plan import Plan, make_plan, view_root
 
 
 class PythonThunk:
@@ -27,8 +27,14 @@ class PythonThunk:
         # The steps as plain tuples: the loop below is the per-call hot path.
         self._steps = [(s.node.op.perform, s.node, s.inputs, s.outputs, s.frees)
                        for s in plan.steps]
+        # Dropped after each call: inputs (the caller's), results handed out,
+        # and the buffers results are views of -- a result handed out must not
+        # be overwritten by the next call, even with allow_gc off.
+        slot_of = {var: i for i, var in enumerate(plan.variables)}
+        result_roots = {slot_of[view_root(plan.variables[s])] for s in plan.outputs
+                        if s not in keep}
         self._clear_after = tuple(
-            slot for slot in set(plan.inputs) | set(plan.outputs)
+            slot for slot in set(plan.inputs) | set(plan.outputs) | result_roots
             if slot not in plan.constants and slot not in keep)
 
     def kept_buffers(self) -> list[tuple[int, np.ndarray]]:
