@@ -13,6 +13,7 @@ from tenure.symbolic.types import (  # noqa: F401
 from tenure.symbolic.variable import (  # noqa: F401
     TensorConstant, TensorVariable, as_tensor_variable, constant)
 from tenure.symbolic.shared import SharedVariable, shared  # noqa: F401
+from tenure.symbolic import ops  # noqa: F401
 from tenure.symbolic.ops import *  # noqa: F401,F403
 from tenure.function import Function, In, Mode, Out, UnusedInputError, function  # noqa: F401
 from tenure.printing import debugprint  # noqa: F401

@@ -42,8 +42,11 @@ def broadcast_static_shapes(shapes: list[tuple], what: str = "broadcast") -> tup
 
 def broadcast_symbolic_shapes(static_out: tuple, input_shapes: list[tuple],
                               input_static: list[tuple]) -> tuple:
-    """Symbolic output shape of a broadcast, for ``infer_shape``."""
-    from tenure.symbolic.ops import maximum  # the elementwise max of lengths
+    """Symbolic output shape of a broadcast, for ``infer_shape``.
+
+    ``input_shapes`` are symbolic (ints or 0-d variables), ``input_static``
+    the inputs' static shapes; both right-aligned like NumPy.
+    """
     ndim = len(static_out)
     result = []
     for axis in range(ndim):
@@ -58,8 +61,9 @@ def broadcast_symbolic_shapes(static_out: tuple, input_shapes: list[tuple],
             candidates.append(shape[axis - offset])
         dim = candidates[0]
         for other in candidates[1:]:
-            # Compatible lengths are equal or 1, so the max is the broadcast length.
-            dim = maximum(dim, other)
+            # Compatible lengths are equal or 1; "the other if this is 1" is right
+            # even for 0 against 1 (which broadcasts to 0, unlike a max).
+            dim = where(equal(dim, 1), other, dim)
         result.append(dim)
     return tuple(result)
 

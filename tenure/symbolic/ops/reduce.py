@@ -1,0 +1,327 @@
+"""Reductions: ``sum``, ``prod``, ``mean``, ``max``, ``min``, ``all``, ``any``,
+``argmax`` and ``argmin`` along some axes.
+
+Each is one NumPy function applied with a fixed ``axis`` and ``keepdims``.
+Axes are normalized when the graph is built (negative axes counted from the
+end, sorted, ``None`` meaning every axis), so two reductions over the same
+axes are equal ops however the axes were spelled.  Output dtypes are never
+written by hand: they are whatever NumPy gives (``sum`` of ``int8`` is
+``int64``, ``mean`` of ints is ``float64``, ``all`` is ``bool``), found by
+asking NumPy itself on a tiny array.
+
+Runtime errors are NumPy's: ``max`` of an empty axis raises ``ValueError``
+when the function runs, ``mean`` of one is NaN with a warning.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from tenure.symbolic.graph import Apply, Op
+from tenure.symbolic.types import TensorType
+from tenure.symbolic.variable import as_tensor_variable
+
+#: the NumPy implementation of each reduction, by name
+_REDUCE_FUNCTIONS = {
+    "sum": np.sum,
+    "prod": np.prod,
+    "mean": np.mean,
+    "max": np.max,
+    "min": np.min,
+    "all": np.all,
+    "any": np.any,
+}
+
+_ARG_FUNCTIONS = {
+    "argmax": np.argmax,
+    "argmin": np.argmin,
+}
+
+
+# --------------------------------------------------------------------------
+# Axes and shapes
+
+
+def _axis_index(value, fn_name: str) -> int:
+    """One axis as a Python int (bools are not axes, even though they are ints)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{fn_name}: axis must be an int, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{fn_name}: axis must be an int, got "
+                        f"{type(value).__name__} {value!r}") from None
+
+
+def _check_axis_in_range(axis: int, ndim: int, fn_name: str) -> int:
+    """``axis`` counted from 0 (negative axes count from the end), or ``ValueError``."""
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{fn_name}: axis {axis} is out of range for an input with "
+                         f"ndim={ndim} (valid axes: {-ndim} to {ndim - 1})")
+    return axis % ndim
+
+
+def normalize_axes(axis, ndim: int, fn_name: str = "reduce") -> tuple[int, ...]:
+    """``axis`` (None, an int or a tuple of ints) as a sorted tuple of axes in ``[0, ndim)``.
+
+    ``None`` means every axis.  Raises ``ValueError`` for an axis out of range
+    or given twice and ``TypeError`` for anything that is not an axis.
+    """
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, tuple):
+        items = [_axis_index(a, fn_name) for a in axis]
+    elif isinstance(axis, list):
+        # NumPy rejects lists here too; say what to write instead.
+        raise TypeError(f"{fn_name}: axis must be None, an int or a tuple of ints, got a "
+                        f"list {axis!r} (use a tuple)")
+    else:
+        items = [_axis_index(axis, fn_name)]
+    normalized = [_check_axis_in_range(a, ndim, fn_name) for a in items]
+    if len(set(normalized)) != len(normalized):
+        raise ValueError(f"{fn_name}: axis {axis!r} names the same axis twice (input ndim={ndim})")
+    return tuple(sorted(normalized))
+
+
+def _check_keepdims(keepdims, fn_name: str) -> bool:
+    if not isinstance(keepdims, (bool, np.bool_)):
+        raise TypeError(f"{fn_name}: keepdims must be a bool, got {keepdims!r}")
+    return bool(keepdims)
+
+
+def reduced_shape(shape: tuple, axes: tuple[int, ...], keepdims: bool) -> tuple:
+    """``shape`` with ``axes`` dropped (or set to 1 with ``keepdims``).
+
+    Works on static shapes (ints and ``None``), concrete shapes and symbolic
+    shape tuples alike.
+    """
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _fits(buffer, shape: tuple, dtype: np.dtype) -> bool:
+    """Whether a buffer left from an earlier call can take this output as it is."""
+    return (isinstance(buffer, np.ndarray) and buffer.shape == shape
+            and buffer.dtype == dtype and buffer.flags.writeable)
+
+
+# --------------------------------------------------------------------------
+# Ops
+
+
+class _AxisReduction(Op):
+    """What every reduction shares: a NumPy function, its axes and ``keepdims``.
+
+    Subclasses say which axes collapse (:meth:`reduced_axes`), what ``axis``
+    NumPy is called with and which extra keywords it needs.
+    """
+
+    __props__ = ("fn_name", "axis", "keepdims")
+    _functions: dict = {}
+
+    def __init__(self, fn_name: str, axis, keepdims: bool = False):
+        if fn_name not in self._functions:
+            raise ValueError(f"{type(self).__name__}: unknown reduction {fn_name!r}; expected "
+                             f"one of {', '.join(self._functions)}")
+        self.fn_name = fn_name
+        self.axis = axis
+        self.keepdims = bool(keepdims)
+
+    @property
+    def fn(self):
+        return self._functions[self.fn_name]
+
+    def __str__(self) -> str:
+        keep = ", keepdims" if self.keepdims else ""
+        return f"{self.fn_name}{{axis={self.axis}{keep}}}"
+
+    # -- subclass hooks -------------------------------------------------------
+    def reduced_axes(self, ndim: int) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def _check_axes(self, ndim: int) -> None:
+        raise NotImplementedError
+
+    def _numpy_axis(self, ndim: int):
+        raise NotImplementedError
+
+    def _numpy_kwargs(self, out_dtype: np.dtype | None) -> dict:
+        return {}
+
+    # -- Op interface ---------------------------------------------------------
+    def make_node(self, x) -> Apply:
+        x = as_tensor_variable(x)
+        self._check_axes(x.ndim)
+        # NumPy decides the dtype; a size-1 array never hits an empty-reduction error.
+        probe = np.ones((1,) * x.ndim, dtype=x.dtype)
+        try:
+            with np.errstate(all="ignore"):
+                result = self.fn(probe, axis=self._numpy_axis(x.ndim), keepdims=self.keepdims,
+                                 **self._numpy_kwargs(None))
+        except TypeError as exc:
+            raise TypeError(f"{self.fn_name}: unsupported input {x} ({x.type}): {exc}") from None
+        shape = reduced_shape(x.type.shape, self.reduced_axes(x.ndim), self.keepdims)
+        out = TensorType(np.asarray(result).dtype, shape)()
+        return Apply(self, [x], [out])
+
+    def perform(self, node, inputs, output_storage):
+        (x,) = inputs
+        cell = output_storage[0]
+        dtype = node.outputs[0].type.numpy_dtype
+        kwargs = dict(axis=self._numpy_axis(x.ndim), keepdims=self.keepdims,
+                      **self._numpy_kwargs(dtype))
+        buffer = cell[0]
+        if _fits(buffer, reduced_shape(x.shape, self.reduced_axes(x.ndim), self.keepdims),
+                 dtype):
+            self.fn(x, out=buffer, **kwargs)
+            # Some NumPy functions return a scalar even when given out=; the
+            # buffer holds the result either way.
+            cell[0] = buffer
+        else:
+            # Full reductions come back as NumPy scalars; outputs are always arrays.
+            cell[0] = np.asarray(self.fn(x, **kwargs), dtype=dtype)
+
+    def infer_shape(self, node, input_shapes):
+        (in_shape,) = input_shapes
+        symbolic = reduced_shape(tuple(in_shape), self.reduced_axes(len(in_shape)),
+                                 self.keepdims)
+        static = node.outputs[0].type.shape
+        # A length known when the graph is built is given as an int.
+        return [tuple(s if s is not None else d for s, d in zip(static, symbolic))]
+
+
+class Reduce(_AxisReduction):
+    """``fn_name`` (``"sum"``, ``"prod"``, ``"mean"``, ``"max"``, ``"min"``, ``"all"``
+    or ``"any"``) over the axes ``axis``: a sorted tuple of distinct
+    non-negative ints (see :func:`normalize_axes`)."""
+
+    _functions = _REDUCE_FUNCTIONS
+
+    def __init__(self, fn_name: str, axis: tuple[int, ...], keepdims: bool = False):
+        if not isinstance(axis, tuple):
+            raise TypeError(f"Reduce: axis must be a tuple of ints (normalize it with "
+                            f"normalize_axes), got {axis!r}")
+        axis = tuple(_axis_index(a, fn_name) for a in axis)
+        if list(axis) != sorted(set(axis)) or (axis and axis[0] < 0):
+            raise ValueError(f"Reduce: axis must be sorted, distinct and non-negative, "
+                             f"got {axis!r}")
+        super().__init__(fn_name, axis, keepdims)
+
+    def reduced_axes(self, ndim: int) -> tuple[int, ...]:
+        return self.axis
+
+    def _check_axes(self, ndim: int) -> None:
+        for a in self.axis:
+            _check_axis_in_range(a, ndim, self.fn_name)
+
+    def _numpy_axis(self, ndim: int):
+        # Every axis is spelled None so NumPy takes its whole-array path.
+        return None if len(self.axis) == ndim else self.axis
+
+    def _numpy_kwargs(self, out_dtype):
+        # Without this, NumPy may accumulate in the dtype of a given out=
+        # buffer; naming the dtype keeps results identical with or without one.
+        if out_dtype is not None and self.fn_name in ("sum", "prod"):
+            return {"dtype": out_dtype}
+        return {}
+
+
+class ArgReduce(_AxisReduction):
+    """``argmax`` or ``argmin`` along one axis (an int in ``[0, ndim)``), or over the
+    flattened input when ``axis`` is None."""
+
+    _functions = _ARG_FUNCTIONS
+
+    def __init__(self, fn_name: str, axis: int | None, keepdims: bool = False):
+        if axis is not None:
+            axis = _axis_index(axis, fn_name)
+            if axis < 0:
+                raise ValueError(f"ArgReduce: axis must be non-negative, got {axis}")
+        super().__init__(fn_name, axis, keepdims)
+
+    def reduced_axes(self, ndim: int) -> tuple[int, ...]:
+        # Over the flattened array every axis collapses (to 1 with keepdims).
+        return tuple(range(ndim)) if self.axis is None else (self.axis,)
+
+    def _check_axes(self, ndim: int) -> None:
+        if self.axis is not None:
+            _check_axis_in_range(self.axis, ndim, self.fn_name)
+
+    def _numpy_axis(self, ndim: int):
+        return self.axis
+
+
+# --------------------------------------------------------------------------
+# User-facing functions
+
+
+def _reduce(fn_name: str, x, axis, keepdims):
+    x = as_tensor_variable(x)
+    axes = normalize_axes(axis, x.ndim, fn_name)
+    return Reduce(fn_name, axes, _check_keepdims(keepdims, fn_name))(x)
+
+
+def _arg_reduce(fn_name: str, x, axis, keepdims):
+    x = as_tensor_variable(x)
+    if axis is not None:
+        if isinstance(axis, (tuple, list)):
+            # NumPy's argmax/argmin take one axis only.
+            raise TypeError(f"{fn_name}: axis must be None or an int, got "
+                            f"{type(axis).__name__} {axis!r}")
+        axis = _check_axis_in_range(_axis_index(axis, fn_name), x.ndim, fn_name)
+    return ArgReduce(fn_name, axis, _check_keepdims(keepdims, fn_name))(x)
+
+
+def sum(x, axis=None, keepdims=False):
+    """The sum of ``x`` over ``axis`` (None: every axis).
+
+    Small ints and bools are summed as int64 (uint64 for unsigned), as in NumPy.
+    """
+    return _reduce("sum", x, axis, keepdims)
+
+
+def prod(x, axis=None, keepdims=False):
+    """The product of ``x`` over ``axis``; small ints widen like :func:`sum`."""
+    return _reduce("prod", x, axis, keepdims)
+
+
+def mean(x, axis=None, keepdims=False):
+    """The mean of ``x`` over ``axis``: float64 for ints and bools, else ``x``'s dtype."""
+    return _reduce("mean", x, axis, keepdims)
+
+
+def max(x, axis=None, keepdims=False):
+    """The largest element of ``x`` over ``axis`` (NaN propagates; an empty axis raises
+    ``ValueError`` when the function runs)."""
+    return _reduce("max", x, axis, keepdims)
+
+
+def min(x, axis=None, keepdims=False):
+    """The smallest element of ``x`` over ``axis`` (see :func:`max`)."""
+    return _reduce("min", x, axis, keepdims)
+
+
+def all(x, axis=None, keepdims=False):
+    """Whether every element of ``x`` over ``axis`` is true (bool)."""
+    return _reduce("all", x, axis, keepdims)
+
+
+def any(x, axis=None, keepdims=False):
+    """Whether some element of ``x`` over ``axis`` is true (bool)."""
+    return _reduce("any", x, axis, keepdims)
+
+
+def argmax(x, axis=None, keepdims=False):
+    """The index (int64) of the largest element along ``axis``, the first on ties.
+
+    ``axis`` is one int, or None for an index into the flattened ``x``.
+    """
+    return _arg_reduce("argmax", x, axis, keepdims)
+
+
+def argmin(x, axis=None, keepdims=False):
+    """The index (int64) of the smallest element along ``axis`` (see :func:`argmax`)."""
+    return _arg_reduce("argmin", x, axis, keepdims)

@@ -1,0 +1,479 @@
+"""Reductions (sum, prod, mean, max, min, all, any, argmax, argmin) against NumPy.
+
+NumPy is the reference for values, output dtypes, shapes and run-time errors;
+the tests draw shapes (including empty axes), static shapes, axes, keepdims
+and dtypes, and check both the op's ``perform`` and compiled functions.
+"""
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tenure as tn
+from tenure.symbolic.ops import shape_tuple
+from tenure.symbolic.ops.reduce import ArgReduce, Reduce, normalize_axes
+
+REDUCTIONS = ["sum", "prod", "mean", "max", "min", "all", "any"]
+ARG_REDUCTIONS = ["argmax", "argmin"]
+ALL_FUNCTIONS = REDUCTIONS + ARG_REDUCTIONS
+DTYPES = ["bool", "int8", "int32", "int64", "uint8", "float32", "float64", "complex128"]
+
+# Compiled-function tests take the function-scoped `mode` fixture; it holds no
+# state between examples, so hypothesis may reuse it.
+COMPILED = settings(max_examples=50, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+# --------------------------------------------------------------------------
+# Helpers
+
+
+def random_values(seed: int, shape: tuple, dtype: str) -> np.ndarray:
+    """Small values (so products stay finite) with ties, for any dtype."""
+    rng = np.random.default_rng(seed)
+    kind = np.dtype(dtype).kind
+    if kind == "b":
+        return rng.random(shape) < 0.5
+    if kind == "u":
+        return rng.integers(0, 4, size=shape).astype(dtype)
+    if kind == "i":
+        return rng.integers(-3, 4, size=shape).astype(dtype)
+    if kind == "c":
+        return (rng.uniform(-1.5, 1.5, shape) + 1j * rng.uniform(-1.5, 1.5, shape)).astype(dtype)
+    return rng.uniform(-1.5, 1.5, size=shape).astype(dtype)
+
+
+def assert_matches(got, expected):
+    """``got`` is an ndarray equal to NumPy's ``expected`` in dtype, shape and value."""
+    expected = np.asarray(expected)
+    assert isinstance(got, np.ndarray)
+    assert got.dtype == expected.dtype
+    assert got.shape == expected.shape
+    if got.dtype.kind in "fc":
+        rtol = 1e-5 if got.dtype in (np.float32, np.complex64) else 1e-12
+        np.testing.assert_allclose(got, expected, rtol=rtol, atol=rtol)
+    else:
+        np.testing.assert_array_equal(got, expected)
+
+
+def numpy_result(fn_name, value, axis, keepdims):
+    """NumPy's answer, or the ValueError it raises (reductions over empty axes)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # mean of an empty slice
+        try:
+            return getattr(np, fn_name)(value, axis=axis, keepdims=keepdims), None
+        except ValueError as exc:
+            return None, exc
+
+
+def run_perform(node, values, storage=None):
+    storage = [[None]] if storage is None else storage
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        node.op.perform(node, values, storage)
+    return storage[0][0]
+
+
+@st.composite
+def reduce_cases(draw, fn_names=tuple(ALL_FUNCTIONS)):
+    """(function name, shape, static shape, axis, keepdims, dtype, seed)."""
+    fn_name = draw(st.sampled_from(fn_names))
+    shape = tuple(draw(st.lists(st.integers(0, 4), max_size=4)))
+    # Each length is known when the graph is built, or not.
+    static = tuple(d if draw(st.booleans()) else None for d in shape)
+    ndim = len(shape)
+    if fn_name in ARG_REDUCTIONS:
+        choices = [None] + ([draw(st.integers(-ndim, ndim - 1))] if ndim else [])
+        axis = draw(st.sampled_from(choices))
+    else:
+        kind = draw(st.sampled_from(["none", "int", "tuple"] if ndim else ["none", "tuple"]))
+        if kind == "none":
+            axis = None
+        elif kind == "int":
+            axis = draw(st.integers(-ndim, ndim - 1))
+        else:
+            axes = draw(st.lists(st.integers(0, ndim - 1), unique=True, max_size=ndim)
+                        if ndim else st.just([]))
+            # Any order, any mix of negative spellings.
+            axis = tuple(a - ndim if draw(st.booleans()) else a for a in axes)
+    keepdims = draw(st.booleans())
+    dtype = draw(st.sampled_from(DTYPES))
+    seed = draw(st.integers(0, 2**32 - 1))
+    return fn_name, shape, static, axis, keepdims, dtype, seed
+
+
+def resolve(dims, symbolic_values):
+    """A ``shape_tuple`` with its symbolic entries replaced by computed values."""
+    values = iter(symbolic_values)
+    return tuple(d if isinstance(d, int) else int(next(values)) for d in dims)
+
+
+# --------------------------------------------------------------------------
+# Values, dtypes and shapes against NumPy
+
+
+@settings(max_examples=150, deadline=None)
+@given(reduce_cases())
+def test_perform_matches_numpy(case):
+    fn_name, shape, static, axis, keepdims, dtype, seed = case
+    value = random_values(seed, shape, dtype)
+    x = tn.tensor("x", dtype=dtype, shape=static)
+    out = getattr(tn, fn_name)(x, axis=axis, keepdims=keepdims)
+    expected, error = numpy_result(fn_name, value, axis, keepdims)
+
+    # The dtype is NumPy's whatever the values (known before anything runs).
+    probe = getattr(np, fn_name)(np.ones(shape, dtype) if 0 not in shape
+                                 else np.ones((1,) * len(shape), dtype),
+                                 axis=axis, keepdims=keepdims)
+    assert out.dtype == np.asarray(probe).dtype
+
+    if error is not None:
+        with pytest.raises(ValueError):
+            run_perform(out.owner, [value])
+        return
+    got = run_perform(out.owner, [value])
+    assert_matches(got, expected)
+    # No view_map: the result never shares the input's memory (even for axis=()).
+    assert not np.shares_memory(got, value)
+    # Static lengths are never wrong, and are all known when the input's are.
+    assert out.ndim == got.ndim
+    for want, actual in zip(out.type.shape, got.shape):
+        assert want is None or want == actual
+    if None not in static:
+        assert out.type.shape == got.shape
+
+
+@COMPILED
+@given(reduce_cases())
+def test_compiled_matches_numpy_and_infers_shape(mode, case):
+    fn_name, shape, static, axis, keepdims, dtype, seed = case
+    value = random_values(seed, shape, dtype)
+    x = tn.tensor("x", dtype=dtype, shape=static)
+    out = getattr(tn, fn_name)(x, axis=axis, keepdims=keepdims)
+    expected, error = numpy_result(fn_name, value, axis, keepdims)
+    f = tn.function([x], out, mode=mode)
+    if error is not None:
+        with pytest.raises(ValueError):
+            f(value)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        got = f(value)
+    assert_matches(got, expected)
+
+    # The inferred shape is computed from x's shape, not from the reduction.
+    dims = shape_tuple(out)
+    assert len(dims) == got.ndim
+    symbolic = [d for d in dims if not isinstance(d, int)]
+    values = tn.function([x], symbolic, mode=mode)(value) if symbolic else []
+    assert resolve(dims, values) == got.shape
+
+
+@pytest.mark.parametrize("dtype, fn_name, expected", [
+    ("int8", "sum", "int64"), ("uint8", "sum", "uint64"), ("bool", "sum", "int64"),
+    ("int32", "prod", "int64"), ("float32", "sum", "float32"), ("int8", "mean", "float64"),
+    ("bool", "mean", "float64"), ("float32", "mean", "float32"), ("int8", "max", "int8"),
+    ("bool", "min", "bool"), ("float64", "all", "bool"), ("int32", "any", "bool"),
+    ("float32", "argmax", "int64"), ("bool", "argmin", "int64"),
+])
+def test_output_dtype_examples(dtype, fn_name, expected):
+    x = tn.matrix("x", dtype=dtype)
+    assert getattr(tn, fn_name)(x, axis=0).dtype == expected
+    assert getattr(tn, fn_name)(x).dtype == expected
+
+
+@pytest.mark.parametrize("axis, keepdims, expected", [
+    (None, False, ()),
+    (None, True, (1, 1, 1)),
+    (0, False, (None, 4)),
+    (-1, True, (2, None, 1)),
+    ((0, 2), False, (None,)),
+    ((2, 0), True, (1, None, 1)),
+    ((), False, (2, None, 4)),
+])
+def test_static_shape_examples(axis, keepdims, expected):
+    x = tn.tensor("x", shape=(2, None, 4))
+    assert tn.sum(x, axis=axis, keepdims=keepdims).type.shape == expected
+
+
+@pytest.mark.parametrize("axis, keepdims, expected", [
+    (None, False, ()),
+    (None, True, (1, 1, 1)),
+    (1, False, (2, 4)),
+    (-3, True, (1, None, 4)),
+])
+def test_arg_static_shape_examples(axis, keepdims, expected):
+    x = tn.tensor("x", shape=(2, None, 4))
+    assert tn.argmax(x, axis=axis, keepdims=keepdims).type.shape == expected
+
+
+def test_full_reductions_are_arrays(mode):
+    x = tn.matrix("x", dtype="int8")
+    outs = [getattr(tn, name)(x) for name in ALL_FUNCTIONS]
+    value = np.array([[1, -2], [3, 0]], dtype="int8")
+    for name, got in zip(ALL_FUNCTIONS, tn.function([x], outs, mode=mode)(value)):
+        assert_matches(got, getattr(np, name)(value))
+        assert got.shape == ()
+
+
+def test_python_numbers_reduce_like_numpy():
+    assert tn.sum(3).dtype == np.sum(3).dtype.name
+    assert tn.mean(True).dtype == np.mean(True).dtype.name
+    assert tn.argmax(2.5).dtype == "int64"
+
+
+def test_tensor_methods_build_the_same_ops():
+    x = tn.tensor3("x")
+    assert x.sum(axis=(0, -1)).owner.op == tn.sum(x, axis=(2, 0)).owner.op
+    assert x.max(axis=1, keepdims=True).owner.op == tn.max(x, axis=-2, keepdims=True).owner.op
+    assert x.argmin(axis=2).owner.op == tn.argmin(x, axis=-1).owner.op
+
+
+# --------------------------------------------------------------------------
+# infer_shape, called directly
+
+
+def test_infer_shape_keeps_symbolic_and_static_entries():
+    x = tn.tensor("x", shape=(None, 5, None))
+    d0, d1, d2 = (tn.scalar(f"d{i}", dtype="int64") for i in range(3))
+    in_shapes = [(d0, 5, d2)]
+
+    node = tn.sum(x, axis=1).owner
+    [shape] = node.op.infer_shape(node, in_shapes)
+    assert shape[0] is d0 and shape[1] is d2 and len(shape) == 2
+
+    node = tn.mean(x, axis=(0, 1), keepdims=True).owner
+    [shape] = node.op.infer_shape(node, in_shapes)
+    assert shape[:2] == (1, 1) and shape[2] is d2
+
+    node = tn.argmax(x, keepdims=True).owner
+    assert node.op.infer_shape(node, in_shapes) == [(1, 1, 1)]
+
+    node = tn.argmin(x, axis=2).owner
+    [shape] = node.op.infer_shape(node, in_shapes)
+    assert shape[0] is d0 and shape[1] == 5 and len(shape) == 2
+
+    # A length the output type knows is given as an int even when the input's
+    # shape entry is symbolic.
+    node = tn.any(tn.tensor("y", shape=(3, None)), axis=1).owner
+    [shape] = node.op.infer_shape(node, [(d1, d2)])
+    assert shape == (3,)
+
+
+def test_infer_shape_of_full_reduction_is_empty():
+    x = tn.tensor3("x")
+    node = tn.prod(x).owner
+    d = tn.scalar("d", dtype="int64")
+    assert node.op.infer_shape(node, [(d, d, d)]) == [()]
+
+
+# --------------------------------------------------------------------------
+# Output buffers
+
+
+BUFFER_CASES = [
+    ("sum", (0, 2), False, "int8"),
+    ("prod", 1, True, "float32"),
+    ("mean", None, False, "int32"),      # a 0-d buffer
+    ("mean", (0, 1, 2), True, "float64"),
+    ("max", -1, False, "float64"),
+    ("min", (), False, "int64"),         # no axis reduced: still a new array per call
+    ("all", 0, False, "float64"),
+    ("any", None, True, "bool"),
+    ("argmax", 1, False, "float64"),
+    ("argmax", None, False, "int8"),     # flattened, 0-d buffer
+    ("argmin", None, True, "float32"),
+    ("argmin", -1, True, "bool"),
+]
+
+
+def _op_case(fn_name, axis, keepdims, dtype):
+    x = tn.tensor("x", dtype=dtype, shape=(None, None, None))
+    node = getattr(tn, fn_name)(x, axis=axis, keepdims=keepdims).owner
+    values = [random_values(seed, (2, 3, 4), dtype) for seed in (1, 2)]
+    expected = [getattr(np, fn_name)(v, axis=axis, keepdims=keepdims) for v in values]
+    return node, values, expected
+
+
+@pytest.mark.parametrize("fn_name, axis, keepdims, dtype", BUFFER_CASES)
+def test_perform_reuses_a_matching_buffer(fn_name, axis, keepdims, dtype):
+    node, values, expected = _op_case(fn_name, axis, keepdims, dtype)
+    storage = [[None]]
+    node.op.perform(node, [values[0]], storage)
+    first = storage[0][0]
+    assert_matches(first, expected[0])
+    node.op.perform(node, [values[1]], storage)
+    assert storage[0][0] is first
+    assert_matches(first, expected[1])
+
+
+@pytest.mark.parametrize("fn_name, axis, keepdims, dtype", BUFFER_CASES)
+def test_perform_writes_into_a_prefilled_buffer(fn_name, axis, keepdims, dtype):
+    node, values, expected = _op_case(fn_name, axis, keepdims, dtype)
+    want = np.asarray(expected[1])
+    buffer = np.full(want.shape, 7, dtype=want.dtype)
+    storage = [[buffer]]
+    node.op.perform(node, [values[1]], storage)
+    assert storage[0][0] is buffer
+    assert_matches(buffer, want)
+
+
+@pytest.mark.parametrize("fn_name, axis, keepdims, dtype", BUFFER_CASES)
+def test_perform_ignores_a_misfit_buffer(fn_name, axis, keepdims, dtype):
+    node, values, expected = _op_case(fn_name, axis, keepdims, dtype)
+    want = np.asarray(expected[0])
+    other_dtype = "float32" if want.dtype != np.float32 else "float64"
+    readonly = np.zeros(want.shape, want.dtype)
+    readonly.setflags(write=False)
+    misfits = [np.zeros(want.shape + (1,), want.dtype),    # wrong shape
+               np.zeros(want.shape, other_dtype),          # wrong dtype
+               readonly,                                   # not writeable
+               want.tolist()]                              # not an array
+    for misfit in misfits:
+        before = np.array(misfit, copy=True)
+        storage = [[misfit]]
+        node.op.perform(node, [values[0]], storage)
+        assert storage[0][0] is not misfit
+        assert_matches(storage[0][0], want)
+        np.testing.assert_array_equal(np.asarray(misfit), before)
+
+
+def test_sum_with_a_buffer_accumulates_in_the_output_dtype():
+    # int8 values whose sum overflows int8 but not int64.
+    x = tn.vector("x", dtype="int8")
+    node = tn.sum(x).owner
+    value = np.full(10, 100, dtype="int8")
+    buffer = np.zeros((), dtype="int64")
+    node.op.perform(node, [value], [[buffer]])
+    assert buffer == 1000
+
+
+# --------------------------------------------------------------------------
+# Errors
+
+
+@pytest.mark.parametrize("fn_name", ALL_FUNCTIONS)
+@pytest.mark.parametrize("axis", [2, -3, 7])
+def test_axis_out_of_range(fn_name, axis):
+    x = tn.matrix("x")
+    with pytest.raises(ValueError, match=rf"axis {axis}\b.*ndim=2"):
+        getattr(tn, fn_name)(x, axis=axis)
+
+
+@pytest.mark.parametrize("fn_name", REDUCTIONS)
+def test_axis_out_of_range_in_a_tuple(fn_name):
+    with pytest.raises(ValueError, match=r"axis 3\b.*ndim=3"):
+        getattr(tn, fn_name)(tn.tensor3("x"), axis=(0, 3))
+
+
+@pytest.mark.parametrize("fn_name", REDUCTIONS)
+@pytest.mark.parametrize("axis", [(0, 0), (1, -2)])
+def test_duplicate_axes(fn_name, axis):
+    with pytest.raises(ValueError, match=re.escape(f"axis {axis!r}") + r".*twice.*ndim=3"):
+        getattr(tn, fn_name)(tn.tensor3("x"), axis=axis)
+
+
+@pytest.mark.parametrize("fn_name", ALL_FUNCTIONS)
+def test_zero_dim_input_has_no_axis_zero(fn_name):
+    # NumPy tolerates axis=0 on 0-d arrays in some functions; tenure is strict.
+    with pytest.raises(ValueError, match=r"axis 0\b.*ndim=0"):
+        getattr(tn, fn_name)(tn.scalar("x"), axis=0)
+
+
+@pytest.mark.parametrize("fn_name", ARG_REDUCTIONS)
+@pytest.mark.parametrize("axis", [(0,), (0, 1), [0]])
+def test_arg_reductions_take_one_axis(fn_name, axis):
+    with pytest.raises(TypeError, match="None or an int"):
+        getattr(tn, fn_name)(tn.matrix("x"), axis=axis)
+
+
+@pytest.mark.parametrize("fn_name", ALL_FUNCTIONS)
+@pytest.mark.parametrize("axis", [1.0, "0", True])
+def test_axis_must_be_an_int(fn_name, axis):
+    with pytest.raises(TypeError, match="axis must be"):
+        getattr(tn, fn_name)(tn.matrix("x"), axis=axis)
+
+
+@pytest.mark.parametrize("fn_name", REDUCTIONS)
+def test_axis_list_is_refused_with_a_hint(fn_name):
+    with pytest.raises(TypeError, match="use a tuple"):
+        getattr(tn, fn_name)(tn.matrix("x"), axis=[0, 1])
+
+
+@pytest.mark.parametrize("fn_name", ALL_FUNCTIONS)
+def test_keepdims_must_be_a_bool(fn_name):
+    with pytest.raises(TypeError, match="keepdims must be a bool"):
+        getattr(tn, fn_name)(tn.matrix("x"), keepdims="yes")
+
+
+@pytest.mark.parametrize("fn_name, axis", [
+    ("max", None), ("min", 0), ("argmax", None), ("argmin", 0), ("max", (0, 1))])
+def test_empty_reduction_raises_when_run(mode, fn_name, axis):
+    x = tn.matrix("x")
+    f = tn.function([x], getattr(tn, fn_name)(x, axis=axis), mode=mode)
+    with pytest.raises(ValueError):
+        f(np.zeros((0, 3)))
+    # Reducing a non-empty axis of an empty array is fine.
+    np.testing.assert_array_equal(
+        tn.function([x], getattr(tn, fn_name)(x, axis=1), mode=mode)(np.zeros((0, 3))),
+        getattr(np, fn_name)(np.zeros((0, 3)), axis=1))
+
+
+def test_mean_of_empty_axis_is_nan(mode):
+    x = tn.matrix("x")
+    f = tn.function([x], tn.mean(x, axis=0), mode=mode)
+    with pytest.warns(RuntimeWarning):
+        got = f(np.zeros((0, 2)))
+    assert got.shape == (2,) and np.isnan(got).all()
+
+
+def test_op_constructors_check_their_arguments():
+    with pytest.raises(ValueError, match="unknown reduction 'median'"):
+        Reduce("median", (0,))
+    with pytest.raises(ValueError, match="sorted, distinct and non-negative"):
+        Reduce("sum", (1, 0))
+    with pytest.raises(ValueError, match="sorted, distinct and non-negative"):
+        Reduce("sum", (-1,))
+    with pytest.raises(TypeError, match="tuple of ints"):
+        Reduce("sum", 0)
+    with pytest.raises(ValueError, match="unknown reduction 'sum'"):
+        ArgReduce("sum", 0)
+    with pytest.raises(ValueError, match="non-negative"):
+        ArgReduce("argmax", -1)
+
+
+def test_make_node_checks_axes_against_the_input():
+    with pytest.raises(ValueError, match=r"axis 2\b.*ndim=2"):
+        Reduce("sum", (0, 2)).make_node(tn.matrix("x"))
+    with pytest.raises(ValueError, match=r"axis 1\b.*ndim=1"):
+        ArgReduce("argmax", 1).make_node(tn.vector("x"))
+
+
+# --------------------------------------------------------------------------
+# Op identity
+
+
+def test_equal_ops_compare_and_hash_equal():
+    x = tn.tensor3("x")
+    a = tn.sum(x, axis=(-1, 0)).owner.op
+    b = tn.sum(x, axis=(0, 2)).owner.op
+    assert a == b and hash(a) == hash(b)
+    assert a != tn.sum(x, axis=(0, 2), keepdims=True).owner.op
+    assert a != tn.prod(x, axis=(0, 2)).owner.op
+    assert tn.sum(x).owner.op == Reduce("sum", (0, 1, 2))
+    assert tn.argmax(x, axis=-1).owner.op == ArgReduce("argmax", 2)
+    assert tn.argmax(x).owner.op != ArgReduce("argmax", 0)
+    assert str(a) == "sum{axis=(0, 2)}"
+    assert str(tn.argmax(x, keepdims=True).owner.op) == "argmax{axis=None, keepdims}"
+
+
+def test_normalize_axes():
+    assert normalize_axes(None, 3) == (0, 1, 2)
+    assert normalize_axes(-1, 3) == (2,)
+    assert normalize_axes((2, -3), 3) == (0, 2)
+    assert normalize_axes((), 3) == ()
+    assert normalize_axes(np.int64(1), 2) == (1,)
