@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tenure.symbolic.graph import Apply, Variable, io_toposort
+from tenure.symbolic.graph import Apply, Constant, Variable, io_toposort
 
 #: the client that stands for "returned as output i"
 OUTPUT = "output"
@@ -44,7 +44,6 @@ class FunctionGraph:
 
     def _import(self, var: Variable) -> None:
         """Add ``var`` and everything it depends on (up to the inputs)."""
-        from tenure.symbolic.graph import Constant
         inputs = set(self.inputs)
         for node in io_toposort(self.inputs, [var]):
             if node in self.apply_nodes:
@@ -58,7 +57,7 @@ class FunctionGraph:
                 self.clients[inp].append((node, i))
             for out in node.outputs:
                 self._add_variable(out)
-        if var.owner is None and var not in inputs and not _is_constant(var):
+        if var.owner is None and var not in inputs and not isinstance(var, Constant):
             raise ValueError(f"output {var} is not computed from the inputs and is not one")
         self._add_variable(var)
 
@@ -99,7 +98,3 @@ class FunctionGraph:
                 self.clients.pop(out, None)
         self.apply_nodes &= live
 
-
-def _is_constant(var) -> bool:
-    from tenure.symbolic.graph import Constant
-    return isinstance(var, Constant)

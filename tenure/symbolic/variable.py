@@ -116,8 +116,8 @@ class TensorMethods:
             shape = shape[0]
         return _ops().reshape(self, shape)
     def transpose(self, *axes):
-        if len(axes) == 1 and axes[0] is not None and not isinstance(axes[0], numbers.Integral):
-            axes = axes[0]
+        if len(axes) == 1 and not isinstance(axes[0], numbers.Integral):
+            axes = axes[0]  # x.transpose((1, 0)) or x.transpose(None)
         return _ops().transpose(self, axes if axes else None)
     def flatten(self, ndim=1): return _ops().flatten(self, ndim=ndim)
     def squeeze(self, axis=None): return _ops().squeeze(self, axis=axis)

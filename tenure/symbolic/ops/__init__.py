@@ -15,4 +15,4 @@ from tenure.symbolic.ops.shape import (  # noqa: F401
 from tenure.symbolic.ops.indexing import getitem  # noqa: F401
 
 __all__ = [name for name in dir() if not name.startswith("_")
-           and name not in ("elemwise", "reduce", "blas", "shape_ops", "indexing", "scalar")]
+           and name not in ("elemwise", "reduce", "blas", "indexing", "scalar")]

@@ -1,0 +1,580 @@
+"""Shape ops: reading a shape, building small vectors, reshaping and moving axes.
+
+* :class:`Shape` gives a tensor's shape as an int64 vector; :func:`shape_tuple`
+  gives it as a tuple of *dims* (a Python int where the length is static, a
+  0-d int64 variable otherwise), worked out from the ops' ``infer_shape`` so
+  that knowing a shape never requires computing the tensor itself.
+* :class:`MakeVector` stacks 0-d tensors into a vector (``[n, 3]`` as a shape).
+* :class:`Reshape` and :class:`DimShuffle` (transpose, expand_dims, squeeze)
+  return views of their input where NumPy can, and declare it in ``view_map``.
+
+The ``dim_*`` helpers do integer arithmetic on dims, folding to Python ints
+when every operand is one, so shapes that are static stay static and symbolic
+ones produce small graphs.  Other ops use them in their ``infer_shape``.
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+
+import numpy as np
+from numpy.exceptions import AxisError
+
+from tenure.symbolic.graph import Apply, Op, Variable
+from tenure.symbolic.ops import elemwise as ew
+from tenure.symbolic.types import TensorType, _shape_str, python_scalar_dtype
+from tenure.symbolic.variable import TensorConstant, as_tensor_variable, constant
+
+# --------------------------------------------------------------------------
+# Dim arithmetic: a dim is a Python int or a 0-d int64 variable
+
+
+def as_dim(value, what: str = "dim"):
+    """``value`` as a dim: an int for Python/NumPy ints and integer constants,
+    else a 0-d int64 variable (other integer dtypes are cast)."""
+    is_bool = isinstance(value, (bool, np.bool_))  # ints to Python, but never lengths
+    if isinstance(value, (numbers.Integral, np.integer)) and not is_bool:
+        return int(value)
+    if isinstance(value, Variable):
+        var = as_tensor_variable(value)
+        if var.ndim != 0 or var.type.numpy_dtype.kind not in "iu":
+            raise TypeError(f"{what}: expected an int or a 0-d integer tensor, got {var} "
+                            f"({var.type})")
+        if isinstance(var, TensorConstant):
+            return int(var.data)
+        return ew.cast(var, "int64")
+    raise TypeError(f"{what}: expected an int or a 0-d integer tensor, got "
+                    f"{type(value).__name__} {value!r}")
+
+
+def _both_ints(a, b) -> bool:
+    return isinstance(a, int) and isinstance(b, int)
+
+
+def dim_add(a, b):
+    return a + b if _both_ints(a, b) else ew.add(a, b)
+
+
+def dim_sub(a, b):
+    return a - b if _both_ints(a, b) else ew.sub(a, b)
+
+
+def dim_mul(a, b):
+    if _both_ints(a, b):
+        return a * b
+    # Multiplying by 1 is common in products of shapes; skip the node.
+    if isinstance(a, int) and a == 1:
+        return b
+    if isinstance(b, int) and b == 1:
+        return a
+    return ew.mul(a, b)
+
+
+def dim_floordiv(a, b):
+    return a // b if _both_ints(a, b) else ew.floor_divide(a, b)
+
+
+def dim_max(a, b):
+    return max(a, b) if _both_ints(a, b) else ew.maximum(a, b)
+
+
+def dim_min(a, b):
+    return min(a, b) if _both_ints(a, b) else ew.minimum(a, b)
+
+
+def dim_lt(a, b):
+    """``a < b``: a Python bool when both are ints, else a 0-d bool variable."""
+    return a < b if _both_ints(a, b) else ew.less(a, b)
+
+
+def dim_eq(a, b):
+    return a == b if _both_ints(a, b) else ew.equal(a, b)
+
+
+def dim_where(cond, a, b):
+    """``a if cond else b``; decided now when ``cond`` is a Python bool."""
+    if isinstance(cond, bool):
+        return a if cond else b
+    if isinstance(a, int) and isinstance(b, int) and a == b:
+        return a
+    return ew.where(cond, a, b)
+
+
+def dim_prod(dims):
+    """The product of ``dims`` (1 for none)."""
+    result = 1
+    for d in dims:
+        result = dim_mul(result, d)
+    return result
+
+
+# --------------------------------------------------------------------------
+# Shape
+
+
+class Shape(Op):
+    """The shape of a tensor as an int64 vector of length ``ndim``."""
+
+    __props__ = ()
+
+    def make_node(self, x):
+        x = as_tensor_variable(x)
+        return Apply(self, [x], [TensorType("int64", (x.ndim,))()])
+
+    def perform(self, node, inputs, output_storage):
+        output_storage[0][0] = np.array(inputs[0].shape, dtype=np.int64)
+
+    def infer_shape(self, node, input_shapes):
+        return [(node.inputs[0].ndim,)]
+
+
+_shape = Shape()
+
+
+def shape(x):
+    """The shape of ``x`` as a symbolic int64 vector (``x.shape``)."""
+    return _shape(x)
+
+
+def _has_infer_shape(op) -> bool:
+    return type(op).infer_shape is not Op.infer_shape
+
+
+def _fallback_dims(var) -> tuple:
+    """Dims read from the shape vector of ``var`` itself (needs ``var`` computed)."""
+    from tenure.symbolic.ops.indexing import getitem
+    static = var.type.shape
+    if None not in static:
+        return static
+    vec = shape(var)
+    return tuple(d if d is not None else getitem(vec, i) for i, d in enumerate(static))
+
+
+def _checked_dims(var, dims, op) -> tuple:
+    """``dims`` (an ``infer_shape`` result for ``var``) as a tuple of dims, with
+    static lengths taking precedence over inferred ones."""
+    static = var.type.shape
+    dims = tuple(dims)
+    if len(dims) != len(static):
+        raise ValueError(f"{op}.infer_shape returned {len(dims)} dims for output {var} of "
+                         f"type {var.type}")
+    return tuple(s if s is not None else as_dim(d, what=f"{op}.infer_shape")
+                 for s, d in zip(static, dims))
+
+
+def shape_tuple(x) -> tuple:
+    """The shape of ``x`` as a tuple with one dim per axis.
+
+    A dim is a Python int where the static length is known, else a 0-d int64
+    variable.  Where ``x`` is computed by an op with ``infer_shape`` the dims
+    are built from the shapes of its inputs (recursively), so evaluating them
+    does not compute ``x``; roots, and ops without ``infer_shape``, fall back
+    to indexing ``shape(x)``.
+    """
+    x = as_tensor_variable(x)
+    memo: dict[Variable, tuple] = {}
+    # Iterative depth-first walk: graphs can be deeper than the recursion limit.
+    # Each variable's dims are computed once, which keeps the walk linear.
+    stack = [x]
+    while stack:
+        var = stack[-1]
+        if var in memo:
+            stack.pop()
+            continue
+        node = var.owner
+        if not isinstance(var.type, TensorType):
+            memo[var] = None  # e.g. a random state: not an array, no shape
+        elif None not in var.type.shape:
+            memo[var] = var.type.shape
+        elif node is None or not _has_infer_shape(node.op):
+            memo[var] = _fallback_dims(var)
+        else:
+            missing = [i for i in node.inputs if i not in memo]
+            if missing:
+                stack.extend(missing)
+                continue
+            try:
+                out_dims = node.op.infer_shape(node, [memo[i] for i in node.inputs])
+            except NotImplementedError:
+                memo[var] = _fallback_dims(var)
+            else:
+                for out, dims in zip(node.outputs, out_dims):
+                    memo[out] = _checked_dims(out, dims, node.op)
+        stack.pop()
+    return memo[x]
+
+
+# --------------------------------------------------------------------------
+# MakeVector
+
+
+class MakeVector(Op):
+    """A 1-d tensor of ``dtype`` from 0-d inputs (one element each)."""
+
+    __props__ = ("dtype",)
+
+    def __init__(self, dtype):
+        self.dtype = np.dtype(dtype).name
+
+    def make_node(self, *items):
+        items = [as_tensor_variable(v) for v in items]
+        for i, v in enumerate(items):
+            if v.ndim != 0:
+                raise TypeError(f"{self}: item {i} must be 0-d, got {v} ({v.type})")
+            if not np.can_cast(v.type.numpy_dtype, self.dtype, "same_kind"):
+                raise TypeError(f"{self}: item {i} ({v.type}) cannot be cast to {self.dtype}")
+        return Apply(self, items, [TensorType(self.dtype, (len(items),))()])
+
+    def perform(self, node, inputs, output_storage):
+        output_storage[0][0] = np.array(inputs, dtype=self.dtype).reshape(len(inputs))
+
+    def infer_shape(self, node, input_shapes):
+        return [(len(node.inputs),)]
+
+
+def stack_scalars(items, dtype=None):
+    """A 1-d tensor from a flat list of 0-d tensors and Python numbers.
+
+    The dtype is what NumPy would give the items, with Python numbers weakly
+    typed (``[x_int32, 2]`` is int32); ``dtype`` overrides it.
+    """
+    if isinstance(items, Variable) or not isinstance(items, (list, tuple)):
+        raise TypeError(f"stack_scalars: expected a list of 0-d tensors and numbers, got "
+                        f"{type(items).__name__}")
+    vars_ = []
+    for i, item in enumerate(items):
+        if isinstance(item, (list, tuple)):
+            raise TypeError(f"stack_scalars: item {i} is a nested {type(item).__name__}; only "
+                            "flat lists of 0-d tensors and numbers can be stacked (stack the "
+                            "rows separately)")
+        var = as_tensor_variable(item)
+        if var.ndim != 0:
+            raise TypeError(f"stack_scalars: item {i} must be 0-d, got {var} ({var.type})")
+        vars_.append(var)
+    if dtype is None:
+        dtype = _stacked_dtype(vars_)
+    return MakeVector(dtype)(*vars_)
+
+
+def _stacked_dtype(items) -> str:
+    strong = [v.dtype for v in items if not (isinstance(v, TensorConstant) and v.weak)]
+    weak = [v.weak_value for v in items if isinstance(v, TensorConstant) and v.weak]
+    if not strong:
+        # Only Python numbers: each gets the dtype it has on its own (floatX for
+        # floats).  An empty list is a float vector, as in NumPy.
+        return np.result_type(*(python_scalar_dtype(w) for w in weak)).name if weak \
+            else python_scalar_dtype(0.0)
+    return np.result_type(*strong, *weak).name
+
+
+# --------------------------------------------------------------------------
+# Reshape
+
+
+def _static_vector_entries(vec) -> list:
+    """What is known of a 1-d int vector's entries when the graph is built: an
+    int per entry whose value is known, else None."""
+    n = vec.type.shape[0]
+    if isinstance(vec, TensorConstant):
+        return [int(v) for v in vec.data]
+    node = vec.owner
+    if node is not None and isinstance(node.op, MakeVector):
+        return [int(v.data) if isinstance(v, TensorConstant) else None for v in node.inputs]
+    if node is not None and isinstance(node.op, Shape):
+        # The shape of another tensor: its static lengths are the entries.
+        return list(node.inputs[0].type.shape)
+    return [None] * n
+
+
+def _vector_entry_dims(vec, static) -> list:
+    """Each entry of a 1-d int vector as a dim (for ``infer_shape``)."""
+    from tenure.symbolic.ops.indexing import getitem
+    node = vec.owner
+    dims = []
+    for i, s in enumerate(static):
+        if s is not None:
+            dims.append(s)
+        elif node is not None and isinstance(node.op, MakeVector):
+            dims.append(as_dim(node.inputs[i]))
+        else:
+            dims.append(as_dim(getitem(vec, i)))
+    return dims
+
+
+def _reshape_static_shape(in_shape, entries) -> tuple:
+    """The output's static shape; raises ValueError for what cannot work."""
+    if sum(1 for e in entries if e == -1) > 1:
+        raise ValueError(f"reshape: can only specify one unknown dimension (-1), got shape "
+                         f"{_shape_str(entries)}")
+    for e in entries:
+        if e is not None and e < -1:
+            raise ValueError(f"reshape: negative length {e} in shape {_shape_str(entries)} "
+                             "(only -1, for 'infer this length', is allowed)")
+    out = [None if e == -1 else e for e in entries]
+    if None in in_shape or None in entries:
+        return tuple(out)
+    size = int(np.prod(in_shape, dtype=np.int64))
+    if -1 in entries:
+        others = int(np.prod([e for e in entries if e != -1], dtype=np.int64))
+        if others == 0 or size % others:
+            raise ValueError(f"reshape: cannot reshape a tensor of shape {tuple(in_shape)} "
+                             f"into shape {tuple(entries)}")
+        out[entries.index(-1)] = size // others
+    elif int(np.prod(entries, dtype=np.int64)) != size:
+        raise ValueError(f"reshape: cannot reshape a tensor of shape {tuple(in_shape)} into "
+                         f"shape {tuple(entries)} (sizes {size} and "
+                         f"{int(np.prod(entries, dtype=np.int64))} differ)")
+    return tuple(out)
+
+
+class Reshape(Op):
+    """``x`` reshaped to the ``ndim`` lengths held in an int64 vector input.
+
+    One length may be -1: it is inferred from ``x``'s size, as in NumPy.  The
+    result is a view of ``x`` whenever NumPy can make one.
+    """
+
+    __props__ = ("ndim",)
+    view_map = {0: [0]}
+
+    def __init__(self, ndim: int):
+        self.ndim = int(ndim)
+
+    def make_node(self, x, shp):
+        x = as_tensor_variable(x)
+        shp = as_tensor_variable(shp)
+        if shp.ndim != 1 or shp.type.numpy_dtype.kind not in "iu":
+            raise TypeError(f"{self}: the shape must be a 1-d integer tensor, got {shp} "
+                            f"({shp.type})")
+        if shp.type.shape[0] != self.ndim:
+            raise TypeError(f"{self}: the shape must have static length {self.ndim}, got "
+                            f"{shp} ({shp.type})")
+        out_shape = _reshape_static_shape(x.type.shape, _static_vector_entries(shp))
+        return Apply(self, [x, shp], [TensorType(x.dtype, out_shape)()])
+
+    def perform(self, node, inputs, output_storage):
+        x, shp = inputs
+        new_shape = tuple(int(v) for v in shp)
+        if any(v < -1 for v in new_shape) or sum(v == -1 for v in new_shape) > 1:
+            raise ValueError(f"reshape: invalid shape {new_shape} (lengths must be >= 0, with "
+                             "at most one -1)")
+        try:
+            output_storage[0][0] = np.reshape(x, new_shape)
+        except ValueError:
+            raise ValueError(f"reshape: cannot reshape an array of shape {x.shape} (size "
+                             f"{x.size}) into shape {new_shape}") from None
+
+    def infer_shape(self, node, input_shapes):
+        x, shp = node.inputs
+        static_out = node.outputs[0].type.shape
+        if None not in static_out:
+            return [static_out]
+        entries = _vector_entry_dims(shp, _static_vector_entries(shp))
+        # A -1 entry (known now or only at run time) stands for size // (the
+        # product of the other entries).  `known` is that product: every entry
+        # with -1 replaced by 1.
+        inferred = None
+        dims = []
+        for s, e in zip(static_out, entries):
+            if s is not None:
+                dims.append(s)
+                continue
+            if inferred is None:
+                known = dim_prod(dim_where(dim_eq(f, -1), 1, f) for f in entries)
+                # max(.., 1): a zero product has no valid -1 (perform raises), and
+                # this avoids a division by zero when the shape alone is evaluated.
+                inferred = dim_floordiv(dim_prod(input_shapes[0]), dim_max(known, 1))
+            dims.append(dim_where(dim_eq(e, -1), inferred, e))
+        return [tuple(dims)]
+
+
+def _shape_entries_vector(shp, fn: str):
+    """``shp`` (ints and 0-d int tensors, or a 1-d int tensor) as an int64 vector."""
+    if isinstance(shp, (numbers.Integral, np.integer)) or (
+            isinstance(shp, Variable) and shp.ndim == 0):
+        shp = (shp,)
+    if isinstance(shp, (tuple, list)) and len(shp) == 1 and isinstance(shp[0], Variable) \
+            and shp[0].ndim == 1:
+        shp = shp[0]  # x.reshape(vec) arrives here as (vec,)
+    if isinstance(shp, TensorConstant) and shp.ndim == 1 and shp.dtype != "int64" \
+            and shp.type.numpy_dtype.kind in "iu":
+        shp = shp.data.tolist()  # a new int64 constant keeps the entries visible
+    if isinstance(shp, Variable):
+        vec = as_tensor_variable(shp)
+        if vec.ndim != 1 or vec.type.numpy_dtype.kind not in "iu":
+            raise TypeError(f"{fn}: the shape must be a 1-d integer tensor, got {vec} "
+                            f"({vec.type})")
+        if vec.type.shape[0] is None:
+            raise TypeError(f"{fn}: the number of dimensions must be known when the graph is "
+                            f"built, but the shape vector {vec} has unknown length")
+        return ew.cast(vec, "int64")
+    if isinstance(shp, np.ndarray):
+        shp = shp.tolist()
+    try:
+        items = list(shp)
+    except TypeError:
+        raise TypeError(f"{fn}: expected a tuple of ints and 0-d integer tensors, or a 1-d "
+                        f"integer tensor, got {type(shp).__name__} {shp!r}") from None
+    dims = [as_dim(item, what=f"{fn}: shape entry {i}") for i, item in enumerate(items)]
+    if all(isinstance(d, int) for d in dims):
+        return constant(np.array(dims, dtype=np.int64).reshape(len(dims)))
+    return stack_scalars(dims, dtype="int64")
+
+
+def reshape(x, shape):
+    """``x`` with a new shape (NumPy's ``reshape``; a view where NumPy can make one).
+
+    ``shape`` holds ints and 0-d integer tensors, at most one of them -1 (that
+    length is inferred from the size), or is a 1-d integer tensor of known
+    length.  Static lengths are kept where they can be derived, and a size
+    mismatch between fully known shapes is reported when the graph is built.
+    """
+    x = as_tensor_variable(x)
+    vec = _shape_entries_vector(shape, "reshape")
+    return Reshape(vec.type.shape[0])(x, vec)
+
+
+def flatten(x, ndim: int = 1):
+    """``x`` with its first ``ndim - 1`` axes kept and the rest collapsed into one."""
+    x = as_tensor_variable(x)
+    ndim = operator.index(ndim)
+    if ndim < 1 or (ndim > 1 and ndim > x.ndim):
+        raise ValueError(f"flatten: ndim must be between 1 and {max(x.ndim, 1)} for {x} "
+                         f"({x.type}), got {ndim}")
+    dims = shape_tuple(x)
+    # The collapsed length is computed rather than left as -1: NumPy cannot
+    # infer a -1 next to a zero length, and a product keeps static lengths.
+    return reshape(x, dims[:ndim - 1] + (dim_prod(dims[ndim - 1:]),))
+
+
+# --------------------------------------------------------------------------
+# DimShuffle
+
+
+class DimShuffle(Op):
+    """Reorder, add and drop axes of an ``input_ndim``-d tensor (a view).
+
+    Output axis ``k`` is input axis ``new_order[k]``, or a new length-1 axis
+    where ``new_order[k] == 'x'``.  Input axes missing from ``new_order`` are
+    dropped; they must have length 1 (checked when the graph is built if the
+    length is static, else at run time).
+    """
+
+    __props__ = ("input_ndim", "new_order")
+    view_map = {0: [0]}
+
+    def __init__(self, input_ndim: int, new_order):
+        self.input_ndim = operator.index(input_ndim)
+        self.new_order = tuple(e if e == "x" else operator.index(e) for e in new_order)
+        kept = [e for e in self.new_order if e != "x"]
+        for e in kept:
+            if not 0 <= e < self.input_ndim:
+                raise ValueError(f"DimShuffle: axis {e} in {self.new_order} is out of range "
+                                 f"for {self.input_ndim} input dimension(s)")
+        if len(set(kept)) != len(kept):
+            raise ValueError(f"DimShuffle: {self.new_order} repeats an input axis")
+        #: input axes that are removed
+        self.drop = tuple(a for a in range(self.input_ndim) if a not in kept)
+        # After dropping, input axes are renumbered; this permutes the rest.
+        remaining = sorted(kept)
+        self._perm = tuple(remaining.index(e) for e in kept)
+
+    def __str__(self) -> str:
+        return f"DimShuffle{{{','.join(str(e) for e in self.new_order)}}}"
+
+    def make_node(self, x):
+        x = as_tensor_variable(x)
+        if x.ndim != self.input_ndim:
+            raise TypeError(f"{self}: expected a {self.input_ndim}-d input, got {x} ({x.type})")
+        for axis in self.drop:
+            length = x.type.shape[axis]
+            if length is not None and length != 1:
+                raise ValueError(f"{self}: cannot drop axis {axis} of {x} ({x.type}): it has "
+                                 f"length {length}, and only length-1 axes can be dropped")
+        out_shape = tuple(1 if e == "x" else x.type.shape[e] for e in self.new_order)
+        return Apply(self, [x], [TensorType(x.dtype, out_shape)()])
+
+    def perform(self, node, inputs, output_storage):
+        x = inputs[0]
+        for axis in self.drop:
+            if x.shape[axis] != 1:
+                raise ValueError(f"{self}: cannot drop axis {axis} of an array of shape "
+                                 f"{x.shape}: it has length {x.shape[axis]}, not 1")
+        # Every step is basic indexing or a transpose, so the result is a view.
+        # The trailing Ellipsis keeps 0-d results arrays (views) rather than scalars.
+        view = x[tuple(0 if a in self.drop else slice(None) for a in range(x.ndim)) + (...,)]
+        view = view.transpose(self._perm)
+        view = view[tuple(None if e == "x" else slice(None) for e in self.new_order) + (...,)]
+        output_storage[0][0] = view
+
+    def infer_shape(self, node, input_shapes):
+        dims = input_shapes[0]
+        return [tuple(1 if e == "x" else dims[e] for e in self.new_order)]
+
+
+def _normalize_axis(axis, ndim: int, fn: str) -> int:
+    try:
+        if isinstance(axis, (bool, np.bool_)):
+            raise TypeError  # bools are ints to Python, but never axes
+        axis = operator.index(axis)
+    except TypeError:
+        raise TypeError(f"{fn}: axis must be an int, got {type(axis).__name__} "
+                        f"{axis!r}") from None
+    if not -ndim <= axis < ndim:
+        raise AxisError(f"{fn}: axis {axis} is out of bounds for a tensor of dimension {ndim}")
+    return axis % ndim
+
+
+def _axis_tuple(axis, ndim: int, fn: str) -> tuple:
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    normalized = tuple(_normalize_axis(a, ndim, fn) for a in axes)
+    if len(set(normalized)) != len(normalized):
+        raise ValueError(f"{fn}: repeated axis in {axes}")
+    return normalized
+
+
+def transpose(x, axes=None):
+    """``x`` with its axes permuted (reversed by default), as a view."""
+    x = as_tensor_variable(x)
+    if axes is None:
+        order = tuple(range(x.ndim - 1, -1, -1))
+    else:
+        axes = tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)
+        if len(axes) != x.ndim:
+            raise ValueError(f"transpose: axes {axes} do not match {x} ({x.type}): expected "
+                             f"a permutation of {x.ndim} axes")
+        order = _axis_tuple(axes, x.ndim, "transpose")
+    return DimShuffle(x.ndim, order)(x)
+
+
+def expand_dims(x, axis):
+    """``x`` with new length-1 axes at positions ``axis`` of the result (NumPy's
+    ``expand_dims``; negative axes count from the end of the result)."""
+    x = as_tensor_variable(x)
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    out_ndim = x.ndim + len(axes)
+    new_axes = set(_axis_tuple(axes, out_ndim, "expand_dims"))
+    old = iter(range(x.ndim))
+    order = tuple("x" if k in new_axes else next(old) for k in range(out_ndim))
+    return DimShuffle(x.ndim, order)(x)
+
+
+def squeeze(x, axis=None):
+    """``x`` without length-1 axes (NumPy's ``squeeze``).
+
+    With ``axis=None`` the axes whose static length is 1 are removed.  Named
+    axes must have length 1: an error now when the static length says
+    otherwise, at run time when it is unknown.
+    """
+    x = as_tensor_variable(x)
+    if axis is None:
+        drop = {a for a, length in enumerate(x.type.shape) if length == 1}
+    else:
+        drop = set(_axis_tuple(axis, x.ndim, "squeeze"))
+        for a in sorted(drop):
+            length = x.type.shape[a]
+            if length is not None and length != 1:
+                raise ValueError(f"squeeze: cannot squeeze axis {a} of {x} ({x.type}): its "
+                                 f"length is {length}, not 1")
+    return DimShuffle(x.ndim, tuple(a for a in range(x.ndim) if a not in drop))(x)
