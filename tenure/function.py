@@ -151,9 +151,7 @@ class Function:
                 if spec.borrow and i not in self._no_reuse}
         self._thunk = mode.make_linker().make_thunk(self.fgraph, keep,
                                                     allow_gc=config.allow_gc)
-        self._defaults = [None if spec.value is None else
-                          spec.variable.type.filter(spec.value, allow_downcast=allow_input_downcast,
-                                                    what=f"default value of input {spec.name}")
+        self._defaults = [None if spec.value is None else self._own_default(spec)
                           for spec in inputs]
         names = [spec.name for spec in inputs]
         self._index_of_name = {n: i for i, n in enumerate(names) if n is not None
@@ -161,6 +159,13 @@ class Function:
         self._ambiguous_names = {n for n in names if n is not None and names.count(n) > 1}
 
     # -- compilation ----------------------------------------------------------
+    def _own_default(self, spec: In) -> np.ndarray:
+        """The default value of ``spec``, as the function's own copy (a caller's
+        array changed after compiling must not change the default)."""
+        value = spec.variable.type.filter(spec.value, allow_downcast=self.allow_input_downcast,
+                                          what=f"default value of input {spec.name}")
+        return value.copy() if value is spec.value else value
+
     def _build_graph(self, givens, on_unused_input, updates) -> None:
         in_vars = [spec.variable for spec in self.inputs]
         out_vars = [spec.variable for spec in self.outputs]
@@ -168,7 +173,6 @@ class Function:
         targets = out_vars + upd_vars
         if givens:
             targets = _apply_givens(targets, givens, in_vars)
-        _check_unused(self.inputs, targets, on_unused_input)
         # Every shared variable the outputs read becomes an implicit input.
         shared_vars = [v for v in ancestors(targets, blockers=in_vars)
                        if isinstance(v, SharedVariable) and v not in in_vars]
@@ -176,6 +180,7 @@ class Function:
             if var not in shared_vars:
                 shared_vars.append(var)
         _check_missing(targets, in_vars)
+        _check_unused(self.inputs, targets, on_unused_input)
         equiv = clone_get_equiv(in_vars, targets,
                                 replace={v: v for v in shared_vars}, copy_inputs=True)
         self.shared_vars = shared_vars

@@ -457,3 +457,11 @@ class TestOutBorrow:
         f.free()
         r2 = f(np.zeros(3))
         assert not np.shares_memory(r1, r2)
+
+
+def test_a_default_value_is_copied_when_compiling(mode):
+    x = tn.vector("x")
+    base = np.array([1.0, 2.0])
+    f = tn.function([In(x, value=base)], x * 1, mode=mode)
+    base[0] = 50  # the caller's array is still the caller's
+    np.testing.assert_array_equal(f(), [1.0, 2.0])

@@ -280,3 +280,9 @@ class TestEval:
         assert tn.constant(3.0).eval() == 3.0
         w = tn.shared(np.ones(2))
         assert (w.sum() + 1).eval() == 3.0
+
+
+def test_missing_input_is_reported_before_unused_ones(mode):
+    x, b = tn.scalar("x"), tn.scalar("b")
+    with pytest.raises(ValueError, match="b .* is needed"):
+        tn.function([x], b * 2, mode=mode)

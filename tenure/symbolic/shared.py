@@ -4,7 +4,7 @@ A :class:`SharedVariable` is a graph root whose value lives in a
 :class:`Container` that outlives any one function call.  Every function that
 uses it reads that container, and ``updates`` write into it.
 
-The contract (see DESIGN.md, "The memory contract"):
+The contract (the docs page "Memory aliasing and borrowing" explains it):
 
 - ``shared(v)`` copies ``v``; ``shared(v, borrow=True)`` may keep ``v`` itself.
 - Two shared variables never share storage.
