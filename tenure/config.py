@@ -92,7 +92,7 @@ class _Config:
         if name not in _FLAGS:
             raise AttributeError(f"config has no flag {name!r}; flags: "
                                  f"{', '.join(sorted(_FLAGS))}")
-        self._values[name] = _FLAGS[name].check(value)
+        self._values[name] = _checked(name, value)
 
     def __dir__(self):
         return sorted(_FLAGS) + ["change_flags", "flags"]
@@ -115,6 +115,17 @@ class _Config:
 
     def __repr__(self):
         return "config(" + ", ".join(f"{k}={v!r}" for k, v in self._values.items()) + ")"
+
+
+def _checked(name: str, value):
+    """``value`` validated for flag ``name``; errors name the flag."""
+    try:
+        return _FLAGS[name].check(value)
+    except ValueError as exc:
+        message = str(exc)
+        if not message.startswith(f"config.{name}"):
+            message = f"config.{name}: {message}"
+        raise ValueError(message) from None
 
 
 def parse_flags_string(text: str) -> dict[str, Any]:
@@ -149,8 +160,11 @@ class _ConfigModule(type(sys)):
     def __setattr__(self, name, value):
         if name in _FLAGS:
             setattr(config, name, value)
-        else:
+        elif name in self.__dict__:
             super().__setattr__(name, value)
+        else:  # most likely a misspelt flag: fail instead of creating an attribute
+            raise AttributeError(f"config has no flag {name!r}; flags: "
+                                 f"{', '.join(sorted(_FLAGS))}")
 
 
 sys.modules[__name__].__class__ = _ConfigModule

@@ -24,44 +24,53 @@ def _id_letters(n: int) -> str:
 
 
 class _Printer:
-    def __init__(self, stream, stop_at: set, labels: dict):
+    def __init__(self, stream, stop_at: set):
         self.stream = stream
         self.ids: dict = {}
         self.stop_at = stop_at
-        self.labels = labels
 
     def _id(self, key) -> str:
         if key not in self.ids:
             self.ids[key] = _id_letters(len(self.ids))
         return self.ids[key]
 
-    def line(self, var: Variable, prefix: str, child_prefix: str) -> None:
+    def tree(self, root: Variable, label: str = "") -> None:
+        """Print ``root`` and what it is computed from, depth first.
+
+        An explicit stack rather than recursion: graphs can be deeper than
+        Python's recursion limit.
+        """
+        stack = [(root, "", "", label)]
+        while stack:
+            var, prefix, child_prefix, suffix = stack.pop()
+            inputs = self._line(var, prefix, suffix)
+            for i in reversed(range(len(inputs))):
+                last = i == len(inputs) - 1
+                stack.append((inputs[i], child_prefix + (" └─ " if last else " ├─ "),
+                              child_prefix + ("    " if last else " │  "), ""))
+
+    def _line(self, var: Variable, prefix: str, suffix: str) -> list:
+        """Write one variable's line; return the inputs still to print below it."""
         node = var.owner
         if node is None or var in self.stop_at:
-            kind = "shared " if type(var).__name__ == "SharedVariable" else ""
             if isinstance(var, Constant):
                 text = f"{var}"
             else:
+                kind = "shared " if type(var).__name__ == "SharedVariable" else ""
                 text = f"{kind}{var.name or '<' + str(var.type) + '>'}"
-            label = self.labels.get(var, "")
-            self.stream.write(f"{prefix}{text} [id {self._id(var)}] <{var.type}>{label}\n")
-            return
+            type_text = (f"Python {type(var.weak_value).__name__}"
+                         if getattr(var, "weak", False) else str(var.type))
+            self.stream.write(f"{prefix}{text} [id {self._id(var)}] <{type_text}>{suffix}\n")
+            return []
         seen = node in self.ids
         out = f".{var.index}" if len(node.outputs) > 1 else ""
         marks = "".join(
             f" {tag}={dict(mapping)}" for tag, mapping in (("v", node.op.view_map),
                                                          ("d", node.op.destroy_map)) if mapping)
         name = f" '{var.name}'" if var.name else ""
-        label = self.labels.get(var, "")
         self.stream.write(f"{prefix}{node.op}{out} [id {self._id(node)}]{name} "
-                          f"<{var.type}>{marks}{label}{' ···' if seen else ''}\n")
-        if seen:
-            return
-        inputs = node.inputs
-        for i, inp in enumerate(inputs):
-            last = i == len(inputs) - 1
-            self.line(inp, child_prefix + (" └─ " if last else " ├─ "),
-                      child_prefix + ("    " if last else " │  "))
+                          f"<{var.type}>{marks}{suffix}{' ···' if seen else ''}\n")
+        return [] if seen else list(node.inputs)
 
 
 def debugprint(obj, file=None) -> str | None:
@@ -74,26 +83,24 @@ def debugprint(obj, file=None) -> str | None:
     """
     from tenure.function import Function
     stream = io.StringIO() if file == "str" else (file or sys.stdout)
-    labels = {}
     stop_at: set = set()
     if isinstance(obj, Function):
         fgraph = obj.fgraph
         roots = list(fgraph.outputs)
         stop_at = set(fgraph.inputs)
         n_out = len(obj.outputs)
-        update_targets = [obj.shared_vars[j] for j in obj._update_shared_index]
-        for k, target in enumerate(update_targets):
-            labels.setdefault(roots[n_out + k], f" -> update of {target}")
+        labels = [""] * n_out + [f" -> update of {obj.shared_vars[j]}"
+                                 for j in obj._update_shared_index]
     elif isinstance(obj, Variable):
-        roots = [obj]
+        roots, labels = [obj], [""]
     elif isinstance(obj, (list, tuple)) and all(isinstance(v, Variable) for v in obj):
-        roots = list(obj)
+        roots, labels = list(obj), [""] * len(obj)
     else:
         raise TypeError(f"debugprint: expected a variable, a list of variables or a Function, "
                         f"got {type(obj).__name__}")
-    printer = _Printer(stream, stop_at, labels)
-    for var in roots:
-        printer.line(var, "", "")
+    printer = _Printer(stream, stop_at)
+    for var, label in zip(roots, labels):
+        printer.tree(var, label)
     if file == "str":
         return stream.getvalue()
     return None

@@ -70,10 +70,6 @@ def test_invalid_value_error_names_flag_and_value(name, value):
     assert name in msg and repr(value) in msg
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: tn.config.allow_gc = 'yes' raises ValueError(\"expected True or False, got "
-    "'yes'\"), which does not name the flag (_check_bool gives no flag name, unlike "
-    "_check_floatx / _check_linker)"))
 def test_invalid_allow_gc_error_names_the_flag():
     with pytest.raises(ValueError, match="allow_gc"):
         tn.config.allow_gc = "yes"
@@ -97,11 +93,6 @@ def test_unknown_flag_error_lists_the_flags():
     assert "floatX" in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: assigning an unknown flag on the tn.config module (e.g. the typo "
-    "tn.config.floatx = 'float32') silently creates a module attribute instead of raising "
-    "AttributeError (_ConfigModule.__setattr__ falls back to ModuleType.__setattr__ for "
-    "names that are not flags), so the typo is ignored"))
 def test_unknown_flag_assignment_is_attribute_error():
     module = sys.modules["tenure.config"]
     try:

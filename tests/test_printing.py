@@ -188,10 +188,6 @@ def test_debugprint_update_to_an_input(mode):
     assert text.startswith("x [id") and text.rstrip().endswith("-> update of w")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: when two shared variables are updated with the same expression "
-    "(updates=[(w1, y), (w2, y)]), debugprint labels both update lines '-> update of w1': "
-    "labels are keyed by the output variable and set with setdefault, so w2's label is lost"))
 def test_debugprint_two_updates_with_the_same_expression(mode):
     x = tn.vector("x")
     w1 = tn.shared(np.zeros(2), name="w1")
@@ -218,10 +214,6 @@ def test_debugprint_list_with_a_non_variable_is_a_type_error():
         tn.debugprint([x, 3], file="str")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: debugprint recurses once per graph level (_Printer.line calls itself), so a "
-    "graph deeper than the recursion limit (here 1500 chained adds) raises RecursionError, "
-    "while io_toposort, clone and function handle such graphs"))
 def test_debugprint_deep_graph():
     x = tn.scalar("x")
     y = x

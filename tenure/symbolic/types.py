@@ -168,7 +168,14 @@ class TensorType:
         except (ValueError, TypeError) as exc:
             raise TypeError(f"{what}: expected an array-like of {self.dtype}, got "
                             f"{type(value).__name__} ({exc})") from None
-        if natural.dtype == object or natural.dtype.kind in "USV":
+        if target.kind in "iu" and natural.dtype.kind in "fO" and _all_python_ints(value):
+            # NumPy turns ints beyond int64 into float64 or object arrays; they
+            # are still ints, to be range-checked against the target below.
+            natural = np.asarray(value, dtype=object)
+            same_kind_ints = True
+        else:
+            same_kind_ints = False
+        if (natural.dtype == object and not same_kind_ints) or natural.dtype.kind in "USV":
             raise TypeError(f"{what}: expected numbers convertible to {self.dtype}, got "
                             f"{type(value).__name__} holding {natural.dtype}")
         if natural.dtype == target:
@@ -176,7 +183,7 @@ class TensorType:
         # Python numbers are weakly typed: like NumPy 2, a float fits any float
         # dtype and an int any int dtype it is in range of; changing kind
         # (float to int, complex to float, numbers to bool) is a downcast.
-        same_or_higher_kind = _kind_rank(natural.dtype) <= _kind_rank(target)
+        same_or_higher_kind = same_kind_ints or _kind_rank(natural.dtype) <= _kind_rank(target)
         if not (same_or_higher_kind or allow_downcast):
             raise TypeError(f"{what}: expected {self.dtype}, got {type(value).__name__} "
                             f"holding {natural.dtype} values; converting would lose "
@@ -186,7 +193,8 @@ class TensorType:
                 converted = np.asarray(value, dtype=target)
         except (OverflowError, FloatingPointError, ValueError) as exc:
             raise ValueError(f"{what}: {value!r} does not fit in {self.dtype} ({exc})") from None
-        if not allow_downcast and target.kind in "iu" and not np.array_equal(converted, natural):
+        if (not allow_downcast and target.kind in "iu" and not same_kind_ints
+                and not np.array_equal(converted, natural)):
             raise ValueError(f"{what}: {value!r} does not fit in {self.dtype}")
         return converted
 
@@ -211,6 +219,14 @@ class TensorType:
         return int(data.nbytes)
 
 
+def _all_python_ints(value) -> bool:
+    try:
+        items = np.asarray(value, dtype=object).ravel()
+    except (TypeError, ValueError):
+        return False
+    return all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in items)
+
+
 def _kind_rank(dtype: np.dtype) -> int:
     return {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}.get(dtype.kind, 4)
 
@@ -220,7 +236,10 @@ def python_scalar_dtype(value) -> str:
     if isinstance(value, (bool, np.bool_)):
         return "bool"
     if isinstance(value, numbers.Integral):
-        return "int64"
+        # Like NumPy: int64, then uint64 for larger non-negative ints, then float64.
+        if -(2**63) <= value < 2**63:
+            return "int64"
+        return "uint64" if 0 <= value < 2**64 else "float64"
     if isinstance(value, numbers.Real):
         return config.floatX
     if isinstance(value, numbers.Complex):

@@ -253,10 +253,7 @@ def test_filter_python_ints_out_of_range_are_value_errors(dtype, value):
 
 @pytest.mark.parametrize("dtype, value", [
     ("int8", 128), ("int8", -129), ("uint8", -1), ("uint8", 256), ("int32", 2**31),
-    pytest.param("int64", 2**63, marks=pytest.mark.xfail(strict=True, reason=(
-        "BUG: TensorType('int64', (None,)).filter([0, 2**63]) raises TypeError 'expected "
-        "int64, got list holding float64 values' (np.asarray promotes the list to float64 "
-        "first) instead of a ValueError saying 2**63 does not fit in int64"))),
+    ("int64", 2**63),
     ("uint64", -1)])
 def test_filter_list_of_python_ints_out_of_range_are_value_errors(dtype, value):
     with pytest.raises(ValueError, match=dtype):

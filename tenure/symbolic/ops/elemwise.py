@@ -81,28 +81,33 @@ def _describe(inputs) -> str:
         if isinstance(v, TensorConstant) and v.weak else f"{v} ({v.type})" for v in inputs)
 
 
-def _strengthen(inputs: list, op_name: str) -> list:
-    """Weak Python-number constants become constants of the dtype NumPy would give them."""
-    strong = [v for v in inputs if not (isinstance(v, TensorConstant) and v.weak)]
-    if not strong or len(strong) == len(inputs):
-        return inputs
-    common = np.result_type(*[v.dtype for v in strong],
-                            *[v.weak_value for v in inputs if v not in strong])
-    return [v if v in strong else
-            TensorConstant(TensorType(common, ()), np.array(v.weak_value, dtype=common))
-            for v in inputs]
+def _weak_values(inputs) -> tuple:
+    """``(position, type name, value)`` of each weakly typed Python-number input."""
+    return tuple((i, type(v.weak_value).__name__, v.weak_value) for i, v in enumerate(inputs)
+                 if isinstance(v, TensorConstant) and v.weak)
 
 
 class Elemwise(Op):
-    """Apply ``scalar_op`` elementwise, with NumPy broadcasting."""
+    """Apply ``scalar_op`` elementwise, with NumPy broadcasting.
 
+    Inputs that are bare Python numbers stay weakly typed: the op records their
+    exact values (``weak_inputs``) and hands NumPy the Python numbers
+    themselves, so every dtype and value rule of NumPy 2 holds as is (``int8 <
+    1000`` is True, ``float32 * 0.1`` is float32).
+    """
+
+    # `weak_inputs` is deliberately not a prop: two nodes can only merge when
+    # their inputs are the same variables, and then their weak values agree.
     __props__ = ("scalar_op", "inplace_pattern")
 
-    def __init__(self, scalar_op: ps.ScalarOp, inplace_pattern: dict[int, int] | None = None):
+    def __init__(self, scalar_op: ps.ScalarOp, inplace_pattern: dict[int, int] | None = None,
+                 weak_inputs: tuple = ()):
         self.scalar_op = scalar_op
         # Stored as sorted pairs so the op stays hashable.
         self.inplace_pattern = tuple(sorted((inplace_pattern or {}).items()))
         self.destroy_map = {o: [i] for o, i in self.inplace_pattern}
+        self.weak_inputs = tuple(weak_inputs)
+        self._weak_positions = tuple((i, value) for i, _, value in self.weak_inputs)
 
     def __str__(self) -> str:
         name = self.scalar_op.name
@@ -120,16 +125,21 @@ class Elemwise(Op):
         except (TypeError, OverflowError) as exc:
             kind = TypeError if isinstance(exc, TypeError) else ValueError
             raise kind(f"{sop.name}: unsupported inputs {_describe(inputs)}: {exc}") from None
-        inputs = _strengthen(inputs, sop.name)
         shape = broadcast_static_shapes([v.type.shape for v in inputs], what=sop.name)
+        out_type = TensorType(out_dtype, shape)
         for out_i, in_i in self.inplace_pattern:
-            if inputs[in_i].type.shape != shape or inputs[in_i].dtype != out_dtype.name:
+            if inputs[in_i].type != out_type:
                 raise TypeError(f"{self}: input {in_i} ({inputs[in_i].type}) cannot hold the "
-                                f"output ({out_dtype.name}{shape})")
-        out = TensorType(out_dtype, shape)()
-        return Apply(self, inputs, [out])
+                                f"output ({out_type})")
+        weak = _weak_values(inputs)
+        op = self if weak == self.weak_inputs else Elemwise(sop, dict(self.inplace_pattern), weak)
+        return Apply(op, inputs, [out_type()])
 
     def perform(self, node, inputs, output_storage):
+        if self._weak_positions:
+            inputs = list(inputs)
+            for i, value in self._weak_positions:
+                inputs[i] = value
         cell = output_storage[0]
         out_type = node.outputs[0].type
         if self.inplace_pattern:

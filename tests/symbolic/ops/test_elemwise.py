@@ -273,14 +273,6 @@ python_scalars = st.one_of(
 @given(dtype=st.sampled_from(DTYPES), scalar=python_scalars, left=st.booleans(),
        data=st.data())
 def test_weak_python_scalars_promote_like_numpy(name, dtype, scalar, left, data, mode):
-    if name in NO_CAST_TO_DTYPE:
-        # out-of-range ints where NumPy does not cast them to the array's dtype: see the
-        # dedicated (xfail) test below
-        assume(_fits(scalar, dtype))
-    if name in LOGICAL:
-        # Python floats that underflow to 0 in a float32 var's dtype: see the xfail test
-        assume(not (isinstance(scalar, float) and dtype == "float32"
-                    and scalar != 0 and np.float32(scalar) == 0))
     tn_fn, np_fn, _ = OPS[name]
     arr = data.draw(hnp.arrays(dtype, st.integers(0, 3), elements=_elements(dtype)))
     x = tn.vector("x", dtype=dtype)
@@ -366,13 +358,6 @@ def test_python_int_out_of_range_is_a_value_error_naming_the_op(dtype, value):
         value * x
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: an int var combined with a Python int out of its dtype's range in an op where "
-    "NumPy 2 does not cast the int to that dtype (comparisons, logical_and/or/xor, "
-    "true_divide; e.g. int8_var < 1000, uint8_var == -1, tn.logical_and(int8_var, 128), "
-    "uint8_var / -1) raises a raw OverflowError from elemwise._strengthen, which casts the "
-    "weak int to np.result_type of the strong inputs; NumPy 2 gives bool (int8_arr < 1000 "
-    "-> True) or float64 (uint8_arr / -1)"))
 @pytest.mark.parametrize("name", sorted(NO_CAST_TO_DTYPE))
 @pytest.mark.parametrize("dtype, value", [("int8", 1000), ("uint8", -1)])
 def test_out_of_range_python_int_where_numpy_does_not_cast_it(name, dtype, value, mode):
@@ -387,11 +372,6 @@ def test_out_of_range_python_int_where_numpy_does_not_cast_it(name, dtype, value
     np.testing.assert_array_equal(r, expected)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: logical_and/or/xor of a float32 var and a nonzero Python float that underflows "
-    "in float32 (e.g. tn.logical_and(x32, 1e-50)) treat the float as False: "
-    "elemwise._strengthen casts it to a float32 constant 0.0; NumPy 2 uses its truth value "
-    "(np.logical_and(np.ones(1, np.float32), 1e-50) -> [True])"))
 @pytest.mark.parametrize("name", sorted(LOGICAL))
 def test_logical_ops_with_underflowing_python_float(name, mode):
     tn_fn, np_fn, _ = OPS[name]
@@ -403,11 +383,6 @@ def test_logical_ops_with_underflowing_python_float(name, mode):
         np.testing.assert_array_equal(r, expected)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a Python int beyond int64 range combined with a float64 or uint64 var "
-    "(float64_var + 2**70, uint64_var + 2**63) raises a raw OverflowError ('Python int too "
-    "large to convert to C long') in as_tensor_variable, which makes every Python int an "
-    "int64 constant; NumPy 2 gives float64 / uint64"))
 @pytest.mark.parametrize("dtype, value", [("float64", 2**70), ("uint64", 2**63)])
 def test_python_int_beyond_int64_with_wider_var(dtype, value, mode):
     x = tn.vector("x", dtype=dtype)
@@ -418,10 +393,6 @@ def test_python_int_beyond_int64_with_wider_var(dtype, value, mode):
     np.testing.assert_array_equal(tn.function([x], out, mode=mode)(arr), expected)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: tn.clip(int8_var, 0, 1000) raises a raw OverflowError from np.result_type in "
-    "elemwise._strengthen (not a ValueError naming the op); NumPy 2's np.clip(int8_arr, 0, "
-    "1000) returns int8"))
 def test_clip_with_out_of_range_bound_like_numpy(mode):
     x = tn.vector("x", dtype="int8")
     arr = np.array([-5, 5, 127], dtype=np.int8)
@@ -431,11 +402,6 @@ def test_clip_with_out_of_range_bound_like_numpy(mode):
     np.testing.assert_array_equal(tn.function([x], out, mode=mode)(arr), expected)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: with floatX=float32, an op on Python floats only (tn.true_divide(1.0, 3.0)) is "
-    "typed float64 but computed from float32 constants: it returns float64 "
-    "0.3333333432674408 instead of 1/3 (NumPy gives 0.3333333333333333); the declared "
-    "dtype and the precision disagree"))
 def test_all_python_float_operands_under_floatX_float32():
     with tn.config.change_flags(floatX="float32"):
         out = tn.true_divide(1.0, 3.0)
