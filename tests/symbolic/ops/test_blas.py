@@ -5,47 +5,21 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tenure as tn
+from tests.helpers import COMPILED, DTYPES, assert_matches, random_values
 from tenure.symbolic.ops import shape_tuple
 from tenure.symbolic.ops.blas import Dot, MatMul, dot_shape, matmul_static_shape
 
-DTYPES = ["bool", "int8", "int32", "int64", "uint8", "float32", "float64", "complex128"]
 
-COMPILED = settings(max_examples=50, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 # --------------------------------------------------------------------------
 # Helpers
 
 
-def random_values(seed: int, shape: tuple, dtype: str) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    kind = np.dtype(dtype).kind
-    if kind == "b":
-        return rng.random(shape) < 0.5
-    if kind == "u":
-        return rng.integers(0, 4, size=shape).astype(dtype)
-    if kind == "i":
-        return rng.integers(-3, 4, size=shape).astype(dtype)
-    if kind == "c":
-        return (rng.uniform(-2, 2, shape) + 1j * rng.uniform(-2, 2, shape)).astype(dtype)
-    return rng.uniform(-2, 2, size=shape).astype(dtype)
-
-
-def assert_matches(got, expected):
-    expected = np.asarray(expected)
-    assert isinstance(got, np.ndarray)
-    assert got.dtype == expected.dtype
-    assert got.shape == expected.shape
-    if got.dtype.kind in "fc":
-        rtol = 1e-5 if got.dtype in (np.float32, np.complex64) else 1e-12
-        np.testing.assert_allclose(got, expected, rtol=rtol, atol=rtol)
-    else:
-        np.testing.assert_array_equal(got, expected)
 
 
 def run_perform(node, values, storage=None):
@@ -110,7 +84,7 @@ def build(fn, case):
     a_shape, b_shape, a_static, b_static, a_dtype, b_dtype, seed = case
     a = tn.tensor("a", dtype=a_dtype, shape=a_static)
     b = tn.tensor("b", dtype=b_dtype, shape=b_static)
-    values = [random_values(seed, a_shape, a_dtype), random_values(seed + 1, b_shape, b_dtype)]
+    values = [random_values(seed, a_shape, a_dtype, scale=2.0), random_values(seed + 1, b_shape, b_dtype, scale=2.0)]
     return a, b, fn(a, b), values
 
 
@@ -297,7 +271,7 @@ def _op_case(fn_name, a_shape, b_shape, a_dtype, b_dtype):
     a = tn.tensor("a", dtype=a_dtype, shape=(None,) * len(a_shape))
     b = tn.tensor("b", dtype=b_dtype, shape=(None,) * len(b_shape))
     node = getattr(tn, fn_name)(a, b).owner
-    values = [(random_values(s, a_shape, a_dtype), random_values(s + 10, b_shape, b_dtype))
+    values = [(random_values(s, a_shape, a_dtype, scale=2.0), random_values(s + 10, b_shape, b_dtype, scale=2.0))
               for s in (1, 2)]
     expected = [np.asarray(getattr(np, fn_name)(*v)) for v in values]
     return node, values, expected

@@ -7,7 +7,7 @@ import hypothesis.extra.numpy as hnp
 import numpy as np
 import pytest
 import scipy.special
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tenure as tn
@@ -249,14 +249,6 @@ def test_non_numeric_operand_is_a_type_error(bad):
 
 # --------------------------------------------------------------------------
 # Weak Python scalars (NumPy 2 promotion)
-
-
-def _fits(value, dtype):
-    dt = np.dtype(dtype)
-    if isinstance(value, bool) or not isinstance(value, int) or dt.kind not in "iu":
-        return True
-    info = np.iinfo(dt)
-    return info.min <= value <= info.max
 
 
 python_scalars = st.one_of(

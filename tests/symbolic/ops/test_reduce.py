@@ -10,54 +10,24 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tenure as tn
+from tests.helpers import COMPILED, DTYPES, assert_matches, random_values
 from tenure.symbolic.ops import shape_tuple
 from tenure.symbolic.ops.reduce import ArgReduce, Reduce, normalize_axes
 
 REDUCTIONS = ["sum", "prod", "mean", "max", "min", "all", "any"]
 ARG_REDUCTIONS = ["argmax", "argmin"]
 ALL_FUNCTIONS = REDUCTIONS + ARG_REDUCTIONS
-DTYPES = ["bool", "int8", "int32", "int64", "uint8", "float32", "float64", "complex128"]
 
-# Compiled-function tests take the function-scoped `mode` fixture; it holds no
-# state between examples, so hypothesis may reuse it.
-COMPILED = settings(max_examples=50, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 # --------------------------------------------------------------------------
 # Helpers
 
 
-def random_values(seed: int, shape: tuple, dtype: str) -> np.ndarray:
-    """Small values (so products stay finite) with ties, for any dtype."""
-    rng = np.random.default_rng(seed)
-    kind = np.dtype(dtype).kind
-    if kind == "b":
-        return rng.random(shape) < 0.5
-    if kind == "u":
-        return rng.integers(0, 4, size=shape).astype(dtype)
-    if kind == "i":
-        return rng.integers(-3, 4, size=shape).astype(dtype)
-    if kind == "c":
-        return (rng.uniform(-1.5, 1.5, shape) + 1j * rng.uniform(-1.5, 1.5, shape)).astype(dtype)
-    return rng.uniform(-1.5, 1.5, size=shape).astype(dtype)
-
-
-def assert_matches(got, expected):
-    """``got`` is an ndarray equal to NumPy's ``expected`` in dtype, shape and value."""
-    expected = np.asarray(expected)
-    assert isinstance(got, np.ndarray)
-    assert got.dtype == expected.dtype
-    assert got.shape == expected.shape
-    if got.dtype.kind in "fc":
-        rtol = 1e-5 if got.dtype in (np.float32, np.complex64) else 1e-12
-        np.testing.assert_allclose(got, expected, rtol=rtol, atol=rtol)
-    else:
-        np.testing.assert_array_equal(got, expected)
 
 
 def numpy_result(fn_name, value, axis, keepdims):
