@@ -123,6 +123,20 @@ class TensorMethods:
     def squeeze(self, axis=None): return _ops().squeeze(self, axis=axis)
     def clip(self, min, max): return _ops().clip(self, min, max)
     def __getitem__(self, index): return _ops().getitem(self, index)
+    def set(self, value):
+        """For ``x[idx].set(v)``: ``x`` with ``x[idx]`` replaced by ``v`` (a new variable)."""
+        return _ops().set_subtensor(self, value)
+    def inc(self, value):
+        """For ``x[idx].inc(v)``: ``x`` with ``v`` added at ``x[idx]`` (duplicates add up)."""
+        return _ops().inc_subtensor(self, value)
+    def take(self, indices, axis=None): return _ops().take(self, indices, axis=axis)
+    def var(self, axis=None, ddof=0, keepdims=False):
+        return _ops().var(self, axis=axis, ddof=ddof, keepdims=keepdims)
+    def std(self, axis=None, ddof=0, keepdims=False):
+        return _ops().std(self, axis=axis, ddof=ddof, keepdims=keepdims)
+    def cumsum(self, axis=None): return _ops().cumsum(self, axis=axis)
+    def sort(self, axis=-1): return _ops().sort(self, axis=axis)
+    def argsort(self, axis=-1): return _ops().argsort(self, axis=axis)
 
     def eval(self, inputs_to_values=None):
         """Compile and run a function computing this variable.

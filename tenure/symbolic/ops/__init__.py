@@ -8,11 +8,17 @@ from tenure.symbolic.ops.elemwise import (  # noqa: F401
     reciprocal, sigmoid, sign, sin, softplus, sqrt, square, sub, subtract, tanh, true_divide,
     where)
 from tenure.symbolic.ops.reduce import (  # noqa: F401
-    all, any, argmax, argmin, max, mean, min, prod, sum)
+    all, any, argmax, argmin, max, mean, min, prod, sum, sum_to)
 from tenure.symbolic.ops.blas import dot, matmul  # noqa: F401
 from tenure.symbolic.ops.shape import (  # noqa: F401
     expand_dims, flatten, reshape, shape, shape_tuple, squeeze, stack_scalars, transpose)
 from tenure.symbolic.ops.indexing import getitem  # noqa: F401
+from tenure.symbolic.ops.creation import (  # noqa: F401
+    alloc, arange, broadcast_to, eye, full, full_like, ones, ones_like, zeros, zeros_like)
+
+# -- helper A (reduce.py, blas.py): var, std, cumsum, outer, tensordot ------
+# -- helper B (indexing.py): set_subtensor, inc_subtensor, take ------------
+# -- helper C (join.py, nnet.py, sorting.py) --------------------------------
 
 __all__ = [name for name in dir() if not name.startswith("_")
-           and name not in ("elemwise", "reduce", "blas", "indexing", "scalar")]
+           and name not in ("elemwise", "reduce", "blas", "indexing", "scalar", "creation")]

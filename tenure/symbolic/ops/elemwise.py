@@ -157,6 +157,21 @@ class Elemwise(Op):
             result = self.scalar_op.impl(*inputs, out=target)
         cell[0] = result
 
+    def grad(self, inputs, output_grads):
+        rule = _GRAD_RULES.get(self.scalar_op.name)
+        if isinstance(self.scalar_op, ps.Cast):
+            rule = _cast_grad
+        if rule is None:
+            raise NotImplementedError(f"{self.scalar_op.name} has no gradient")
+        (gz,) = output_grads
+        out = self.make_node(*inputs).outputs[0]  # the forward value, as a graph
+        grads = rule(inputs, out, gz)
+        from tenure.symbolic.grad import is_differentiable
+        from tenure.symbolic.ops.reduce import sum_to
+        # A broadcast input receives the sum of the gradients it was stretched to.
+        return [sum_to(g, x) if g is not None and is_differentiable(x) else None
+                for g, x in zip(grads, inputs)]
+
     def infer_shape(self, node, input_shapes):
         static = node.outputs[0].type.shape
         return [broadcast_symbolic_shapes(static, input_shapes,
@@ -255,3 +270,77 @@ def cast(x, dtype):
 
 
 astype = cast
+
+
+# --------------------------------------------------------------------------
+# Gradients: rule(inputs, output, output_gradient) -> one gradient per input,
+# before summing over broadcast axes (Elemwise.grad does that).
+
+
+def _zero(x):
+    from tenure.symbolic.ops.creation import zeros_like
+    return zeros_like(x, dtype=None if x.type.numpy_dtype.kind in "fc" else "float64")
+
+
+def _tie_share(x, out, other):
+    """1 where ``x`` produced ``out``, 1/2 where ``x`` and ``other`` tie (the
+    gradient is split evenly between them, as autograd-style references do)."""
+    won = cast(equal(x, out), out.dtype)
+    tie = cast(equal(x, other), out.dtype)
+    return true_divide(won, add(1, tie))
+
+
+def _cast_grad(inputs, out, gz):
+    (x,) = inputs
+    return [cast(gz, x.dtype) if x.type.numpy_dtype.kind in "fc" else None]
+
+
+def _power_grad(inputs, out, gz):
+    x, y = inputs
+    gx = mul(gz, mul(y, power(x, sub(y, 1))))
+    # d(x**y)/dy = x**y log x; at x == 0 the limit is 0 (for y > 0), not nan.
+    safe_log = log(where(equal(x, 0), 1, x))
+    gy = mul(gz, mul(out, safe_log))
+    return [gx, gy]
+
+
+def _clip_grad(inputs, out, gz):
+    x, lo, hi = inputs
+    inside = logical_and(greater_equal(x, lo), less_equal(x, hi))
+    return [where(inside, gz, 0), where(less(x, lo), gz, 0), where(greater(x, hi), gz, 0)]
+
+
+_SQRT_PI = 1.7724538509055159
+
+_GRAD_RULES = {
+    "add": lambda i, o, gz: [gz, gz],
+    "sub": lambda i, o, gz: [gz, neg(gz)],
+    "mul": lambda i, o, gz: [mul(gz, i[1]), mul(gz, i[0])],
+    "true_divide": lambda i, o, gz: [true_divide(gz, i[1]),
+                                     neg(true_divide(mul(gz, i[0]), square(i[1])))],
+    "floor_divide": lambda i, o, gz: [_zero(i[0]), _zero(i[1])],   # piecewise constant
+    "mod": lambda i, o, gz: [gz, neg(mul(gz, floor_divide(i[0], i[1])))],
+    "power": _power_grad,
+    "neg": lambda i, o, gz: [neg(gz)],
+    "abs": lambda i, o, gz: [mul(gz, sign(i[0]))],
+    "sign": lambda i, o, gz: [_zero(i[0])],
+    "square": lambda i, o, gz: [mul(gz, mul(2, i[0]))],
+    "reciprocal": lambda i, o, gz: [neg(mul(gz, square(o)))],
+    "maximum": lambda i, o, gz: [mul(gz, _tie_share(i[0], o, i[1])),
+                                 mul(gz, _tie_share(i[1], o, i[0]))],
+    "minimum": lambda i, o, gz: [mul(gz, _tie_share(i[0], o, i[1])),
+                                 mul(gz, _tie_share(i[1], o, i[0]))],
+    "clip": _clip_grad,
+    "exp": lambda i, o, gz: [mul(gz, o)],
+    "log": lambda i, o, gz: [true_divide(gz, i[0])],
+    "log1p": lambda i, o, gz: [true_divide(gz, add(1, i[0]))],
+    "expm1": lambda i, o, gz: [mul(gz, add(o, 1))],
+    "sqrt": lambda i, o, gz: [true_divide(gz, mul(2, o))],
+    "sin": lambda i, o, gz: [mul(gz, cos(i[0]))],
+    "cos": lambda i, o, gz: [neg(mul(gz, sin(i[0])))],
+    "tanh": lambda i, o, gz: [mul(gz, sub(1, square(o)))],
+    "sigmoid": lambda i, o, gz: [mul(gz, mul(o, sub(1, o)))],
+    "softplus": lambda i, o, gz: [mul(gz, sigmoid(i[0]))],
+    "erf": lambda i, o, gz: [mul(gz, mul(2 / _SQRT_PI, exp(neg(square(i[0])))))],
+    "where": lambda i, o, gz: [None, where(i[0], gz, 0), where(i[0], 0, gz)],
+}

@@ -229,6 +229,47 @@ class Reduce(_AxisReduction):
         return {}
 
 
+    # -- gradients -----------------------------------------------------------
+    def grad(self, inputs, output_grads):
+        (x,) = inputs
+        rule = _REDUCE_GRADS.get(self.fn_name)
+        if rule is None:
+            return [None]  # all/any: boolean results carry no gradient
+        return [rule(self, x, self.make_node(x).outputs[0], output_grads[0])]
+
+    def expand_to_input(self, value, x):
+        """A reduced ``value`` (this op's output shape) broadcast back to ``x``'s shape."""
+        from tenure.symbolic.ops.creation import broadcast_to
+        from tenure.symbolic.ops.shape import expand_dims, shape_tuple
+        if not self.keepdims and self.axis:
+            value = expand_dims(value, self.axis)
+        return broadcast_to(value, shape_tuple(x))
+
+
+def _reduced_count(op: Reduce, x):
+    """How many elements each output of ``op`` reduces (a dim)."""
+    from tenure.symbolic.ops.shape import dim_prod, shape_tuple
+    dims = shape_tuple(x)
+    return dim_prod([dims[a] for a in op.axis])
+
+
+def _sum_grad(op, x, out, gz):
+    return op.expand_to_input(gz, x)
+
+
+def _mean_grad(op, x, out, gz):
+    from tenure.symbolic.ops.elemwise import cast, true_divide
+    count = _reduced_count(op, x)
+    return true_divide(op.expand_to_input(gz, x), cast(count, gz.dtype)
+                       if not isinstance(count, int) else count)
+
+
+_REDUCE_GRADS = {
+    "sum": _sum_grad,
+    "mean": _mean_grad,
+}
+
+
 class ArgReduce(_AxisReduction):
     """``argmax`` or ``argmin`` along one axis (an int in ``[0, ndim)``), or over the
     flattened input when ``axis`` is None."""
@@ -325,3 +366,67 @@ def argmax(x, axis=None, keepdims=False):
 def argmin(x, axis=None, keepdims=False):
     """The index (int64) of the smallest element along ``axis`` (see :func:`argmax`)."""
     return _arg_reduce("argmin", x, axis, keepdims)
+
+
+# --------------------------------------------------------------------------
+# Undoing a broadcast (for gradients)
+
+
+class SumTo(Op):
+    """Sum ``g`` down to a target shape: over its extra leading axes and over
+    every axis where the target has length 1 and ``g`` does not.
+
+    This is the adjoint of NumPy broadcasting, decided at run time so it is
+    right even where a length 1 was not known when the graph was built.
+    Inputs: ``g`` and one 0-d int input per target dimension.  The result is
+    ``g`` itself when nothing needs summing (declared as a possible view).
+    """
+
+    view_map = {0: [0]}
+
+    def make_node(self, g, *dims):
+        g = as_tensor_variable(g)
+        dims = [as_tensor_variable(d) for d in dims]
+        if len(dims) > g.ndim:
+            raise ValueError(f"sum_to: cannot sum a {g.ndim}-d {g} to {len(dims)} dimensions")
+        from tenure.symbolic.variable import TensorConstant
+        static = tuple(int(d.data) if isinstance(d, TensorConstant) else None for d in dims)
+        return Apply(self, [g, *dims], [TensorType(g.dtype, static)()])
+
+    def perform(self, node, inputs, output_storage):
+        g, target = inputs[0], tuple(int(d) for d in inputs[1:])
+        lead = g.ndim - len(target)
+        if lead:
+            g = np.sum(g, axis=tuple(range(lead)))
+        axes = tuple(i for i, (have, want) in enumerate(zip(g.shape, target))
+                     if want == 1 and have != 1)
+        if axes:
+            g = np.sum(g, axis=axes, keepdims=True)
+        if g.shape != target:
+            raise ValueError(f"sum_to: an array of shape {inputs[0].shape} does not broadcast "
+                             f"from {target}")
+        output_storage[0][0] = np.asarray(g, dtype=node.outputs[0].type.numpy_dtype)
+
+    def infer_shape(self, node, input_shapes):
+        from tenure.symbolic.ops.shape import as_dim
+        return [tuple(as_dim(d) for d in node.inputs[1:])]
+
+    def grad(self, inputs, output_grads):
+        from tenure.symbolic.ops.creation import broadcast_to
+        from tenure.symbolic.ops.shape import shape_tuple
+        return [broadcast_to(output_grads[0], shape_tuple(inputs[0]))] + [None] * (
+            len(inputs) - 1)
+
+
+_sum_to = SumTo()
+
+
+def sum_to(g, like):
+    """``g`` summed down to the shape of ``like`` (the adjoint of broadcasting
+    ``like`` to ``g``'s shape).  Only ``like``'s shape is used."""
+    from tenure.symbolic.ops.shape import shape_tuple
+    g = as_tensor_variable(g)
+    like = as_tensor_variable(like)
+    if g.type.shape == like.type.shape and None not in g.type.shape:
+        return g  # statically the same shape: nothing to sum
+    return _sum_to(g, *shape_tuple(like))

@@ -1,0 +1,186 @@
+"""Reverse-mode automatic differentiation.
+
+:func:`grad` walks the graph from a scalar cost back to the variables asked
+for, calling each op's ``grad(inputs, output_grads)``, which returns one
+symbolic gradient per input: a variable of the input's shape, or ``None`` when
+no gradient flows to that input (an index, an integer, a disconnected path).
+
+Integer and boolean variables carry no gradient: a path through them is cut.
+:func:`stop_gradient` cuts a path explicitly; ``consider_constant`` does the
+same for a list of variables.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+from tenure.symbolic.graph import Apply, Op, Variable, io_toposort
+from tenure.symbolic.types import TensorType
+from tenure.symbolic.variable import as_tensor_variable
+
+
+class DisconnectedInputError(ValueError):
+    """The cost does not depend (differentiably) on a variable passed as ``wrt``."""
+
+
+def is_differentiable(var: Variable) -> bool:
+    """Whether gradients can flow through ``var``: float or complex tensors only."""
+    return isinstance(var.type, TensorType) and var.type.numpy_dtype.kind in "fc"
+
+
+class StopGradient(Op):
+    """Identity in the forward pass; no gradient flows through it."""
+
+    view_map = {0: [0]}
+
+    def make_node(self, x):
+        x = as_tensor_variable(x)
+        return Apply(self, [x], [x.type()])
+
+    def perform(self, node, inputs, output_storage):
+        output_storage[0][0] = inputs[0]
+
+    def infer_shape(self, node, input_shapes):
+        return [input_shapes[0]]
+
+    def grad(self, inputs, output_grads):
+        return [None]
+
+
+_stop_gradient = StopGradient()
+
+
+def stop_gradient(x):
+    """``x`` itself, but treated as a constant by :func:`grad`."""
+    return _stop_gradient(x)
+
+
+def grad(cost, wrt, consider_constant: Sequence[Variable] | None = None,
+         disconnected_inputs: str = "raise"):
+    """Gradient of the scalar ``cost`` with respect to ``wrt``.
+
+    ``wrt`` is a variable or a list/tuple of them; the result has the same
+    structure, each gradient with its variable's shape and dtype.
+    ``consider_constant``: variables through which no gradient flows.
+    ``disconnected_inputs``: what to do when the cost does not depend on a
+    ``wrt`` variable: ``"raise"`` (:class:`DisconnectedInputError`),
+    ``"warn"``, or ``"ignore"``/``"zero"`` (both return zeros silently).
+    """
+    if disconnected_inputs not in ("raise", "warn", "ignore", "zero"):
+        raise ValueError("disconnected_inputs: expected 'raise', 'warn', 'ignore' or 'zero', "
+                         f"got {disconnected_inputs!r}")
+    cost = _check_cost(cost)
+    single = isinstance(wrt, Variable)
+    wrt_list = [wrt] if single else list(wrt) if isinstance(wrt, (list, tuple)) else None
+    if wrt_list is None:
+        raise TypeError(f"grad: wrt must be a variable or a list of variables, got "
+                        f"{type(wrt).__name__}")
+    for i, var in enumerate(wrt_list):
+        if not isinstance(var, Variable):
+            raise TypeError(f"grad: wrt[{i}] must be a symbolic variable, got "
+                            f"{type(var).__name__}")
+        if not is_differentiable(var):
+            raise TypeError(f"grad: cannot differentiate with respect to {var} of type "
+                            f"{var.type}: only float (or complex) variables have gradients")
+    blocked = set(consider_constant or ())
+    grads = _backpropagate(cost, wrt_list, blocked)
+    results = []
+    for var in wrt_list:
+        g = grads.get(var)
+        if g is None:
+            g = _disconnected(var, disconnected_inputs)
+        results.append(g)
+    if single:
+        return results[0]
+    return type(wrt)(results) if isinstance(wrt, tuple) else results
+
+
+def _check_cost(cost) -> Variable:
+    if not isinstance(cost, Variable):
+        raise TypeError(f"grad: cost must be a symbolic variable, got {type(cost).__name__}")
+    if cost.ndim != 0:
+        raise TypeError(f"grad: cost must be a scalar (0-d), got {cost} of type {cost.type}; "
+                        "reduce it first (e.g. cost.sum() or cost.mean())")
+    if not is_differentiable(cost):
+        raise TypeError(f"grad: cost must be a float scalar, got {cost} of type {cost.type}")
+    return cost
+
+
+def _disconnected(var: Variable, policy: str) -> Variable:
+    from tenure.symbolic.ops.creation import zeros_like
+    message = (f"grad: the cost does not depend on {var} (type {var.type}) through any "
+               "differentiable path")
+    if policy == "raise":
+        raise DisconnectedInputError(message + "; pass disconnected_inputs='ignore' to get "
+                                     "zeros instead")
+    if policy == "warn":
+        warnings.warn(message + "; its gradient is zero", stacklevel=3)
+    return zeros_like(var)
+
+
+def _connected_nodes(cost: Variable, wrt: list[Variable], blocked: set) -> tuple[list, set]:
+    """Nodes on a differentiable path from some ``wrt`` to ``cost``, in
+    topological order, and the variables on such paths."""
+    nodes = io_toposort(list(wrt), [cost])
+    # Forward pass: which variables depend on a wrt variable differentiably.
+    depends = set(wrt)
+    for node in nodes:
+        if any(i in depends and i not in blocked for i in node.inputs):
+            depends.update(o for o in node.outputs if is_differentiable(o))
+    # Backward pass: which of those reach the cost.
+    reaches = {cost} if cost in depends else set()
+    on_path = []
+    for node in reversed(nodes):
+        if any(o in reaches for o in node.outputs):
+            on_path.append(node)
+            reaches.update(i for i in node.inputs if i in depends and i not in blocked)
+    on_path.reverse()
+    return on_path, reaches
+
+
+def _backpropagate(cost: Variable, wrt: list[Variable], blocked: set) -> dict:
+    from tenure.symbolic.ops.creation import ones_like
+    nodes, relevant = _connected_nodes(cost, wrt, blocked)
+    pending: dict[Variable, list[Variable]] = {}
+    if cost in relevant:
+        pending[cost] = [ones_like(cost)]
+    done: dict[Variable, Variable] = {}
+
+    def total(var: Variable):
+        if var not in done:
+            parts = pending.pop(var, [])
+            done[var] = _sum_terms(parts) if parts else None
+        return done[var]
+
+    for node in reversed(nodes):
+        output_grads = [total(o) for o in node.outputs]
+        input_grads = node.op.grad(list(node.inputs), output_grads)
+        if len(input_grads) != len(node.inputs):
+            raise ValueError(f"{node.op}.grad returned {len(input_grads)} gradients for "
+                             f"{len(node.inputs)} inputs")
+        for inp, g in zip(node.inputs, input_grads):
+            if g is None or inp not in relevant:
+                continue
+            pending.setdefault(inp, []).append(_fit(g, inp, node))
+    return {var: total(var) for var in wrt}
+
+
+def _fit(g, inp: Variable, node: Apply) -> Variable:
+    """Check an op's gradient against its input, casting the dtype if needed."""
+    from tenure.symbolic.ops.elemwise import cast
+    g = as_tensor_variable(g)
+    if g.ndim != inp.ndim:
+        raise ValueError(f"{node.op}.grad returned a {g.ndim}-d gradient for the "
+                         f"{inp.ndim}-d input {inp}")
+    if g.dtype != inp.dtype:
+        g = cast(g, inp.dtype)
+    return g
+
+
+def _sum_terms(parts: list[Variable]) -> Variable:
+    from tenure.symbolic.ops.elemwise import add
+    total = parts[0]
+    for part in parts[1:]:
+        total = add(total, part)
+    return total
