@@ -203,9 +203,11 @@ def arange(start, stop=None, step=1, dtype=None):
         start, stop = 0, start
     args = [as_tensor_variable(v) for v in (start, stop, step)]
     if dtype is None:
+        # NumPy's own choice for these argument types (it treats them like
+        # Python numbers: integers give int64, floats float64).
         probes = [a.weak_value if isinstance(a, TensorConstant) and a.weak
-                  else np.zeros((), a.dtype) for a in args]
-        dtype = np.result_type(*probes).name
+                  else np.dtype(a.dtype).type(v) for a, v in zip(args, (0, 1, 1))]
+        dtype = np.arange(*probes).dtype.name
         if np.dtype(dtype).kind == "f" and all(isinstance(a, TensorConstant) and a.weak
                                                for a in args):
             dtype = normalize_dtype(None)
