@@ -205,7 +205,7 @@ def arange(start, stop=None, step=1, dtype=None):
     if dtype is None:
         # NumPy's own choice for these argument types (it treats them like
         # Python numbers: integers give int64, floats float64).
-        probes = [a.weak_value if isinstance(a, TensorConstant) and a.weak
+        probes = [type(a.weak_value)(v) if isinstance(a, TensorConstant) and a.weak
                   else np.dtype(a.dtype).type(v) for a, v in zip(args, (0, 1, 1))]
         dtype = np.arange(*probes).dtype.name
         if np.dtype(dtype).kind == "f" and all(isinstance(a, TensorConstant) and a.weak
