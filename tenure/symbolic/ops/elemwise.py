@@ -72,7 +72,9 @@ def _probe(var):
     """What NumPy sees of an input when working out the output dtype."""
     if isinstance(var, TensorConstant) and var.weak:
         return var.weak_value
-    return np.empty((0,) * var.ndim, dtype=var.dtype)
+    # Always an empty 1-d array: only the dtype matters, and an empty array has
+    # no values that could make NumPy raise (a 0-d probe would hold one).
+    return np.empty((0,), dtype=var.dtype)
 
 
 def _describe(inputs) -> str:
