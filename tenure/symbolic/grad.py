@@ -122,7 +122,8 @@ def _disconnected(var: Variable, policy: str) -> Variable:
 def _connected_nodes(cost: Variable, wrt: list[Variable], blocked: set) -> tuple[list, set]:
     """Nodes on a differentiable path from some ``wrt`` to ``cost``, in
     topological order, and the variables on such paths."""
-    nodes = io_toposort(list(wrt), [cost])
+    # Not blocked at `wrt`: one wrt variable may be computed from another.
+    nodes = io_toposort([], [cost])
     # Forward pass: which variables depend on a wrt variable differentiably.
     depends = set(wrt)
     for node in nodes:
@@ -155,6 +156,8 @@ def _backpropagate(cost: Variable, wrt: list[Variable], blocked: set) -> dict:
 
     for node in reversed(nodes):
         output_grads = [total(o) for o in node.outputs]
+        if all(g is None for g in output_grads):
+            continue  # every path through this node was cut (stop_gradient, a constant)
         input_grads = node.op.grad(list(node.inputs), output_grads)
         if len(input_grads) != len(node.inputs):
             raise ValueError(f"{node.op}.grad returned {len(input_grads)} gradients for "

@@ -1,4 +1,5 @@
-"""Products of arrays: :func:`dot` and :func:`matmul`, with NumPy's semantics.
+"""Products of arrays: :func:`dot`, :func:`matmul`, :func:`tensordot` and
+:func:`outer`, with NumPy's semantics.
 
 ``dot`` is ``np.dot``: a 0-d operand multiplies elementwise, two vectors give
 their inner product, and otherwise the last axis of ``a`` is summed against
@@ -7,12 +8,27 @@ of both operands kept.  ``matmul`` is ``np.matmul`` (the ``@`` operator):
 stacks of matrices over broadcast leading axes, a vector operand promoted to a
 matrix and its axis removed again, and 0-d operands refused.
 
+``tensordot`` is ``np.tensordot``: the axes ``axes[0]`` of ``a`` summed
+against the axes ``axes[1]`` of ``b`` (an int ``n`` means ``a``'s last ``n``
+axes against ``b``'s first ``n``), the result holding ``a``'s other axes then
+``b``'s.  ``outer`` is ``np.outer``: both operands flattened first.
+
 Output dtypes are what NumPy gives (``int8 @ int8`` is ``int8``, ``bool @
 bool`` is ``bool``), found by asking NumPy on tiny arrays.  Known inner
 lengths that differ are an error when the graph is built.
+
+Gradients are products again: every product here is a tensordot of its
+operands, and the gradient of a tensordot with respect to one operand is the
+tensordot of the output gradient with the other operand over its free axes
+(then axes put back in order).  ``matmul`` sums the gradients over broadcast
+batch axes with ``sum_to``.  Gradients follow the convention of ``mul`` for
+complex operands (no conjugation).
 """
 
 from __future__ import annotations
+
+import numbers
+import operator
 
 import numpy as np
 
@@ -124,6 +140,18 @@ class Dot(Op):
         static = node.outputs[0].type.shape
         return [tuple(s if s is not None else d for s, d in zip(static, symbolic))]
 
+    def grad(self, inputs, output_grads):
+        a, b = inputs
+        (gz,) = output_grads
+        if a.ndim == 0 or b.ndim == 0:
+            # A scaling: the scalar's gradient sums over every element.
+            from tenure.symbolic.ops.elemwise import mul
+            ga = tensordot(gz, b, axes=b.ndim) if a.ndim == 0 else mul(gz, b)
+            gb = mul(gz, a) if a.ndim == 0 else tensordot(a, gz, axes=a.ndim)
+            return [_if_differentiable(a, ga), _if_differentiable(b, gb)]
+        b_axis = b.ndim - 2 if b.ndim >= 2 else 0
+        return tensordot_grads(a, b, (a.ndim - 1,), (b_axis,), gz)
+
 
 def _aligned(a_shape: tuple, b_shape: tuple) -> bool:
     """Whether ``np.dot`` accepts these concrete shapes; when not, NumPy should
@@ -213,6 +241,40 @@ class MatMul(Op):
         symbolic = tuple(batch) + tuple(rows) + tuple(cols)
         return [tuple(s if s is not None else d for s, d in zip(static, symbolic))]
 
+    def grad(self, inputs, output_grads):
+        from tenure.symbolic.grad import is_differentiable
+        from tenure.symbolic.ops.reduce import sum_to
+        from tenure.symbolic.ops.shape import expand_dims, squeeze
+        a, b = inputs
+        (gz,) = output_grads
+        # Vectors as the matrices matmul makes of them: a is one row, b one column;
+        # gz gets back the axes that were dropped from the result.
+        a2 = expand_dims(a, 0) if a.ndim == 1 else a
+        b2 = expand_dims(b, -1) if b.ndim == 1 else b
+        if a.ndim == 1:
+            gz = expand_dims(gz, -1 if gz.ndim == 0 else gz.ndim - 1)
+        if b.ndim == 1:
+            gz = expand_dims(gz, -1)
+        ga = gb = None
+        if is_differentiable(a):
+            ga = matmul(gz, _swap_last(b2))          # batch + (n, k)
+            if a.ndim == 1:
+                ga = squeeze(ga, axis=-2)
+            ga = sum_to(ga, a)                        # sum over broadcast batch axes
+        if is_differentiable(b):
+            gb = matmul(_swap_last(a2), gz)           # batch + (k, m)
+            if b.ndim == 1:
+                gb = squeeze(gb, axis=-1)
+            gb = sum_to(gb, b)
+        return [ga, gb]
+
+
+def _swap_last(x):
+    """``x`` with its last two axes swapped (a view)."""
+    from tenure.symbolic.ops.shape import transpose
+    order = tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)
+    return transpose(x, order)
+
 
 def _try_matmul_shape(a: np.ndarray, b: np.ndarray):
     """The output shape of ``np.matmul(a, b)``, or None when NumPy would refuse."""
@@ -230,3 +292,263 @@ def matmul(a, b):
     vector operand acts as a one-row (left) or one-column (right) matrix whose
     extra axis is then dropped.  0-d operands raise ``ValueError``."""
     return _matmul(a, b)
+
+
+
+# --------------------------------------------------------------------------
+# tensordot
+
+
+def _if_differentiable(var, g):
+    from tenure.symbolic.grad import is_differentiable
+    return g if is_differentiable(var) else None
+
+
+def _axes_list(value, which: str) -> tuple:
+    """One side of a ``tensordot`` axes pair: an int or a sequence of ints."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"tensordot: axes for {which} must be ints, got {value!r}")
+    if isinstance(value, (numbers.Integral, np.integer)):
+        return (int(value),)
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise TypeError(f"tensordot: axes for {which} must be an int or a sequence of ints, "
+                        f"got {type(value).__name__} {value!r}") from None
+    for item in items:
+        if isinstance(item, (bool, np.bool_)) or not isinstance(item, (numbers.Integral,
+                                                                       np.integer)):
+            raise TypeError(f"tensordot: axes for {which} must be ints, got "
+                            f"{type(item).__name__} {item!r} in {value!r}")
+    return tuple(int(i) for i in items)
+
+
+def _normalize_side(axes: tuple, ndim: int, which: str) -> tuple:
+    out = []
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise ValueError(f"tensordot: axis {a} is out of range for {which}, which has "
+                             f"{ndim} dimension(s)")
+        out.append(a % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError(f"tensordot: axes {axes} for {which} name the same axis twice")
+    return tuple(out)
+
+
+def normalize_tensordot_axes(axes, a_ndim: int, b_ndim: int) -> tuple[tuple, tuple]:
+    """``np.tensordot``'s ``axes`` as two equally long tuples of non-negative axes.
+
+    An int ``n`` means the last ``n`` axes of ``a`` and the first ``n`` of ``b``;
+    a pair gives the axes of ``a`` and of ``b`` (each an int or a sequence),
+    summed pairwise.
+    """
+    if isinstance(axes, (numbers.Integral, np.integer)) and not isinstance(axes, (bool,
+                                                                                  np.bool_)):
+        n = operator.index(axes)
+        if n < 0:
+            raise ValueError(f"tensordot: axes must be a non-negative int or a pair of axis "
+                             f"sequences, got {n}")
+        if n > a_ndim or n > b_ndim:
+            raise ValueError(f"tensordot: axes={n} sums over {n} axes, but the operands have "
+                             f"{a_ndim} and {b_ndim} dimensions")
+        return tuple(range(a_ndim - n, a_ndim)), tuple(range(n))
+    try:
+        a_side, b_side = axes
+    except (TypeError, ValueError):
+        raise TypeError(f"tensordot: axes must be an int or a pair (axes of a, axes of b), "
+                        f"got {axes!r}") from None
+    a_axes = _axes_list(a_side, "the first operand")
+    b_axes = _axes_list(b_side, "the second operand")
+    if len(a_axes) != len(b_axes):
+        raise ValueError(f"tensordot: axes {axes!r} pair {len(a_axes)} axes of the first "
+                         f"operand with {len(b_axes)} of the second; the counts must be equal")
+    return (_normalize_side(a_axes, a_ndim, "the first operand"),
+            _normalize_side(b_axes, b_ndim, "the second operand"))
+
+
+def _free_axes(ndim: int, summed: tuple) -> tuple:
+    return tuple(i for i in range(ndim) if i not in summed)
+
+
+def _check_tensordot_lengths(a_shape, b_shape, a_axes, b_axes) -> None:
+    for i, j in zip(a_axes, b_axes):
+        la, lb = a_shape[i], b_shape[j]
+        if la is not None and lb is not None and la != lb:
+            raise ValueError(
+                f"tensordot: shapes {_shape_str(a_shape)} and {_shape_str(b_shape)} are not "
+                f"aligned: axis {i} of the first (length {la}) is summed against axis {j} of "
+                f"the second (length {lb})")
+
+
+class TensorDot(Op):
+    """``np.tensordot(a, b, axes=(a_axes, b_axes))`` with normalized axes (two
+    equally long tuples of distinct non-negative ints)."""
+
+    __props__ = ("a_axes", "b_axes")
+
+    def __init__(self, a_axes, b_axes):
+        self.a_axes = tuple(operator.index(i) for i in a_axes)
+        self.b_axes = tuple(operator.index(i) for i in b_axes)
+        if len(self.a_axes) != len(self.b_axes):
+            raise ValueError(f"TensorDot: {self.a_axes} and {self.b_axes} differ in length")
+        if any(i < 0 for i in self.a_axes + self.b_axes):
+            raise ValueError(f"TensorDot: axes must be non-negative, got {self.a_axes} and "
+                             f"{self.b_axes} (normalize them with normalize_tensordot_axes)")
+
+    def __str__(self) -> str:
+        return f"tensordot{{axes=({self.a_axes}, {self.b_axes})}}"
+
+    def _numpy_axes(self):
+        return (list(self.a_axes), list(self.b_axes))
+
+    def make_node(self, a, b) -> Apply:
+        a, b = as_tensor_variable(a), as_tensor_variable(b)
+        for which, var, axes in (("first", a, self.a_axes), ("second", b, self.b_axes)):
+            for i in axes:
+                if i >= var.ndim:
+                    raise ValueError(f"tensordot: axis {i} is out of range for the {which} "
+                                     f"operand {var} ({var.type})")
+            if len(set(axes)) != len(axes):
+                raise ValueError(f"tensordot: axes {axes} of the {which} operand repeat")
+        _check_tensordot_lengths(a.type.shape, b.type.shape, self.a_axes, self.b_axes)
+        dtype = _output_dtype("tensordot",
+                              lambda p, q: np.tensordot(p, q, axes=self._numpy_axes()), a, b)
+        shape = (tuple(a.type.shape[i] for i in _free_axes(a.ndim, self.a_axes))
+                 + tuple(b.type.shape[i] for i in _free_axes(b.ndim, self.b_axes)))
+        return Apply(self, [a, b], [TensorType(dtype, shape)()])
+
+    def perform(self, node, inputs, output_storage):
+        a, b = inputs
+        for i, j in zip(self.a_axes, self.b_axes):
+            if a.shape[i] != b.shape[j]:
+                raise ValueError(
+                    f"tensordot: shapes {a.shape} and {b.shape} are not aligned: axis {i} of "
+                    f"the first (length {a.shape[i]}) is summed against axis {j} of the "
+                    f"second (length {b.shape[j]})")
+        dtype = node.outputs[0].type.numpy_dtype
+        output_storage[0][0] = np.asarray(np.tensordot(a, b, axes=self._numpy_axes()),
+                                          dtype=dtype)
+
+    def infer_shape(self, node, input_shapes):
+        a, b = node.inputs
+        a_shape, b_shape = input_shapes
+        symbolic = (tuple(a_shape[i] for i in _free_axes(a.ndim, self.a_axes))
+                    + tuple(b_shape[i] for i in _free_axes(b.ndim, self.b_axes)))
+        static = node.outputs[0].type.shape
+        return [tuple(s if s is not None else d for s, d in zip(static, symbolic))]
+
+    def grad(self, inputs, output_grads):
+        a, b = inputs
+        return tensordot_grads(a, b, self.a_axes, self.b_axes, output_grads[0])
+
+
+def _permute_back(t, source_axes: list):
+    """``t``, whose axis ``k`` stands for axis ``source_axes[k]`` of some operand,
+    with its axes put in that operand's order."""
+    from tenure.symbolic.ops.shape import transpose
+    order = tuple(int(k) for k in np.argsort(source_axes))
+    return t if order == tuple(range(len(order))) else transpose(t, order)
+
+
+def tensordot_grads(a, b, a_axes: tuple, b_axes: tuple, gz) -> list:
+    """Gradients of ``tensordot(a, b, (a_axes, b_axes))`` given the output's ``gz``
+    (None for an operand that is not differentiable).
+
+    ``gz`` holds ``a``'s free axes then ``b``'s.  Summing it against ``b`` over
+    ``b``'s free axes leaves ``a``'s free axes and ``b``'s summed axes, which
+    stand for ``a``'s summed axes (paired in order); likewise for ``b``.
+    """
+    from tenure.symbolic.grad import is_differentiable
+    a_free, b_free = _free_axes(a.ndim, a_axes), _free_axes(b.ndim, b_axes)
+    ga = gb = None
+    if is_differentiable(a):
+        t = _tensordot(gz, b, tuple(range(len(a_free), gz.ndim)), b_free)
+        pairs = dict(zip(b_axes, a_axes))
+        ga = _permute_back(t, list(a_free) + [pairs[j] for j in sorted(b_axes)])
+    if is_differentiable(b):
+        t = _tensordot(a, gz, a_free, tuple(range(len(a_free))))
+        pairs = dict(zip(a_axes, b_axes))
+        gb = _permute_back(t, [pairs[i] for i in sorted(a_axes)] + list(b_free))
+    return [ga, gb]
+
+
+def _tensordot(a, b, a_axes, b_axes):
+    return TensorDot(a_axes, b_axes)(a, b)
+
+
+def tensordot(a, b, axes=2):
+    """``np.tensordot(a, b, axes)``: ``axes`` an int ``n`` (``a``'s last ``n`` axes
+    summed against ``b``'s first ``n``) or a pair ``(axes of a, axes of b)`` of
+    ints or sequences, summed pairwise.  The result holds ``a``'s remaining
+    axes, then ``b``'s.  Known lengths that differ raise ``ValueError``."""
+    a, b = as_tensor_variable(a), as_tensor_variable(b)
+    a_axes, b_axes = normalize_tensordot_axes(axes, a.ndim, b.ndim)
+    return _tensordot(a, b, a_axes, b_axes)
+
+
+# --------------------------------------------------------------------------
+# outer
+
+
+def _flat_length(shape: tuple):
+    return int(np.prod(shape, dtype=np.int64)) if None not in shape else None
+
+
+class Outer(Op):
+    """``np.outer(a, b)``: ``a`` and ``b`` flattened, ``out[i, j] = a[i] * b[j]``."""
+
+    __props__ = ()
+
+    def __str__(self) -> str:
+        return "outer"
+
+    def make_node(self, a, b) -> Apply:
+        a, b = as_tensor_variable(a), as_tensor_variable(b)
+        dtype = _output_dtype("outer", np.outer, a, b)
+        shape = (_flat_length(a.type.shape), _flat_length(b.type.shape))
+        return Apply(self, [a, b], [TensorType(dtype, shape)()])
+
+    def perform(self, node, inputs, output_storage):
+        a, b = inputs
+        cell = output_storage[0]
+        dtype = node.outputs[0].type.numpy_dtype
+        if _fits(cell[0], (a.size, b.size), dtype):
+            np.outer(a, b, out=cell[0])
+        else:
+            cell[0] = np.asarray(np.outer(a, b), dtype=dtype)
+
+    def infer_shape(self, node, input_shapes):
+        from tenure.symbolic.ops.shape import dim_prod
+        static = node.outputs[0].type.shape
+        symbolic = (dim_prod(input_shapes[0]), dim_prod(input_shapes[1]))
+        return [tuple(s if s is not None else d for s, d in zip(static, symbolic))]
+
+    def grad(self, inputs, output_grads):
+        from tenure.symbolic.grad import is_differentiable
+        a, b = inputs
+        (gz,) = output_grads
+        ga = gb = None
+        if is_differentiable(a):
+            ga = _unflatten(dot(gz, _flat(b)), a)
+        if is_differentiable(b):
+            gb = _unflatten(dot(_flat(a), gz), b)
+        return [ga, gb]
+
+
+def _flat(x):
+    from tenure.symbolic.ops.shape import flatten
+    return x if x.ndim == 1 else flatten(x)
+
+
+def _unflatten(g, like):
+    from tenure.symbolic.ops.shape import reshape, shape_tuple
+    return g if like.ndim == 1 else reshape(g, shape_tuple(like))
+
+
+_outer = Outer()
+
+
+def outer(a, b):
+    """``np.outer(a, b)``: the 2-d product ``a.ravel()[i] * b.ravel()[j]`` (both
+    operands are flattened first, whatever their number of dimensions)."""
+    return _outer(a, b)

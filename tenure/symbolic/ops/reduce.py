@@ -1,5 +1,6 @@
 """Reductions: ``sum``, ``prod``, ``mean``, ``max``, ``min``, ``all``, ``any``,
-``argmax`` and ``argmin`` along some axes.
+``var``, ``std``, ``argmax`` and ``argmin`` along some axes, and the running
+sum ``cumsum``.
 
 Each is one NumPy function applied with a fixed ``axis`` and ``keepdims``.
 Axes are normalized when the graph is built (negative axes counted from the
@@ -11,15 +12,26 @@ asking NumPy itself on a tiny array.
 
 Runtime errors are NumPy's: ``max`` of an empty axis raises ``ValueError``
 when the function runs, ``mean`` of one is NaN with a warning.
+
+Gradients: ``sum`` and ``mean`` spread the output gradient over the reduced
+axes; ``prod`` gives each element the product of the others (exact with
+zeros: computed from the product of the non-zero elements and the number of
+zeros, never by dividing by zero); ``max``/``min`` split the gradient evenly
+between tied extrema; ``var``/``std`` are differentiable; ``cumsum``'s
+gradient is the reversed running sum.  Booleans (``all``, ``any``) and
+indices (``argmax``, ``argmin``) carry no gradient.
 """
 
 from __future__ import annotations
 
+import numbers
 import operator
+import warnings
 
 import numpy as np
 
 from tenure.symbolic.graph import Apply, Op
+from tenure.symbolic.ops import elemwise as ew
 from tenure.symbolic.types import TensorType
 from tenure.symbolic.variable import as_tensor_variable
 
@@ -58,8 +70,9 @@ def _axis_index(value, fn_name: str) -> int:
 def _check_axis_in_range(axis: int, ndim: int, fn_name: str) -> int:
     """``axis`` counted from 0 (negative axes count from the end), or ``ValueError``."""
     if not -ndim <= axis < ndim:
+        valid = f"valid axes: {-ndim} to {ndim - 1}" if ndim else "a 0-d input has no axes"
         raise ValueError(f"{fn_name}: axis {axis} is out of range for an input with "
-                         f"ndim={ndim} (valid axes: {-ndim} to {ndim - 1})")
+                         f"ndim={ndim} ({valid})")
     return axis % ndim
 
 
@@ -158,7 +171,8 @@ class _AxisReduction(Op):
         # NumPy decides the dtype; a size-1 array never hits an empty-reduction error.
         probe = np.ones((1,) * x.ndim, dtype=x.dtype)
         try:
-            with np.errstate(all="ignore"):
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
                 result = self.fn(probe, axis=self._numpy_axis(x.ndim), keepdims=self.keepdims,
                                  **self._numpy_kwargs(None))
         except TypeError as exc:
@@ -231,19 +245,26 @@ class Reduce(_AxisReduction):
 
     # -- gradients -----------------------------------------------------------
     def grad(self, inputs, output_grads):
+        from tenure.symbolic.grad import is_differentiable
         (x,) = inputs
         rule = _REDUCE_GRADS.get(self.fn_name)
-        if rule is None:
+        if rule is None or not is_differentiable(x):
             return [None]  # all/any: boolean results carry no gradient
         return [rule(self, x, self.make_node(x).outputs[0], output_grads[0])]
 
     def expand_to_input(self, value, x):
         """A reduced ``value`` (this op's output shape) broadcast back to ``x``'s shape."""
         from tenure.symbolic.ops.creation import broadcast_to
-        from tenure.symbolic.ops.shape import expand_dims, shape_tuple
+        from tenure.symbolic.ops.shape import shape_tuple
+        return broadcast_to(self.keep_reduced_axes(value), shape_tuple(x))
+
+    def keep_reduced_axes(self, value):
+        """A reduced ``value`` with the reduced axes back as length-1 axes (what
+        ``keepdims=True`` would have given), so it broadcasts against the input."""
+        from tenure.symbolic.ops.shape import expand_dims
         if not self.keepdims and self.axis:
             value = expand_dims(value, self.axis)
-        return broadcast_to(value, shape_tuple(x))
+        return value
 
 
 def _reduced_count(op: Reduce, x):
@@ -258,16 +279,106 @@ def _sum_grad(op, x, out, gz):
 
 
 def _mean_grad(op, x, out, gz):
-    from tenure.symbolic.ops.elemwise import cast, true_divide
     count = _reduced_count(op, x)
-    return true_divide(op.expand_to_input(gz, x), cast(count, gz.dtype)
-                       if not isinstance(count, int) else count)
+    return ew.true_divide(op.expand_to_input(gz, x), ew.cast(count, gz.dtype)
+                          if not isinstance(count, int) else count)
+
+
+def _prod_grad(op, x, out, gz):
+    """d prod / d x_i is the product of the other elements of x_i's group.
+
+    Computed without dividing by zero: with ``p`` the product of the non-zero
+    elements and ``k`` the number of zeros in the group, it is ``p / x_i``
+    when ``k == 0``; ``p`` for the zero and 0 elsewhere when ``k == 1``; and
+    0 everywhere when ``k >= 2``.
+    """
+    if not op.axis:
+        return gz  # a product over no axes is the identity
+    is_zero = ew.equal(x, 0)
+    nonzero = ew.where(is_zero, 1, x)
+    p = Reduce("prod", op.axis, keepdims=True)(nonzero)
+    k = Reduce("sum", op.axis, keepdims=True)(is_zero)
+    one_zero = ew.where(is_zero, p, 0)
+    share = ew.where(ew.equal(k, 0), ew.true_divide(p, nonzero),
+                     ew.where(ew.equal(k, 1), one_zero, 0))
+    return ew.mul(op.keep_reduced_axes(gz), share)
+
+
+def _extremum_grad(op, x, out, gz):
+    """The gradient goes to the elements equal to the max (min), split evenly
+    between them when several tie."""
+    if not op.axis:
+        return gz
+    winners = ew.cast(ew.equal(x, op.keep_reduced_axes(out)), gz.dtype)
+    count = Reduce("sum", op.axis, keepdims=True)(winners)
+    return ew.mul(op.keep_reduced_axes(gz), ew.true_divide(winners, count))
 
 
 _REDUCE_GRADS = {
     "sum": _sum_grad,
     "mean": _mean_grad,
+    "prod": _prod_grad,
+    "max": _extremum_grad,
+    "min": _extremum_grad,
 }
+
+
+class Var(Reduce):
+    """``np.var(x, axis, ddof=ddof, keepdims)``: the mean squared deviation from
+    the mean over ``axis``, divided by ``n - ddof`` instead of ``n``.
+
+    The dtype is NumPy's: float64 for ints and bools, the real dtype for
+    complex inputs, else ``x``'s.  ``n - ddof <= 0`` gives inf or NaN (with a
+    NumPy warning), as in NumPy.
+    """
+
+    __props__ = ("fn_name", "axis", "keepdims", "ddof")
+    _functions = {"var": np.var}
+
+    def __init__(self, axis: tuple[int, ...], ddof=0, keepdims: bool = False):
+        self.ddof = _check_ddof(ddof, "var")
+        super().__init__("var", axis, keepdims)
+
+    def __str__(self) -> str:
+        keep = ", keepdims" if self.keepdims else ""
+        ddof = f", ddof={self.ddof}" if self.ddof else ""
+        return f"var{{axis={self.axis}{ddof}{keep}}}"
+
+    def _numpy_kwargs(self, out_dtype):
+        return {"ddof": self.ddof}
+
+    def perform(self, node, inputs, output_storage):
+        # No out= buffer: NumPy's var accumulates in the buffer's dtype when given
+        # one, which changes float16 results.
+        (x,) = inputs
+        dtype = node.outputs[0].type.numpy_dtype
+        result = np.var(x, axis=self._numpy_axis(x.ndim), keepdims=self.keepdims,
+                        ddof=self.ddof)
+        output_storage[0][0] = np.asarray(result, dtype=dtype)
+
+    def grad(self, inputs, output_grads):
+        from tenure.symbolic.grad import is_differentiable
+        (x,) = inputs
+        (gz,) = output_grads
+        if not is_differentiable(x):
+            return [None]
+        count = _reduced_count(self, x)
+        centered = ew.sub(x, Reduce("mean", self.axis, keepdims=True)(x))
+        if isinstance(count, int):
+            with np.errstate(all="ignore"):
+                scale = float(np.divide(2.0, np.float64(count - self.ddof)))
+        else:
+            scale = ew.true_divide(2, ew.sub(ew.cast(count, gz.dtype), self.ddof))
+        return [ew.mul(self.keep_reduced_axes(gz), ew.mul(centered, scale))]
+
+
+def _check_ddof(ddof, fn_name: str):
+    if isinstance(ddof, (bool, np.bool_)) or not isinstance(ddof, numbers.Real):
+        raise TypeError(f"{fn_name}: ddof must be a number (delta degrees of freedom), got "
+                        f"{type(ddof).__name__} {ddof!r}")
+    if isinstance(ddof, numbers.Integral):
+        return int(ddof)
+    return float(ddof)
 
 
 class ArgReduce(_AxisReduction):
@@ -293,6 +404,9 @@ class ArgReduce(_AxisReduction):
 
     def _numpy_axis(self, ndim: int):
         return self.axis
+
+    def grad(self, inputs, output_grads):
+        return [None]  # an index is piecewise constant: no gradient flows
 
 
 # --------------------------------------------------------------------------
@@ -366,6 +480,113 @@ def argmax(x, axis=None, keepdims=False):
 def argmin(x, axis=None, keepdims=False):
     """The index (int64) of the smallest element along ``axis`` (see :func:`argmax`)."""
     return _arg_reduce("argmin", x, axis, keepdims)
+
+
+def var(x, axis=None, ddof=0, keepdims=False):
+    """The variance of ``x`` over ``axis`` (NumPy's ``var``): the mean of
+    ``|x - mean(x)|**2``, with ``n - ddof`` as the divisor.  float64 for ints
+    and bools, the real dtype for complex inputs, else ``x``'s dtype."""
+    x = as_tensor_variable(x)
+    axes = normalize_axes(axis, x.ndim, "var")
+    return Var(axes, _check_ddof(ddof, "var"), _check_keepdims(keepdims, "var"))(x)
+
+
+def std(x, axis=None, ddof=0, keepdims=False):
+    """The standard deviation of ``x`` over ``axis`` (NumPy's ``std``):
+    ``sqrt(var(x, axis, ddof, keepdims))``, with the same dtypes."""
+    x = as_tensor_variable(x)
+    axes = normalize_axes(axis, x.ndim, "std")
+    v = Var(axes, _check_ddof(ddof, "std"), _check_keepdims(keepdims, "std"))(x)
+    return ew.sqrt(v)
+
+
+# --------------------------------------------------------------------------
+# Running sums
+
+
+class CumSum(Op):
+    """``np.cumsum(x, axis)``: running sums along ``axis`` (an int in ``[0, ndim)``),
+    or along the flattened ``x`` when ``axis`` is None (the result is then 1-d).
+
+    ``reverse=True`` sums from the end instead (``flip(cumsum(flip(x)))``):
+    the gradient of a running sum is the reversed running sum of its output
+    gradient, and vice versa.  Small ints and bools widen like :func:`sum`.
+    """
+
+    __props__ = ("axis", "reverse")
+
+    def __init__(self, axis: int | None, reverse: bool = False):
+        if axis is not None:
+            axis = _axis_index(axis, "cumsum")
+            if axis < 0:
+                raise ValueError(f"CumSum: axis must be non-negative, got {axis}")
+        self.axis = axis
+        self.reverse = bool(reverse)
+
+    def __str__(self) -> str:
+        name = "cumsum_reverse" if self.reverse else "cumsum"
+        return f"{name}{{axis={self.axis}}}"
+
+    def make_node(self, x) -> Apply:
+        x = as_tensor_variable(x)
+        if self.axis is not None:
+            _check_axis_in_range(self.axis, x.ndim, "cumsum")
+        try:
+            dtype = np.cumsum(np.ones((1,) * x.ndim, dtype=x.dtype), axis=self.axis).dtype
+        except TypeError as exc:
+            raise TypeError(f"cumsum: unsupported input {x} ({x.type}): {exc}") from None
+        if self.axis is None:
+            static = x.type.shape
+            shape = (int(np.prod(static, dtype=np.int64)) if None not in static else None,)
+        else:
+            shape = x.type.shape
+        return Apply(self, [x], [TensorType(dtype, shape)()])
+
+    def perform(self, node, inputs, output_storage):
+        (x,) = inputs
+        dtype = node.outputs[0].type.numpy_dtype
+        axis = self.axis
+        if axis is None:
+            x, axis = np.ravel(x), 0
+        if not self.reverse:
+            output_storage[0][0] = np.cumsum(x, axis=axis, dtype=dtype)
+            return
+        out = np.empty(x.shape, dtype=dtype)
+        # Summing the flipped input into a flipped view keeps the result C-ordered.
+        np.cumsum(np.flip(x, axis), axis=axis, dtype=dtype, out=np.flip(out, axis))
+        output_storage[0][0] = out
+
+    def infer_shape(self, node, input_shapes):
+        from tenure.symbolic.ops.shape import dim_prod
+        if self.axis is None:
+            static = node.outputs[0].type.shape[0]
+            return [(static if static is not None else dim_prod(input_shapes[0]),)]
+        return [tuple(input_shapes[0])]
+
+    def grad(self, inputs, output_grads):
+        from tenure.symbolic.grad import is_differentiable
+        from tenure.symbolic.ops.shape import reshape, shape_tuple
+        (x,) = inputs
+        (gz,) = output_grads
+        if not is_differentiable(x):
+            return [None]
+        if self.axis is not None:
+            return [CumSum(self.axis, not self.reverse)(gz)]
+        g = CumSum(0, not self.reverse)(gz)
+        return [g if x.ndim == 1 else reshape(g, shape_tuple(x))]
+
+
+def cumsum(x, axis=None):
+    """The running sum of ``x`` along ``axis`` (NumPy's ``cumsum``); with
+    ``axis=None``, of the flattened ``x`` (a 1-d result).  Small ints and bools
+    are summed as int64 (uint64 for unsigned), as in NumPy."""
+    x = as_tensor_variable(x)
+    if axis is not None:
+        # Strict like the reductions: a 0-d input has no axis 0 (NumPy lets it pass).
+        axis = _check_axis_in_range(_axis_index(axis, "cumsum"), x.ndim, "cumsum")
+    if axis is None and x.ndim == 1:
+        axis = 0  # the same result, without flattening
+    return CumSum(axis)(x)
 
 
 # --------------------------------------------------------------------------

@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 import tenure as tn
 from tests.helpers import COMPILED, DTYPES, assert_matches, random_values
 from tenure.symbolic.ops import shape_tuple
-from tenure.symbolic.ops.blas import Dot, MatMul, dot_shape, matmul_static_shape
+from tenure.symbolic.ops.blas import (
+    Dot, MatMul, Outer, TensorDot, dot_shape, matmul_static_shape, normalize_tensordot_axes)
+from tenure.testing import verify_grad
 
 
 
@@ -84,7 +86,8 @@ def build(fn, case):
     a_shape, b_shape, a_static, b_static, a_dtype, b_dtype, seed = case
     a = tn.tensor("a", dtype=a_dtype, shape=a_static)
     b = tn.tensor("b", dtype=b_dtype, shape=b_static)
-    values = [random_values(seed, a_shape, a_dtype, scale=2.0), random_values(seed + 1, b_shape, b_dtype, scale=2.0)]
+    values = [random_values(seed, a_shape, a_dtype, scale=2.0),
+              random_values(seed + 1, b_shape, b_dtype, scale=2.0)]
     return a, b, fn(a, b), values
 
 
@@ -271,7 +274,8 @@ def _op_case(fn_name, a_shape, b_shape, a_dtype, b_dtype):
     a = tn.tensor("a", dtype=a_dtype, shape=(None,) * len(a_shape))
     b = tn.tensor("b", dtype=b_dtype, shape=(None,) * len(b_shape))
     node = getattr(tn, fn_name)(a, b).owner
-    values = [(random_values(s, a_shape, a_dtype, scale=2.0), random_values(s + 10, b_shape, b_dtype, scale=2.0))
+    values = [(random_values(s, a_shape, a_dtype, scale=2.0),
+               random_values(s + 10, b_shape, b_dtype, scale=2.0))
               for s in (1, 2)]
     expected = [np.asarray(getattr(np, fn_name)(*v)) for v in values]
     return node, values, expected
@@ -411,3 +415,277 @@ def test_ops_compare_equal():
     a, b = tn.matrix("a"), tn.matrix("b")
     assert tn.dot(a, b).owner.op == tn.dot(b, a).owner.op
     assert str(tn.matmul(a, b).owner.op) == "matmul"
+
+
+# --------------------------------------------------------------------------
+# tensordot and outer against NumPy
+
+
+@st.composite
+def tensordot_cases(draw):
+    """Operand shapes, an ``axes`` argument in any of NumPy's spellings, static
+    shapes, dtypes and a seed."""
+    na, nb = draw(st.integers(0, 3)), draw(st.integers(0, 3))
+    a_shape = tuple(draw(st.lists(lengths, min_size=na, max_size=na)))
+    b_shape = list(draw(st.lists(lengths, min_size=nb, max_size=nb)))
+    n = draw(st.integers(0, min(na, nb)))
+    if draw(st.booleans()):
+        # The int form: a's last n axes against b's first n.
+        b_shape[:n] = a_shape[na - n:]
+        axes = n
+    else:
+        a_axes = draw(st.permutations(range(na)))[:n]
+        b_axes = draw(st.permutations(range(nb)))[:n]
+        for i, j in zip(a_axes, b_axes):
+            b_shape[j] = a_shape[i]
+        a_axes = [i - na if draw(st.booleans()) else i for i in a_axes]
+        b_axes = [j - nb if draw(st.booleans()) else j for j in b_axes]
+        spell = draw(st.sampled_from([list, tuple]))
+        axes = (spell(a_axes), spell(b_axes))
+        if n == 1 and draw(st.booleans()):
+            axes = (a_axes[0], b_axes[0])  # single ints
+    b_shape = tuple(b_shape)
+    return (a_shape, b_shape, draw(hide_some(a_shape)), draw(hide_some(b_shape)),
+            draw(st.sampled_from(DTYPES)), draw(st.sampled_from(DTYPES)),
+            draw(st.integers(0, 2**32 - 1)), axes)
+
+
+@st.composite
+def outer_cases(draw):
+    a_shape = tuple(draw(st.lists(lengths, max_size=3)))
+    b_shape = tuple(draw(st.lists(lengths, max_size=3)))
+    return (a_shape, b_shape, draw(hide_some(a_shape)), draw(hide_some(b_shape)),
+            draw(st.sampled_from(DTYPES)), draw(st.sampled_from(DTYPES)),
+            draw(st.integers(0, 2**32 - 1)))
+
+
+@pytest.mark.parametrize("fn_name", ["tensordot", "outer"])
+@COMPILED
+@given(data=st.data())
+def test_tensordot_and_outer_match_numpy(mode, fn_name, data):
+    if fn_name == "tensordot":
+        *case, axes = data.draw(tensordot_cases())
+        fn, np_fn = (lambda a, b: tn.tensordot(a, b, axes)), (lambda a, b: np.tensordot(a, b, axes))
+    else:
+        case = data.draw(outer_cases())
+        fn, np_fn = tn.outer, np.outer
+    a, b, out, values = build(fn, case)
+    expected = np.asarray(np_fn(*values))
+    assert out.dtype == expected.dtype.name
+    got = run_perform(out.owner, values)
+    assert_matches(got, expected)
+    assert not any(np.shares_memory(got, v) for v in values)
+    check_static(out, got, case[2], case[3])
+
+    assert_matches(tn.function([a, b], out, mode=mode)(*values), expected)
+    dims = shape_tuple(out)
+    symbolic = [d for d in dims if not isinstance(d, int)]
+    computed = (tn.function([a, b], symbolic, mode=mode, on_unused_input="ignore")(*values)
+                if symbolic else [])
+    assert resolve(dims, computed) == expected.shape
+
+
+def test_tensordot_default_axes_and_static_shapes():
+    a, b = tn.tensor("a", shape=(2, None, 3, 4)), tn.tensor("b", shape=(3, 4, 5))
+    assert tn.tensordot(a, b).type.shape == (2, None, 5)
+    assert tn.tensordot(tn.matrix("m"), tn.matrix("n"), axes=1).owner.op == TensorDot((1,), (0,))
+    assert tn.tensordot(a, b, axes=([2, 3], [0, 1])).owner.op == tn.tensordot(a, b).owner.op
+    assert tn.tensordot(a, b, axes=([-1], [1])).type.shape == (2, None, 3, 3, 5)
+    assert tn.tensordot(a, b, axes=0).type.shape == (2, None, 3, 4, 3, 4, 5)
+    assert tn.tensordot(a, b, axes=(3, 1)).type.shape == (2, None, 3, 3, 5)
+    assert str(tn.tensordot(a, b).owner.op) == "tensordot{axes=((2, 3), (0, 1))}"
+    assert normalize_tensordot_axes(2, 3, 2) == ((1, 2), (0, 1))
+    assert normalize_tensordot_axes(([0, -1], (1, 0)), 3, 2) == ((0, 2), (1, 0))
+
+
+def test_outer_static_shapes_and_dtypes():
+    assert tn.outer(tn.tensor("a", shape=(2, 3)), tn.tensor("b", shape=(4,))).type.shape == (6, 4)
+    assert tn.outer(tn.tensor("a", shape=(2, None)), tn.scalar("b")).type.shape == (None, 1)
+    assert tn.outer(tn.vector("a", dtype="int8"), tn.vector("b", dtype="int8")).dtype == "int8"
+    assert tn.outer(tn.vector("a", dtype="bool"), tn.vector("b", dtype="float32")).dtype == \
+        "float32"
+
+
+def test_outer_reuses_a_matching_buffer():
+    node = tn.outer(tn.matrix("a"), tn.vector("b")).owner
+    va, vb = np.arange(6.0).reshape(2, 3), np.arange(4.0)
+    buffer = np.full((6, 4), 7.0)
+    node.op.perform(node, [va, vb], storage := [[buffer]])
+    assert storage[0][0] is buffer
+    assert_matches(buffer, np.outer(va, vb))
+
+
+@pytest.mark.parametrize("axes, message", [
+    (([1], [1]), r"tensordot: shapes \(2, 3\) and \(3, 4\) are not aligned: axis 1 of the "
+                 r"first \(length 3\) is summed against axis 1 of the second \(length 4\)"),
+    (2, r"shapes \(2, 3\) and \(3, 4\) are not aligned: axis 0 of the first \(length 2\)"),
+    (3, r"axes=3 sums over 3 axes, but the operands have 2 and 2 dimensions"),
+    (-1, r"non-negative int"),
+    (([0, 1], [0]), r"pair 2 axes of the first operand with 1 of the second"),
+    (([0, 0], [0, 1]), r"name the same axis twice"),
+    (([2], [0]), r"axis 2 is out of range for the first operand, which has 2 dimension"),
+    (([0], [-3]), r"axis -3 is out of range for the second operand"),
+])
+def test_tensordot_errors(axes, message):
+    a, b = tn.tensor("a", shape=(2, 3)), tn.tensor("b", shape=(3, 4))
+    with pytest.raises(ValueError, match=message):
+        tn.tensordot(a, b, axes)
+
+
+@pytest.mark.parametrize("axes", [(0, 1, 2), "ab", ([0.5], [0]), ([True], [0]), None])
+def test_tensordot_axes_of_the_wrong_kind(axes):
+    with pytest.raises(TypeError, match="tensordot: axes"):
+        tn.tensordot(tn.matrix("a"), tn.matrix("b"), axes)
+
+
+def test_tensordot_unknown_lengths_fail_when_run(mode):
+    a, b = tn.matrix("a"), tn.matrix("b")
+    f = tn.function([a, b], tn.tensordot(a, b, axes=1), mode=mode)
+    with pytest.raises(ValueError, match=r"axis 1 of the first \(length 3\).*axis 0 of the "
+                                         r"second \(length 4\)"):
+        f(np.ones((2, 3)), np.ones((4, 5)))
+
+
+def test_tensordot_op_checks_its_axes():
+    with pytest.raises(ValueError, match="differ in length"):
+        TensorDot((0, 1), (0,))
+    with pytest.raises(ValueError, match="non-negative"):
+        TensorDot((-1,), (0,))
+    with pytest.raises(ValueError, match="out of range for the second operand"):
+        TensorDot((0,), (1,)).make_node(tn.vector("a"), tn.vector("b"))
+    assert TensorDot((1,), (0,)) == TensorDot([1], [0])
+    assert TensorDot((1,), (0,)) != TensorDot((0,), (1,))
+    assert Outer() == Outer() and str(Outer()) == "outer"
+
+
+# --------------------------------------------------------------------------
+# Gradients
+
+
+GRAD = settings(max_examples=30, deadline=None)
+
+
+def float_values(case):
+    a_shape, b_shape, *_, seed = case
+    rng = np.random.default_rng(seed)
+    return rng, [rng.normal(size=a_shape), rng.normal(size=b_shape)]
+
+
+@GRAD
+@given(case=dot_cases())
+def test_dot_gradients(case):
+    rng, points = float_values(case)
+    verify_grad(tn.dot, points, rng=rng)
+
+
+@GRAD
+@given(case=matmul_cases())
+def test_matmul_gradients(case):
+    # Batch axes of length 1 on one side broadcast against the other side:
+    # their gradients are summed back.
+    rng, points = float_values(case)
+    verify_grad(tn.matmul, points, rng=rng)
+
+
+@GRAD
+@given(case=tensordot_cases())
+def test_tensordot_gradients(case):
+    *case, axes = case
+    rng, points = float_values(case)
+    verify_grad(lambda a, b: tn.tensordot(a, b, axes), points, rng=rng)
+
+
+@GRAD
+@given(case=outer_cases())
+def test_outer_gradients(case):
+    rng, points = float_values(case)
+    verify_grad(tn.outer, points, rng=rng)
+
+
+def numeric_gradients(fn, values, weights, eps=1e-6):
+    """d sum(fn(*values) * weights) / d values by central differences (NumPy only)."""
+    grads = []
+    for i, v in enumerate(values):
+        g = np.zeros_like(v)
+        for idx in np.ndindex(v.shape):
+            plus = [w.copy() for w in values]
+            minus = [w.copy() for w in values]
+            plus[i][idx] += eps
+            minus[i][idx] -= eps
+            g[idx] = (np.sum(fn(*plus) * weights) - np.sum(fn(*minus) * weights)) / (2 * eps)
+        grads.append(g)
+    return grads
+
+
+@pytest.mark.parametrize("a_shape, b_shape, a_static, b_static", [
+    ((1, 2, 3), (4, 3, 5), (1, 2, 3), (4, 3, 5)),        # broadcast batch axis, known
+    ((1, 2, 3), (4, 3, 5), (None, None, None), (None, None, None)),  # only known when run
+    ((2, 1, 2, 3), (3, 3, 2), (2, 1, 2, 3), (None, 3, 2)),
+    ((3,), (2, 3, 4), (3,), (2, 3, 4)),
+    ((2, 2, 3), (3,), (None, 2, 3), (3,)),
+    ((3,), (3,), (3,), (None,)),
+])
+def test_matmul_gradient_values(mode, a_shape, b_shape, a_static, b_static):
+    rng = np.random.default_rng(0)
+    values = [rng.normal(size=a_shape), rng.normal(size=b_shape)]
+    weights = rng.normal(size=np.matmul(*values).shape)
+    a, b = tn.tensor("a", shape=a_static), tn.tensor("b", shape=b_static)
+    cost = (tn.matmul(a, b) * tn.constant(weights)).sum()
+    got = tn.function([a, b], tn.grad(cost, [a, b]), mode=mode)(*values)
+    for g, want, v in zip(got, numeric_gradients(np.matmul, values, weights), values):
+        assert g.shape == v.shape
+        np.testing.assert_allclose(g, want, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("fn, shapes", [
+    (tn.dot, [(2, 3), (3, 4)]),
+    (tn.dot, [(), (3, 2)]),
+    (tn.dot, [(3,), (3,)]),
+    (tn.dot, [(2, 3, 4), (5, 4, 2)]),
+    (tn.matmul, [(2, 1, 3, 4), (5, 4, 2)]),
+    (tn.matmul, [(4,), (3, 4, 2)]),
+    (lambda a, b: tn.tensordot(a, b, ([0, 2], [1, 0])), [(2, 3, 4), (4, 2, 3)]),
+    (tn.outer, [(2, 3), (4,)]),
+])
+def test_float32_gradients(fn, shapes):
+    rng = np.random.default_rng(1)
+    points = [rng.normal(size=s).astype("float32") for s in shapes]
+    verify_grad(fn, points, rng=rng)
+    a, b = (tn.tensor(n, dtype="float32", shape=(None,) * len(s))
+            for n, s in zip("ab", shapes))
+    assert all(g.dtype == "float32" for g in tn.grad(fn(a, b).sum(), [a, b]))
+
+
+@pytest.mark.parametrize("fn, np_fn", [
+    (tn.dot, np.dot), (tn.matmul, np.matmul), (tn.outer, np.outer),
+    (lambda a, b: tn.tensordot(a, b, 1), lambda a, b: np.tensordot(a, b, 1))])
+def test_integer_operands_get_no_gradient(mode, fn, np_fn):
+    a, b = tn.matrix("a"), tn.matrix("b", dtype="int64")
+    va, vb = np.arange(6.0).reshape(2, 3), np.arange(12).reshape(3, 4)
+    node = fn(a, b).owner
+    grads = node.op.grad(node.inputs, [tn.ones_like(node.outputs[0])])
+    assert grads[1] is None and grads[0] is not None
+    cost = fn(a, b).sum()
+    with pytest.raises(TypeError, match="only float"):
+        tn.grad(cost, b)
+    # The float operand's gradient is right: d sum(f(a, b)) / d a_ij by linearity.
+    got = tn.function([a, b], tn.grad(cost, a), mode=mode)(va, vb)
+    expected = np.array([[np_fn(np.eye(1, 6, 3 * i + j).reshape(2, 3), vb).sum()
+                          for j in range(3)] for i in range(2)])
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_mixed_float_dtypes_keep_each_operands_dtype():
+    a, b = tn.matrix("a", dtype="float32"), tn.matrix("b", dtype="float64")
+    ga, gb = tn.grad(tn.dot(a, b).sum(), [a, b])
+    assert (ga.dtype, gb.dtype) == ("float32", "float64")
+
+
+def test_dot_gradient_is_a_product_not_an_elementwise_expansion():
+    # The gradient of a matrix product is built from products (no full
+    # broadcast of both operands), and for 2-d operands needs no transpose.
+    a, b = tn.matrix("a"), tn.matrix("b")
+    ga, gb = tn.grad(tn.dot(a, b).sum(), [a, b])
+    for g in (ga, gb):
+        assert isinstance(g.owner.op, TensorDot)

@@ -10,13 +10,14 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import tenure as tn
 from tests.helpers import COMPILED, DTYPES, assert_matches, random_values
 from tenure.symbolic.ops import shape_tuple
-from tenure.symbolic.ops.reduce import ArgReduce, Reduce, normalize_axes
+from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, normalize_axes
+from tenure.testing import verify_grad
 
 REDUCTIONS = ["sum", "prod", "mean", "max", "min", "all", "any"]
 ARG_REDUCTIONS = ["argmax", "argmin"]
@@ -447,3 +448,328 @@ def test_normalize_axes():
     assert normalize_axes((2, -3), 3) == (0, 2)
     assert normalize_axes((), 3) == ()
     assert normalize_axes(np.int64(1), 2) == (1,)
+
+
+# --------------------------------------------------------------------------
+# var, std and cumsum against NumPy
+
+
+def numpy_moment(fn_name, value, axis, ddof, keepdims):
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)  # ddof >= n, empty axes
+        return getattr(np, fn_name)(value, axis=axis, ddof=ddof, keepdims=keepdims)
+
+
+@st.composite
+def moment_cases(draw):
+    """(var or std, shape, static shape, axis, ddof, keepdims, dtype, seed)."""
+    fn_name, shape, static, axis, keepdims, dtype, seed = draw(reduce_cases(("sum",)))
+    fn_name = draw(st.sampled_from(["var", "std"]))
+    ddof = draw(st.sampled_from([0, 1, 2, 0.5]))
+    return fn_name, shape, static, axis, ddof, keepdims, dtype, seed
+
+
+@COMPILED
+@given(moment_cases())
+def test_var_and_std_match_numpy(mode, case):
+    fn_name, shape, static, axis, ddof, keepdims, dtype, seed = case
+    value = random_values(seed, shape, dtype)
+    x = tn.tensor("x", dtype=dtype, shape=static)
+    out = getattr(tn, fn_name)(x, axis=axis, ddof=ddof, keepdims=keepdims)
+    expected = np.asarray(numpy_moment(fn_name, value, axis, ddof, keepdims))
+    assert out.dtype == expected.dtype.name
+    for want, actual in zip(out.type.shape, expected.shape):
+        assert want is None or want == actual
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        got = tn.function([x], out, mode=mode)(value)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-5 if dtype in ("float32",) else 1e-12,
+                               atol=1e-6, equal_nan=True)
+    dims = shape_tuple(out)
+    symbolic = [d for d in dims if not isinstance(d, int)]
+    values = tn.function([x], symbolic, mode=mode)(value) if symbolic else []
+    assert resolve(dims, values) == got.shape
+
+
+@st.composite
+def cumsum_cases(draw):
+    shape = tuple(draw(st.lists(st.integers(0, 4), max_size=3)))
+    static = tuple(d if draw(st.booleans()) else None for d in shape)
+    ndim = len(shape)
+    axis = draw(st.sampled_from([None] + list(range(-ndim, ndim))))
+    return shape, static, axis, draw(st.sampled_from(DTYPES)), draw(st.integers(0, 2**32 - 1))
+
+
+@COMPILED
+@given(cumsum_cases())
+def test_cumsum_matches_numpy(mode, case):
+    shape, static, axis, dtype, seed = case
+    value = random_values(seed, shape, dtype)
+    x = tn.tensor("x", dtype=dtype, shape=static)
+    out = tn.cumsum(x, axis=axis)
+    expected = np.cumsum(value, axis=axis)
+    assert out.dtype == expected.dtype.name
+    for want, actual in zip(out.type.shape, expected.shape):
+        assert want is None or want == actual
+    if None not in static:
+        assert out.type.shape == expected.shape
+    got = tn.function([x], out, mode=mode)(value)
+    assert_matches(got, expected)
+    dims = shape_tuple(out)
+    symbolic = [d for d in dims if not isinstance(d, int)]
+    values = tn.function([x], symbolic, mode=mode)(value) if symbolic else []
+    assert resolve(dims, values) == got.shape
+
+
+@pytest.mark.parametrize("dtype, fn_name, expected", [
+    ("int8", "var", "float64"), ("bool", "std", "float64"), ("float32", "var", "float32"),
+    ("float16", "std", "float16"), ("complex64", "var", "float32"),
+    ("complex128", "std", "float64"), ("int8", "cumsum", "int64"),
+    ("uint8", "cumsum", "uint64"), ("bool", "cumsum", "int64"), ("float32", "cumsum", "float32"),
+])
+def test_new_reductions_output_dtypes(dtype, fn_name, expected):
+    x = tn.matrix("x", dtype=dtype)
+    assert getattr(tn, fn_name)(x, axis=0).dtype == expected
+    assert getattr(tn, fn_name)(x).dtype == expected
+
+
+def test_var_std_cumsum_static_shapes_and_methods():
+    x = tn.tensor("x", shape=(2, None, 4))
+    assert tn.var(x, axis=1).type.shape == (2, 4)
+    assert tn.std(x, axis=(0, 2), keepdims=True).type.shape == (1, None, 1)
+    assert tn.cumsum(x).type.shape == (None,)
+    assert tn.cumsum(x, axis=-1).type.shape == (2, None, 4)
+    assert tn.cumsum(tn.tensor("y", shape=(2, 3))).type.shape == (6,)
+    assert tn.cumsum(tn.scalar("s")).type.shape == (1,)
+    assert x.var(axis=1, ddof=1).owner.op == tn.var(x, axis=-2, ddof=1).owner.op
+    assert x.std().owner.inputs[0].owner.op == tn.var(x).owner.op
+    assert x.cumsum(axis=-1).owner.op == tn.cumsum(x, axis=2).owner.op
+    assert str(tn.var(x, axis=1, ddof=1).owner.op) == "var{axis=(1,), ddof=1}"
+
+
+def test_var_with_ddof_at_least_n_is_nan_or_inf_like_numpy(mode):
+    x = tn.vector("x")
+    f = tn.function([x], [tn.var(x, ddof=1), tn.var(x, ddof=2)], mode=mode)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        got = f(np.array([1.0]))
+        expected = [np.var(np.array([1.0]), ddof=1), np.var(np.array([1.0]), ddof=2)]
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_var_std_cumsum_errors():
+    x = tn.matrix("x")
+    for fn in (tn.var, tn.std):
+        with pytest.raises(TypeError, match=r"ddof must be a number.*'1'"):
+            fn(x, ddof="1")
+        with pytest.raises(ValueError, match=r"axis 2\b.*ndim=2"):
+            fn(x, axis=2)
+        with pytest.raises(TypeError, match="keepdims must be a bool"):
+            fn(x, keepdims=1)
+    with pytest.raises(ValueError, match=r"cumsum: axis -3\b.*ndim=2"):
+        tn.cumsum(x, axis=-3)
+    with pytest.raises(ValueError, match=r"cumsum: axis 0\b.*ndim=0"):
+        tn.cumsum(tn.scalar("s"), axis=0)
+    with pytest.raises(TypeError, match="axis must be an int"):
+        tn.cumsum(x, axis=(0,))
+
+
+def test_reverse_cumsum_op():
+    x = tn.tensor3("x")
+    value = np.arange(24.0).reshape(2, 3, 4)
+    for axis in (0, 1, 2):
+        node = CumSum(axis, reverse=True).make_node(x)
+        got = run_perform(node, [value])
+        np.testing.assert_array_equal(got, np.flip(np.cumsum(np.flip(value, axis), axis), axis))
+        assert got.flags.c_contiguous
+    node = CumSum(None, reverse=True).make_node(x)
+    np.testing.assert_array_equal(run_perform(node, [value]),
+                                  np.cumsum(value.ravel()[::-1])[::-1])
+    assert CumSum(1) != CumSum(1, reverse=True)
+    with pytest.raises(ValueError, match="non-negative"):
+        CumSum(-1)
+
+
+# --------------------------------------------------------------------------
+# Gradients
+
+
+@st.composite
+def grad_cases(draw, min_len=1):
+    """(shape, axis, keepdims, seed): small shapes, every axis spelling."""
+    shape = tuple(draw(st.lists(st.integers(min_len, 3), max_size=3)))
+    ndim = len(shape)
+    kind = draw(st.sampled_from(["none", "int", "tuple"] if ndim else ["none", "tuple"]))
+    if kind == "none":
+        axis = None
+    elif kind == "int":
+        axis = draw(st.integers(-ndim, ndim - 1))
+    else:
+        axes = draw(st.lists(st.integers(0, ndim - 1), unique=True, max_size=ndim)
+                    if ndim else st.just([]))
+        axis = tuple(a - ndim if draw(st.booleans()) else a for a in axes)
+    return shape, axis, draw(st.booleans()), draw(st.integers(0, 2**32 - 1))
+
+
+def reduced_count(shape, axis):
+    axes = normalize_axes(axis, len(shape))
+    return int(np.prod([shape[a] for a in axes], dtype=np.int64))
+
+
+GRAD = settings(max_examples=25, deadline=None)
+
+
+@pytest.mark.parametrize("fn_name", ["sum", "mean", "prod", "max", "min"])
+@GRAD
+@given(case=grad_cases())
+def test_reduction_gradients(fn_name, case):
+    shape, axis, keepdims, seed = case
+    rng = np.random.default_rng(seed)
+    # Magnitudes away from 0 keep products well scaled; signs are random.
+    value = rng.uniform(0.5, 1.5, size=shape) * rng.choice([-1, 1], size=shape)
+    verify_grad(lambda x: getattr(tn, fn_name)(x, axis=axis, keepdims=keepdims), [value],
+                rng=rng)
+
+
+@GRAD
+@given(case=grad_cases(), data=st.data())
+def test_prod_gradient_with_a_zero(case, data):
+    shape, axis, keepdims, seed = case
+    rng = np.random.default_rng(seed)
+    value = rng.uniform(0.5, 1.5, size=shape)
+    value[tuple(data.draw(st.integers(0, n - 1)) for n in shape)] = 0.0
+    verify_grad(lambda x: tn.prod(x, axis=axis, keepdims=keepdims), [value], rng=rng)
+
+
+def prod_gradient_reference(value, axis):
+    """d sum(prod(x, axis)) / dx as the product of the other elements, by brute force."""
+    value = np.moveaxis(value, axis, -1)
+    out = np.empty_like(value)
+    for i in range(value.shape[-1]):
+        out[..., i] = np.prod(np.delete(value, i, axis=-1), axis=-1)
+    return np.moveaxis(out, -1, axis)
+
+
+def test_prod_gradient_values_with_zeros(mode):
+    x = tn.matrix("x")
+    g = tn.function([x], tn.grad(tn.prod(x, axis=1).sum(), x), mode=mode)
+    value = np.array([[0.0, 2, 0, 3],      # two zeros: nothing flows
+                      [0.0, 2, 5, 3],      # one zero: it gets the product of the others
+                      [1.0, 2, 5, 3],      # no zero
+                      [0.0, 0, 0, 0]])
+    expected = np.array([[0.0, 0, 0, 0], [30, 0, 0, 0], [30, 15, 6, 10], [0, 0, 0, 0]])
+    np.testing.assert_array_equal(g(value), expected)
+    np.testing.assert_array_equal(expected, prod_gradient_reference(value, 1))
+    # Over every axis, with two zeros in the whole array.
+    g_all = tn.function([x], tn.grad(tn.prod(x), x), mode=mode)
+    np.testing.assert_array_equal(g_all(value[:2]), np.zeros((2, 4)))
+    one_zero = np.array([[1.0, 2], [0, 4]])
+    np.testing.assert_array_equal(g_all(one_zero), [[0, 0], [8, 0]])
+
+
+@pytest.mark.parametrize("fn_name", ["max", "min"])
+def test_extremum_gradient_splits_ties_evenly(mode, fn_name):
+    x = tn.matrix("x")
+    value = np.array([[3.0, 1, 3, 3], [2, 5, 5, 1], [7, 7, 7, 7]])
+    if fn_name == "min":
+        value = -value
+    gz = np.array([1.0, 2.0, 4.0])
+    out = getattr(tn, fn_name)(x, axis=1)
+    cost = (out * tn.constant(gz)).sum()
+    got = tn.function([x], tn.grad(cost, x), mode=mode)(value)
+    expected = np.array([[1 / 3, 0, 1 / 3, 1 / 3], [0, 1, 1, 0], [1, 1, 1, 1]])
+    np.testing.assert_allclose(got, expected)
+    # Over every axis: the four 7s of the last row share the gradient.
+    cost_all = getattr(tn, fn_name)(x, keepdims=True).sum()
+    got = tn.function([x], tn.grad(cost_all, x), mode=mode)(value)
+    np.testing.assert_allclose(got, np.where(value == getattr(np, fn_name)(value), 0.25, 0))
+
+
+@pytest.mark.parametrize("fn_name", ["var", "std"])
+@GRAD
+@given(case=grad_cases(), ddof=st.sampled_from([0, 1, 0.5]))
+def test_var_std_gradients(fn_name, case, ddof):
+    shape, axis, keepdims, seed = case
+    count = reduced_count(shape, axis)
+    # std of one element is 0, where sqrt is not differentiable.
+    assume(fn_name == "var" or count >= 2)
+    if count - ddof <= 0:
+        ddof = 0  # n - ddof <= 0 gives inf/NaN (see the test above)
+    rng = np.random.default_rng(seed)
+    value = rng.normal(size=shape)
+    verify_grad(lambda x: getattr(tn, fn_name)(x, axis=axis, ddof=ddof, keepdims=keepdims),
+                [value], rng=rng)
+
+
+@GRAD
+@given(case=cumsum_cases())
+def test_cumsum_gradients(case):
+    shape, _, axis, _, seed = case
+    rng = np.random.default_rng(seed)
+    verify_grad(lambda x: tn.cumsum(x, axis=axis), [rng.normal(size=shape)], rng=rng)
+
+
+def test_cumsum_gradient_values(mode):
+    x = tn.matrix("x")
+    w = np.arange(1.0, 7.0).reshape(2, 3)
+    for axis in (None, 0, 1):
+        out = tn.cumsum(x, axis=axis)
+        weights = w.ravel() if axis is None else w
+        got = tn.function([x], tn.grad((out * tn.constant(weights)).sum(), x),
+                          mode=mode)(np.zeros((2, 3)))
+        # d/dx_j sum_i w_i cumsum_i = sum over i >= j of w_i: the reversed running sum.
+        flat_axis = 0 if axis is None else axis
+        rev = np.flip(np.cumsum(np.flip(weights, flat_axis), flat_axis), flat_axis)
+        np.testing.assert_array_equal(got, rev.reshape(2, 3))
+
+
+@pytest.mark.parametrize("fn, points", [
+    (lambda x: tn.prod(x, axis=0), [[[0.5, -1.2], [0.0, 1.1], [1.3, 0.7]]]),
+    (lambda x: tn.max(x, axis=1, keepdims=True), [[[0.5, -1.2], [0.3, 1.1]]]),
+    (lambda x: tn.min(x), [[[0.5, -1.2], [0.3, 1.1]]]),
+    (lambda x: tn.mean(x, axis=-1), [[[0.5, -1.2], [0.3, 1.1]]]),
+    (lambda x: tn.var(x, axis=0, ddof=1), [[[0.5, -1.2], [0.3, 1.1], [1.0, 0.2]]]),
+    (lambda x: tn.std(x, axis=1), [[[0.5, -1.2], [0.3, 1.1]]]),
+    (lambda x: tn.cumsum(x, axis=0), [[[0.5, -1.2], [0.3, 1.1]]]),
+    (lambda x: tn.cumsum(x), [[[0.5, -1.2], [0.3, 1.1]]]),
+])
+def test_float32_gradients(fn, points):
+    points = [np.array(p, dtype="float32") for p in points]
+    verify_grad(fn, points)
+    x = tn.matrix("x", dtype="float32")
+    assert tn.grad(fn(x).sum(), x).dtype == "float32"
+
+
+def test_gradients_with_static_shapes_match_unknown_shapes(mode):
+    value = np.random.default_rng(0).normal(size=(2, 3, 4))
+    known = tn.tensor("k", shape=(2, 3, 4))
+    unknown = tn.tensor3("u")
+    for make in (lambda x: tn.prod(x, axis=(0, 2)), lambda x: tn.max(x, axis=1),
+                 lambda x: tn.var(x, axis=(1, 2), keepdims=True), lambda x: tn.std(x),
+                 lambda x: tn.mean(x, axis=0), lambda x: tn.cumsum(x)):
+        grads = [tn.function([v], tn.grad((make(v) ** 2).sum(), v), mode=mode)(value)
+                 for v in (known, unknown)]
+        np.testing.assert_allclose(grads[0], grads[1], rtol=1e-12)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: tn.argmax(x, axis=0), lambda x: tn.argmin(x),
+    lambda x: tn.all(x > 0, axis=1), lambda x: tn.any(x, axis=0)])
+def test_index_and_boolean_reductions_carry_no_gradient(fn):
+    x = tn.matrix("x")
+    cost = tn.sum(fn(x)).astype("float64")
+    with pytest.raises(tn.DisconnectedInputError):
+        tn.grad(cost, x)
+    node = fn(x).owner
+    assert node.op.grad(node.inputs, [tn.zeros_like(node.outputs[0])]) == [None]
+
+
+def test_reduction_over_no_axes_passes_the_gradient_through(mode):
+    x = tn.matrix("x")
+    value = np.array([[1.0, -2.0], [0.0, 3.0]])
+    for fn_name in ("sum", "mean", "prod", "max", "min"):
+        out = getattr(tn, fn_name)(x, axis=())
+        weights = tn.constant(np.array([[1.0, 2.0], [3.0, 4.0]]))
+        got = tn.function([x], tn.grad((out * weights).sum(), x), mode=mode)(value)
+        np.testing.assert_array_equal(got, [[1.0, 2.0], [3.0, 4.0]])
