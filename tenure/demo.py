@@ -1,11 +1,11 @@
-"""``python -m tenure.demo``: compile and run a small model with shared state.
+"""``python -m tenure.demo``: train a small MLP classifier with tenure.
 
-A linear regression model trained by gradient descent on a synthetic data set.
-Its parameters are shared variables (``borrow=True``: tenure keeps the arrays
-without copying), the training step assigns them through ``updates``, inputs
-are lent with ``In(..., borrow=True)`` and predictions are returned with
-``Out(..., borrow=True)`` so steady-state calls reuse one buffer.  The gradient
-is written out by hand here; ``tn.grad`` arrives with the gradient issue.
+The data set is generated here (three interleaved spirals, no download).  The
+model's parameters are shared variables created with ``borrow=True`` (tenure
+keeps the arrays without copying), one training step is a compiled function
+whose ``updates`` apply SGD to every parameter, mini-batches are lent with
+``In(..., borrow=True)``, and predictions come back through
+``Out(..., borrow=True)`` so that steady-state calls reuse one buffer.
 """
 
 from __future__ import annotations
@@ -14,75 +14,103 @@ import argparse
 import time
 
 import numpy as np
+from tqdm import tqdm
 
 import tenure as tn
 from tenure import In, Out
 
 
-def make_data(rng: np.random.Generator, n: int, d: int):
-    """Features, targets and the true weights of a noisy linear problem."""
-    true_w = rng.normal(size=d)
-    X = rng.normal(size=(n, d))
-    y = X @ true_w + 0.5 + 0.01 * rng.normal(size=n)
-    return X, y, true_w
+def make_spirals(rng: np.random.Generator, n_per_class: int, n_classes: int = 3,
+                 noise: float = 0.3):
+    """Points on ``n_classes`` interleaved spiral arms: (features, int32 labels)."""
+    radius = np.tile(np.linspace(0.05, 1.0, n_per_class), n_classes)
+    labels = np.repeat(np.arange(n_classes), n_per_class)
+    angle = (labels * 2 * np.pi / n_classes + radius * 5.0
+             + rng.normal(scale=noise, size=radius.shape))
+    X = np.stack([radius * np.sin(angle), radius * np.cos(angle)], axis=1)
+    return X, labels.astype(np.int32)
 
 
-def build(d: int, lr: float):
-    """The model, its training step and its prediction function."""
-    w = tn.shared(np.zeros(d), name="w", borrow=True)
-    b = tn.shared(np.float64(0.0), name="b", borrow=True)
+def init_layer(rng: np.random.Generator, n_in: int, n_out: int, name: str):
+    """He-initialised weights and zero biases, as shared variables tenure may keep."""
+    W = tn.shared(rng.normal(scale=np.sqrt(2.0 / n_in), size=(n_in, n_out)), name=f"W{name}",
+                  borrow=True)
+    b = tn.shared(np.zeros(n_out), name=f"b{name}", borrow=True)
+    return W, b
+
+
+def build_model(rng: np.random.Generator, n_features: int, hidden: int, n_classes: int,
+                lr: float):
+    """The compiled training step and prediction function, and the parameters."""
+    params = [*init_layer(rng, n_features, hidden, "1"), *init_layer(rng, hidden, hidden, "2"),
+              *init_layer(rng, hidden, n_classes, "3")]
+    W1, b1, W2, b2, W3, b3 = params
     X = tn.matrix("X")
-    y = tn.vector("y")
-    pred = X @ w + b
-    err = pred - y
-    loss = (err ** 2).mean()
-    n = X.shape[0].astype("float64")
-    grad_w = 2 * (X.T @ err) / n          # d loss / d w, derived by hand
-    grad_b = 2 * err.sum() / n
+    y = tn.vector("y", dtype="int32")
+    h = tn.relu(X @ W1 + b1)
+    h = tn.relu(h @ W2 + b2)
+    logits = h @ W3 + b3
+    loss = -tn.log_softmax(logits, axis=1)[tn.arange(y.shape[0]), y].mean()
+    grads = tn.grad(loss, params)
     train = tn.function([In(X, borrow=True), In(y, borrow=True)], loss,
-                        updates=[(w, w - lr * grad_w), (b, b - lr * grad_b)], name="train")
-    predict = tn.function([In(X, borrow=True)], Out(pred, borrow=True), name="predict")
-    return w, b, train, predict
+                        updates=[(p, p - lr * g) for p, g in zip(params, grads)], name="train")
+    predict = tn.function([In(X, borrow=True)], Out(logits.argmax(axis=1), borrow=True),
+                          name="predict")
+    return params, train, predict
+
+
+def accuracy(predict, X, y) -> float:
+    return float(np.mean(predict(X) == y))
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--features", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=40)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--samples", type=int, default=1000, help="training samples per class")
     args = parser.parse_args(argv)
-    if args.epochs < 1 or args.batch_size < 1 or args.features < 1:
-        parser.error("--epochs, --batch-size and --features must be positive")
+    for name in ("epochs", "batch_size", "hidden", "samples"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be a positive integer")
+    if not args.lr > 0:
+        parser.error("--lr must be positive")
 
     rng = np.random.default_rng(args.seed)
-    X, y, true_w = make_data(rng, 1024, args.features)
-    w, b, train, predict = build(args.features, args.lr)
-    print(f"tenure {tn.__version__}: linear regression, {len(X)} samples x {args.features} "
-          f"features, linker {train.mode.linker!r}")
-    print("\nThe training step (updates assign w and b together after each call):")
-    tn.debugprint(train)
+    X_train, y_train = make_spirals(rng, args.samples)
+    X_test, y_test = make_spirals(rng, max(args.samples // 4, 1))
+    start = time.perf_counter()
+    params, train, predict = build_model(rng, X_train.shape[1], args.hidden, 3, args.lr)
+    compile_s = time.perf_counter() - start
+    n_params = sum(p.get_value(borrow=True).size for p in params)
+    print(f"tenure {tn.__version__}: MLP 2-{args.hidden}-{args.hidden}-3 ({n_params} parameters) "
+          f"on {len(X_train)} spiral points, linker {train.mode.linker!r}; "
+          f"compiled in {compile_s:.2f} s")
 
     start = time.perf_counter()
+    n_batches = max(len(X_train) // args.batch_size, 1)
     for epoch in range(1, args.epochs + 1):
-        order = rng.permutation(len(X))
-        losses = [train(X[idx], y[idx]) for idx in np.array_split(order, len(X) // args.batch_size)]
+        order = rng.permutation(len(X_train))
+        batches = np.array_split(order, n_batches)
+        losses = []
+        with tqdm(batches, desc=f"epoch {epoch:3d}/{args.epochs}", unit="batch", leave=False,
+                  dynamic_ncols=True) as bar:
+            for idx in bar:
+                losses.append(float(train(X_train[idx], y_train[idx])))
+                bar.set_postfix(loss=f"{losses[-1]:.4f}", refresh=False)
         if epoch == 1 or epoch % 10 == 0 or epoch == args.epochs:
-            print(f"epoch {epoch:3d}  mean loss {np.mean(losses):.6f}")
+            tqdm.write(f"epoch {epoch:3d}  loss {np.mean(losses):.4f}  "
+                       f"train accuracy {accuracy(predict, X_train, y_train):.3f}")
     elapsed = time.perf_counter() - start
 
-    error = np.abs(w.get_value() - true_w).max()
-    print(f"\ntrained in {elapsed:.2f} s; max |w - true w| = {error:.4f}, "
-          f"b = {float(b.get_value()):.4f} (true 0.5)")
-
-    first = predict(X)
-    first_address = first.ctypes.data
-    second = predict(X)
-    print(f"predict() with Out(borrow=True): second call reused the first call's buffer: "
-          f"{second.ctypes.data == first_address}")
-    print(f"w.get_value() is a copy the caller owns: "
-          f"{not np.shares_memory(w.get_value(), w.get_value(borrow=True))}")
+    test_acc = accuracy(predict, X_test, y_test)
+    print(f"trained {args.epochs} epochs in {elapsed:.1f} s; final test accuracy {test_acc:.3f}")
+    first = predict(X_test)
+    again = predict(X_test)
+    print(f"predict() returns Out(borrow=True): the second call reused the first's buffer: "
+          f"{first.ctypes.data == again.ctypes.data}")
     return 0
 
 

@@ -17,8 +17,17 @@ from tenure.symbolic.ops.creation import (  # noqa: F401
     alloc, arange, broadcast_to, eye, full, full_like, ones, ones_like, zeros, zeros_like)
 
 # -- helper A (reduce.py, blas.py): var, std, cumsum, outer, tensordot ------
+from tenure.symbolic.ops.reduce import cumsum, std, var  # noqa: F401
+from tenure.symbolic.ops.blas import outer, tensordot  # noqa: F401
 # -- helper B (indexing.py): set_subtensor, inc_subtensor, take ------------
+from tenure.symbolic.ops.indexing import take  # noqa: F401
+from tenure.symbolic.ops.subtensor_update import inc_subtensor, set_subtensor  # noqa: F401
 # -- helper C (join.py, nnet.py, sorting.py) --------------------------------
+from tenure.symbolic.ops.join import concatenate, split, stack  # noqa: F401
+from tenure.symbolic.ops.nnet import (  # noqa: F401
+    gelu, log_softmax, logsumexp, one_hot, relu, softmax)
+from tenure.symbolic.ops.sorting import argsort, sort  # noqa: F401
 
 __all__ = [name for name in dir() if not name.startswith("_")
-           and name not in ("elemwise", "reduce", "blas", "indexing", "scalar", "creation")]
+           and name not in ("elemwise", "reduce", "blas", "indexing", "scalar", "creation",
+                            "join", "nnet", "sorting", "subtensor_update")]

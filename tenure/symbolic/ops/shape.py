@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numbers
 import operator
+import weakref
 
 import numpy as np
 from numpy.exceptions import AxisError
@@ -128,6 +129,9 @@ class Shape(Op):
     def infer_shape(self, node, input_shapes):
         return [(node.inputs[0].ndim,)]
 
+    def grad(self, inputs, output_grads):
+        return [None]  # a shape is an integer: it does not vary with the values
+
 
 _shape = Shape()
 
@@ -163,6 +167,9 @@ def _checked_dims(var, dims, op) -> tuple:
                  for s, d in zip(static, dims))
 
 
+_SHAPE_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def shape_tuple(x) -> tuple:
     """The shape of ``x`` as a tuple with one dim per axis.
 
@@ -173,7 +180,10 @@ def shape_tuple(x) -> tuple:
     to indexing ``shape(x)``.
     """
     x = as_tensor_variable(x)
-    memo: dict[Variable, tuple] = {}
+    # Remembered across calls (graph variables do not change what they compute):
+    # gradients ask for the shape of every intermediate of a chain, and a
+    # per-call memo would make building them quadratic in the chain's length.
+    memo = _SHAPE_CACHE
     # Iterative depth-first walk: graphs can be deeper than the recursion limit.
     # Each variable's dims are computed once, which keeps the walk linear.
     stack = [x]
@@ -231,6 +241,14 @@ class MakeVector(Op):
 
     def infer_shape(self, node, input_shapes):
         return [(len(node.inputs),)]
+
+    def grad(self, inputs, output_grads):
+        from tenure.symbolic.grad import is_differentiable
+        from tenure.symbolic.ops.indexing import getitem
+        (gz,) = output_grads
+        # Element i of the vector is item i: its gradient is gz[i].
+        return [getitem(gz, i) if gz is not None and is_differentiable(item) else None
+                for i, item in enumerate(inputs)]
 
 
 def stack_scalars(items, dtype=None):
@@ -388,6 +406,14 @@ class Reshape(Op):
             dims.append(dim_where(dim_eq(e, -1), inferred, e))
         return [tuple(dims)]
 
+    def grad(self, inputs, output_grads):
+        x, _ = inputs
+        (gz,) = output_grads
+        if gz is None:
+            return [None, None]
+        # Reshaping moves no value: the gradient is gz with x's shape back.
+        return [reshape(gz, shape_tuple(x)), None]
+
 
 def _shape_entries_vector(shp, fn: str):
     """``shp`` (ints and 0-d int tensors, or a 1-d int tensor) as an int64 vector."""
@@ -511,6 +537,17 @@ class DimShuffle(Op):
     def infer_shape(self, node, input_shapes):
         dims = input_shapes[0]
         return [tuple(1 if e == "x" else dims[e] for e in self.new_order)]
+
+    def grad(self, inputs, output_grads):
+        (gz,) = output_grads
+        if gz is None:
+            return [None]
+        # The inverse shuffle: input axis a comes from output axis
+        # new_order.index(a); a dropped (length-1) axis comes back as a new
+        # axis; the axes the forward pass added (length 1) are dropped.
+        order = tuple("x" if a in self.drop else self.new_order.index(a)
+                      for a in range(self.input_ndim))
+        return [DimShuffle(len(self.new_order), order)(gz)]
 
 
 def _normalize_axis(axis, ndim: int, fn: str) -> int:

@@ -1,9 +1,9 @@
 """Shape ops: shape, shape_tuple, stack_scalars, reshape, DimShuffle (transpose,
-expand_dims, squeeze) and flatten, checked against NumPy."""
+expand_dims, squeeze) and flatten, checked against NumPy, and their gradients."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tenure as tn
@@ -12,6 +12,7 @@ from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.shape import (
     DimShuffle, MakeVector, Reshape, Shape, expand_dims, flatten, reshape, shape, shape_tuple,
     squeeze, stack_scalars, transpose)
+from tenure.testing import verify_grad
 
 SETTINGS = settings(max_examples=60, deadline=None)
 
@@ -557,3 +558,95 @@ def test_flatten_errors():
         flatten(x, 3)
     with pytest.raises(ValueError, match="ndim must be between 1 and 2"):
         flatten(x, 0)
+
+
+# --------------------------------------------------------------------------
+# Gradients
+
+
+GRAD_SETTINGS = settings(max_examples=30, deadline=None,
+                         suppress_health_check=[HealthCheck.function_scoped_fixture])
+small_shapes = st.lists(st.integers(1, 3), min_size=0, max_size=3).map(tuple)
+
+
+def test_shape_grad_is_none():
+    x = tn.matrix("x")
+    assert shape(x).owner.op.grad([x], [tn.vector("g", dtype="int64")]) == [None]
+    # A cost that only depends on the shape is disconnected from the values.
+    with pytest.raises(tn.DisconnectedInputError):
+        tn.grad(tn.cast(x.shape[0], "float64"), x)
+
+
+def test_make_vector_grad(mode):
+    a = tn.scalar("a")
+    b = tn.scalar("b", dtype="float32")
+    n = tn.scalar("n", dtype="int64")
+    v = stack_scalars([a, b, n, 2.0])
+    assert v.dtype == "float64"
+    ga, gb = tn.grad((v * tn.constant(np.array([1.0, 10.0, 100.0, 1000.0]))).sum(), [a, b])
+    assert gb.dtype == "float32"
+    fn = tn.function([a, b], [ga, gb], mode=mode, on_unused_input="ignore")
+    got_a, got_b = fn(0.5, np.float32(2.0))
+    assert float(got_a) == 1.0 and float(got_b) == 10.0
+    # Integer items get no gradient.
+    grads = v.owner.op.grad(v.owner.inputs, [tn.vector("g")])
+    assert grads[2] is None and grads[0] is not None
+    verify_grad(lambda x, y: stack_scalars([x * y, x, y ** 2]),
+                [np.array(0.3), np.array(-1.2)], mode=mode)
+
+
+@given(case=reshape_cases())
+@GRAD_SETTINGS
+def test_reshape_grad(case, mode):
+    in_shape, new = case
+    value = np.random.default_rng(0).uniform(-1, 1, size=in_shape)
+    verify_grad(lambda x: reshape(x, new) ** 2, [value], mode=mode)
+
+
+def test_reshape_grad_with_symbolic_shape(mode):
+    x = tn.matrix("x")
+    n = tn.scalar("n", dtype="int64")
+    out = reshape(x, (n, -1))
+    w = np.arange(6.0).reshape(3, 2)
+    g = tn.grad((out * tn.constant(w)).sum(), x)
+    result = tn.function([x, n], g, mode=mode)(np.zeros((2, 3)), 3)
+    assert result.shape == (2, 3)
+    np.testing.assert_array_equal(result, w.reshape(2, 3))
+    assert out.owner.op.grad(out.owner.inputs, [tn.matrix("g")])[1] is None
+
+
+@given(shape_=small_shapes, data=st.data())
+@GRAD_SETTINGS
+def test_transpose_grad(shape_, data, mode):
+    axes = data.draw(st.permutations(range(len(shape_))))
+    value = np.random.default_rng(1).uniform(-1, 1, size=shape_)
+    verify_grad(lambda x: transpose(x, axes), [value], mode=mode)
+
+
+@given(shape_=small_shapes, data=st.data())
+@GRAD_SETTINGS
+def test_expand_dims_and_squeeze_grad(shape_, data, mode):
+    n_new = data.draw(st.integers(1, 2))
+    out_ndim = len(shape_) + n_new
+    axes = tuple(data.draw(st.lists(st.integers(0, out_ndim - 1), min_size=n_new,
+                                    max_size=n_new, unique=True)))
+    value = np.random.default_rng(2).uniform(-1, 1, size=shape_)
+    verify_grad(lambda x: expand_dims(x, axes), [value], mode=mode)
+    verify_grad(lambda x: squeeze(expand_dims(x, axes), axes) * 2, [value], mode=mode)
+
+
+def test_dimshuffle_grad_general_order(mode):
+    # Drops axis 1 (length 1), adds a new axis and swaps the others.
+    op = DimShuffle(3, (2, "x", 0))
+    value = np.random.default_rng(3).uniform(-1, 1, size=(4, 1, 2))
+    verify_grad(lambda x: op(x), [value], mode=mode)
+    x = tn.tensor("x", shape=(None, 1, None))
+    g = tn.grad((op(x) * tn.constant(np.arange(8.0).reshape(2, 1, 4))).sum(), x)
+    assert g.type.shape[1] in (1, None)
+    result = tn.function([x], g, mode=mode)(value)
+    np.testing.assert_array_equal(result, np.arange(8.0).reshape(2, 4).T[:, None, :])
+
+
+def test_flatten_grad(mode):
+    verify_grad(lambda x: flatten(x, 2) ** 2,
+                [np.random.default_rng(4).uniform(-1, 1, size=(2, 3, 2))], mode=mode)
