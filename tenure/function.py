@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tenure import config
-from tenure.linkers.plan import destroyed_roots, view_chain, view_root
+from tenure.rewrites.destroy import DestroyHandler, buffer_roots, destroyers
 from tenure.rewrites.fgraph import FunctionGraph
 from tenure.symbolic.graph import Constant, Variable, ancestors, clone_get_equiv
 from tenure.symbolic.shared import SharedVariable
@@ -78,23 +78,57 @@ class Out:
 
 
 class Mode:
-    """How to compile: which linker runs the graph (``"py"``: the NumPy executor).
+    """How to compile: which rewrites run and which linker runs the result.
 
-    ``linker=None`` means ``config.linker``.
+    ``linker``: ``"py"`` (the NumPy executor) or ``"check"`` (the NumPy
+    executor checking every node: see :mod:`tenure.linkers.check`); ``None``
+    means ``config.linker``.  ``include`` / ``exclude``: rewrite names or tags
+    to add to / remove from the selection, e.g. ``Mode(exclude=["fusion"])``
+    to compile without fusion.  ``rewrites``: ``"default"`` (every safe
+    rewrite), ``"fast_compile"`` (only what is needed to run: none today) or
+    ``"none"``.
     """
 
-    def __init__(self, linker: str | None = None):
+    PRESETS = ("default", "fast_compile", "none")
+
+    def __init__(self, linker: str | None = None, include=(), exclude=(),
+                 rewrites: str = "default"):
+        from tenure.rewrites.engine import Query
         self.linker = config.linker if linker is None else linker
-        if self.linker not in config.LINKERS:
+        if self.linker not in config.LINKERS + ("check",):
             raise ValueError(f"Mode: unknown linker {self.linker!r}; expected one of "
-                             f"{', '.join(config.LINKERS)}")
+                             f"{', '.join(config.LINKERS + ('check',))}")
+        if rewrites not in self.PRESETS:
+            raise ValueError(f"Mode: rewrites must be one of {', '.join(self.PRESETS)}, got "
+                             f"{rewrites!r}")
+        for what, names in (("include", include), ("exclude", exclude)):
+            if isinstance(names, str):
+                raise TypeError(f"Mode: {what} must be a list of names, got the string "
+                                f"{names!r} (write [{names!r}])")
+        self.include = tuple(include)
+        self.exclude = tuple(exclude)
+        self.rewrites = rewrites
+        only_included = rewrites != "default"
+        excluded = set(self.exclude) | ({"default"} if rewrites == "none" else set())
+        self.query = Query(frozenset(self.include), frozenset(excluded), only_included)
+        self.query.check_names()
 
     def make_linker(self):
+        if self.linker == "check":
+            from tenure.linkers.check import CheckLinker
+            return CheckLinker()
         from tenure.linkers.python import PythonLinker
         return PythonLinker()
 
     def __repr__(self):
-        return f"Mode(linker={self.linker!r})"
+        parts = [f"linker={self.linker!r}"]
+        if self.include:
+            parts.append(f"include={list(self.include)!r}")
+        if self.exclude:
+            parts.append(f"exclude={list(self.exclude)!r}")
+        if self.rewrites != "default":
+            parts.append(f"rewrites={self.rewrites!r}")
+        return f"Mode({', '.join(parts)})"
 
 
 def _as_mode(mode) -> Mode:
@@ -103,6 +137,8 @@ def _as_mode(mode) -> Mode:
     if isinstance(mode, Mode):
         return mode
     if isinstance(mode, str):
+        if mode in Mode.PRESETS:
+            return Mode(rewrites=mode)
         return Mode(linker=mode)
     raise TypeError(f"mode: expected a Mode, a linker name or None, got {type(mode).__name__}")
 
@@ -146,6 +182,7 @@ class Function:
         self.allow_input_downcast = allow_input_downcast
         self._single = single_output
         self._build_graph(givens, on_unused_input, updates)
+        self._guard_and_rewrite()
         self._analyse_aliasing()
         keep = {i for i, spec in enumerate(self.outputs)
                 if spec.borrow and i not in self._no_reuse}
@@ -191,17 +228,30 @@ class Function:
                                     [equiv.get(v, v) for v in targets])
         self._n_out = len(out_vars)
 
+    def _guard_and_rewrite(self) -> None:
+        """Attach the DestroyHandler (refusing a graph that overwrites protected
+        memory), then run the mode's rewrites under its watch."""
+        from tenure.rewrites.engine import rewrite_graph
+        fg = self.fgraph
+        n_in = len(self.inputs)
+        mutable = [var for var, spec in zip(fg.inputs[:n_in], self.inputs) if spec.mutable]
+        updated = [self.shared_vars[j] for j in self._update_shared_index]
+        fg.attach_feature(DestroyHandler(mutable=mutable, updated=updated))
+        fg.validate()
+        #: the names of the rewrites that changed the graph, in order
+        self.rewrites_applied = rewrite_graph(fg, self.mode.query)
+
     def _analyse_aliasing(self) -> None:
         fg = self.fgraph
         n_in = len(self.inputs)
         explicit = {var: i for i, var in enumerate(fg.inputs[:n_in])}
         shared = {var: i for i, var in enumerate(fg.inputs[n_in:])}
-        roots = [view_root(v) for v in fg.outputs]
+        root_of = buffer_roots(fg.toposort(), fg.inputs)
+        roots = [root_of.get(v, v) for v in fg.outputs]
         out_roots, upd_roots = roots[:self._n_out], roots[self._n_out:]
-        self._check_destroyers(explicit, shared)
         # Mutable inputs that the graph overwrites: copied at call time when they
         # overlap any other argument, so writing one never changes another.
-        destroyed = destroyed_roots(fg)
+        destroyed = {root_of.get(v, v) for v in destroyers(fg.apply_nodes)}
         self._destroyed_inputs = [i for var, i in explicit.items() if var in destroyed]
 
         def hazards(root: Variable, k: int, is_update: bool) -> _Hazards:
@@ -239,27 +289,6 @@ class Function:
         # shared storage (the next call would then write into a shared value).
         self._no_reuse = {k for k, r in enumerate(out_roots) if r in upd_roots
                           or r in explicit or r in shared or isinstance(r, Constant)}
-
-    def _check_destroyers(self, explicit, shared) -> None:
-        """Refuse a graph that overwrites a buffer the contract protects."""
-        updated = set(self._update_shared_index)
-        destroyers = destroyed_roots(self.fgraph)
-        for root, node in destroyers.items():
-            if isinstance(root, Constant):
-                raise ValueError(f"{node} would overwrite constant {root}")
-            if root in explicit and not self.inputs[explicit[root]].mutable:
-                raise ValueError(f"{node} would overwrite input {root}, which is not "
-                                 "In(..., borrow=True, mutable=True)")
-            if root in shared and shared[root] not in updated:
-                raise ValueError(f"{node} would overwrite shared variable {root}, which "
-                                 "this function does not update")
-        # A result is protected too: it may only share a destroyed buffer by being
-        # (a view of) what the destroyer wrote there.
-        for k, out in enumerate(self.fgraph.outputs):
-            root = view_root(out)
-            if root in destroyers and destroyers[root] not in view_chain(out)[0]:
-                raise ValueError(f"{destroyers[root]} would overwrite the buffer of {root}, "
-                                 f"which result #{k} ({out}) returns or assigns")
 
     # -- calling ----------------------------------------------------------------
     def _bind(self, args, kwargs) -> tuple[list, list[bool]]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tenure.linkers.plan import Plan, make_plan, view_root
+from tenure.linkers.plan import Plan, make_plan
+from tenure.rewrites.destroy import view_root
 
 
 class PythonThunk:

@@ -144,14 +144,16 @@ class Elemwise(Op):
                 inputs[i] = value
         cell = output_storage[0]
         out_type = node.outputs[0].type
-        if self.inplace_pattern:
-            target = inputs[self.inplace_pattern[0][1]]
-        else:
-            target = cell[0]
-            if target is not None:
-                shape = np.broadcast_shapes(*(np.shape(x) for x in inputs))
-                if target.shape != shape or target.dtype != out_type.numpy_dtype:
-                    target = None
+        # In place: the destroyed input; otherwise last call's output buffer.
+        # Either is used only when it can hold the result exactly: lengths
+        # unknown when the graph was built may still broadcast at run time,
+        # and then the result needs a fresh array (which is always safe).
+        target = (inputs[self.inplace_pattern[0][1]] if self.inplace_pattern else cell[0])
+        if target is not None:
+            shape = np.broadcast_shapes(*(np.shape(x) for x in inputs))
+            if (not isinstance(target, np.ndarray) or target.shape != shape
+                    or target.dtype != out_type.numpy_dtype or not target.flags.writeable):
+                target = None
         if target is None:
             result = self.scalar_op.impl(*inputs)
             result = np.asarray(result, dtype=out_type.numpy_dtype)

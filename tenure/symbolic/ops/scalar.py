@@ -83,9 +83,14 @@ def _softplus(x, out=None):
 def _where(cond, a, b, out=None):
     if out is None:
         return np.where(cond, a, b)
+    cond = np.asarray(cond, dtype=bool)
+    if np.may_share_memory(out, a) and not np.may_share_memory(out, b):
+        # Written into `a` (in place): its kept positions already hold `a`.
+        np.copyto(out, b, casting="unsafe", where=~cond)
+        return out
     # Fill from `b`, then overwrite where cond holds; both broadcast into `out`.
     np.copyto(out, b, casting="unsafe")
-    np.copyto(out, a, casting="unsafe", where=np.asarray(cond, dtype=bool))
+    np.copyto(out, a, casting="unsafe", where=cond)
     return out
 
 

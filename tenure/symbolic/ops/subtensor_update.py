@@ -108,7 +108,7 @@ class _IncSubtensorBase(Op):
     def _target(self, x, inputs, cell):
         """The array to write into: ``x`` itself in place, else a copy of it
         (into last call's output buffer when that fits and aliases nothing)."""
-        if self.inplace:
+        if self.inplace and x.flags.writeable:
             return x
         buf = cell[0]
         if (isinstance(buf, np.ndarray) and buf.shape == x.shape and buf.dtype == x.dtype

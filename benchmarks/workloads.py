@@ -1,0 +1,553 @@
+"""The workloads, each written once per system.
+
+A workload has sizes (full and ``--quick``), a data generator, a NumPy
+reference (computed in float64 and used to check every system's first call),
+and one small builder per system.  A builder takes the data and returns a
+:class:`Built`: ``step()`` runs one call, ``observe(result)`` turns that
+call's result into the arrays compared with the reference, and ``compile_s``
+is the time from symbolic expression to callable (graph, gradients and
+compilation; 0 for the eager systems).
+
+Importing this module imports NumPy only; each builder imports its own library,
+so a worker process loads just the system it measures.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+@dataclass
+class Built:
+    step: Callable[[], object]
+    observe: Callable[[object], list]
+    compile_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+class _Clock:
+    """``with clock: ...`` adds the block's duration to ``clock.s``."""
+
+    def __init__(self):
+        self.s = 0.0
+
+    def __enter__(self):
+        self._t = time.perf_counter()
+
+    def __exit__(self, *exc):
+        self.s += time.perf_counter() - self._t
+
+
+def _np(value) -> np.ndarray:
+    """A result as a NumPy array the caller owns (a borrowed buffer is copied)."""
+    if hasattr(value, "detach"):  # torch
+        value = value.detach().cpu().numpy()
+    return np.array(value, copy=True)
+
+
+def _tenure_mode(linker):
+    import tenure as tn
+    return tn.Mode(linker=linker)
+
+
+def _pytensor_mode(variant):
+    """PyTensor's default mode, or its C mode (the C VM with all FAST_RUN rewrites)."""
+    if variant == "default":
+        return None
+    from pytensor.compile.mode import Mode
+    return Mode(linker="cvm", optimizer="fast_run")
+
+
+# ============================================================================
+# overhead: (exp(x) * 2 + 1).sum() on a 10-element float64 vector
+
+
+class Overhead:
+    name = "overhead"
+    title = "(exp(x)*2+1).sum(), 10 float64"
+    gradient = False
+    sizes = {"full": {"n": 10}, "quick": {"n": 10}}
+
+    @staticmethod
+    def data(n, rng):
+        return {"x": rng.standard_normal(n)}
+
+    @staticmethod
+    def reference(d):
+        return [(np.exp(d["x"]) * 2 + 1).sum()]
+
+    @staticmethod
+    def numpy(d):
+        x = d["x"]
+        return Built(lambda: (np.exp(x) * 2 + 1).sum(), lambda r: [_np(r)])
+
+    @staticmethod
+    def tenure(d, linker):
+        import tenure as tn
+        clock = _Clock()
+        with clock:
+            x = tn.vector("x")
+            f = tn.function([tn.In(x, borrow=True)], tn.Out((tn.exp(x) * 2 + 1).sum(), borrow=True),
+                            mode=_tenure_mode(linker))
+        xv = d["x"]
+        return Built(lambda: f(xv), lambda r: [_np(r)], clock.s)
+
+    @staticmethod
+    def pytensor(d, variant):
+        import pytensor
+        import pytensor.tensor as pt
+        clock = _Clock()
+        with clock:
+            x = pt.vector("x", dtype="float64")
+            f = pytensor.function([pytensor.In(x, borrow=True)],
+                                  pytensor.Out((pt.exp(x) * 2 + 1).sum(), borrow=True),
+                                  mode=_pytensor_mode(variant))
+        xv = d["x"]
+        return Built(lambda: f(xv), lambda r: [_np(r)], clock.s)
+
+    @staticmethod
+    def torch(d):
+        import torch
+        x = torch.from_numpy(d["x"])
+
+        def step():
+            with torch.inference_mode():
+                return (torch.exp(x) * 2 + 1).sum()
+        return Built(step, lambda r: [_np(r)])
+
+
+# ============================================================================
+# elemwise: exp(x) * 2 + sin(z) * x, x and z of 4,000,000 float64
+
+
+class Elemwise:
+    name = "elemwise"
+    title = "exp(x)*2+sin(z)*x, float64"
+    gradient = False
+    sizes = {"full": {"n": 4_000_000}, "quick": {"n": 400_000}}
+
+    @staticmethod
+    def data(n, rng):
+        return {"x": rng.standard_normal(n), "z": rng.standard_normal(n)}
+
+    @staticmethod
+    def reference(d):
+        x, z = d["x"], d["z"]
+        return [np.exp(x) * 2 + np.sin(z) * x]
+
+    @staticmethod
+    def numpy(d):
+        x, z = d["x"], d["z"]
+        return Built(lambda: np.exp(x) * 2 + np.sin(z) * x, lambda r: [_np(r)])
+
+    @staticmethod
+    def tenure(d, linker, borrow_out=True):
+        import tenure as tn
+        clock = _Clock()
+        with clock:
+            x, z = tn.vector("x"), tn.vector("z")
+            f = tn.function([tn.In(x, borrow=True), tn.In(z, borrow=True)],
+                            tn.Out(tn.exp(x) * 2 + tn.sin(z) * x, borrow=borrow_out),
+                            mode=_tenure_mode(linker))
+        xv, zv = d["x"], d["z"]
+        return Built(lambda: f(xv, zv), lambda r: [_np(r)], clock.s)
+
+    @staticmethod
+    def pytensor(d, variant, borrow_out=True):
+        import pytensor
+        import pytensor.tensor as pt
+        clock = _Clock()
+        with clock:
+            x, z = pt.vector("x", dtype="float64"), pt.vector("z", dtype="float64")
+            f = pytensor.function([pytensor.In(x, borrow=True), pytensor.In(z, borrow=True)],
+                                  pytensor.Out(pt.exp(x) * 2 + pt.sin(z) * x, borrow=borrow_out),
+                                  mode=_pytensor_mode(variant))
+        xv, zv = d["x"], d["z"]
+        return Built(lambda: f(xv, zv), lambda r: [_np(r)], clock.s)
+
+    @staticmethod
+    def torch(d):
+        import torch
+        x, z = torch.from_numpy(d["x"]), torch.from_numpy(d["z"])
+
+        def step():
+            with torch.inference_mode():
+                return torch.exp(x) * 2 + torch.sin(z) * x
+        return Built(step, lambda r: [_np(r)])
+
+
+# ============================================================================
+# softmax_infer: exp(x - log(sum(exp(x), axis=1, keepdims=True))), 2048x4096 float32
+
+
+def _softmax64(x):
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+class SoftmaxInfer:
+    name = "softmax_infer"
+    title = "exp(x-log(sum(exp(x),1))), float32"
+    gradient = False
+    sizes = {"full": {"rows": 2048, "cols": 4096}, "quick": {"rows": 512, "cols": 1024}}
+
+    @staticmethod
+    def data(rows, cols, rng):
+        return {"x": rng.standard_normal((rows, cols), dtype=np.float32)}
+
+    @staticmethod
+    def reference(d):
+        return [_softmax64(d["x"])]
+
+    @staticmethod
+    def numpy(d):
+        x = d["x"]
+        return Built(lambda: np.exp(x - np.log(np.sum(np.exp(x), axis=1, keepdims=True))),
+                     lambda r: [_np(r)])
+
+    @staticmethod
+    def tenure(d, linker):
+        import tenure as tn
+        clock = _Clock()
+        with clock:
+            x = tn.matrix("x", dtype="float32")
+            y = tn.exp(x - tn.log(tn.sum(tn.exp(x), axis=1, keepdims=True)))
+            f = tn.function([tn.In(x, borrow=True)], tn.Out(y, borrow=True),
+                            mode=_tenure_mode(linker))
+        xv = d["x"]
+        return Built(lambda: f(xv), lambda r: [_np(r)], clock.s)
+
+    @staticmethod
+    def pytensor(d, variant):
+        import pytensor
+        import pytensor.tensor as pt
+        clock = _Clock()
+        with clock:
+            x = pt.matrix("x", dtype="float32")
+            y = pt.exp(x - pt.log(pt.sum(pt.exp(x), axis=1, keepdims=True)))
+            f = pytensor.function([pytensor.In(x, borrow=True)], pytensor.Out(y, borrow=True),
+                                  mode=_pytensor_mode(variant))
+        xv = d["x"]
+        return Built(lambda: f(xv), lambda r: [_np(r)], clock.s)
+
+    @staticmethod
+    def torch(d):
+        import torch
+        x = torch.from_numpy(d["x"])
+
+        def step():
+            with torch.inference_mode():
+                return torch.exp(x - torch.log(torch.sum(torch.exp(x), dim=1, keepdim=True)))
+        return Built(step, lambda r: [_np(r)])
+
+
+# ============================================================================
+# softmax_grad: d/dx sum(softmax(x) * w), same sizes
+
+
+class SoftmaxGrad:
+    name = "softmax_grad"
+    title = "grad of sum(softmax(x)*w) wrt x, float32"
+    gradient = True
+    sizes = SoftmaxInfer.sizes
+
+    @staticmethod
+    def data(rows, cols, rng):
+        return {"x": rng.standard_normal((rows, cols), dtype=np.float32),
+                "w": rng.standard_normal((rows, cols), dtype=np.float32)}
+
+    @staticmethod
+    def reference(d):
+        s = _softmax64(d["x"])
+        w = d["w"].astype(np.float64)
+        return [s * (w - (s * w).sum(axis=1, keepdims=True))]
+
+    @staticmethod
+    def tenure(d, linker):
+        import tenure as tn
+        clock = _Clock()
+        with clock:
+            x = tn.matrix("x", dtype="float32")
+            w = tn.matrix("w", dtype="float32")
+            g = tn.grad(tn.sum(tn.softmax(x, axis=1) * w), x)
+            f = tn.function([tn.In(x, borrow=True), tn.In(w, borrow=True)], tn.Out(g, borrow=True),
+                            mode=_tenure_mode(linker))
+        xv, wv = d["x"], d["w"]
+        return Built(lambda: f(xv, wv), lambda r: [_np(r)], clock.s)
+
+    @staticmethod
+    def pytensor(d, variant):
+        import pytensor
+        import pytensor.tensor as pt
+        from pytensor.tensor.special import softmax
+        clock = _Clock()
+        with clock:
+            x = pt.matrix("x", dtype="float32")
+            w = pt.matrix("w", dtype="float32")
+            g = pytensor.grad(pt.sum(softmax(x, axis=1) * w), x)
+            f = pytensor.function([pytensor.In(x, borrow=True), pytensor.In(w, borrow=True)],
+                                  pytensor.Out(g, borrow=True), mode=_pytensor_mode(variant))
+        xv, wv = d["x"], d["w"]
+        return Built(lambda: f(xv, wv), lambda r: [_np(r)], clock.s)
+
+    @staticmethod
+    def torch(d):
+        import torch
+        w = torch.from_numpy(d["w"])
+        x = torch.from_numpy(d["x"]).requires_grad_()
+
+        def step():
+            (g,) = torch.autograd.grad(torch.sum(torch.softmax(x, dim=1) * w), x)
+            return g
+        return Built(step, lambda r: [_np(r)])
+
+
+# ============================================================================
+# mlp_infer / mlp_train: ReLU MLP 1024 -> 2048 -> 2048 -> 2048 -> 1024, float32
+
+
+def _mlp_data(batch, layers, rng):
+    params = []
+    for n_in, n_out in zip(layers[:-1], layers[1:]):
+        params.append(rng.standard_normal((n_in, n_out), dtype=np.float32)
+                      * np.float32(np.sqrt(2.0 / n_in)))
+        params.append(rng.standard_normal(n_out, dtype=np.float32) * np.float32(0.1))
+    return {"x": rng.standard_normal((batch, layers[0]), dtype=np.float32),
+            "t": rng.standard_normal((batch, layers[-1]), dtype=np.float32),
+            "params": params}
+
+
+def _mlp_forward64(x, params):
+    """The forward pass in float64; returns the output and each layer's input and
+    pre-activation (for the reference backward pass)."""
+    h, saved = x.astype(np.float64), []
+    n = len(params) // 2
+    for i in range(n):
+        W, b = (p.astype(np.float64) for p in params[2 * i:2 * i + 2])
+        a = h @ W + b
+        saved.append((h, a))
+        h = np.maximum(a, 0) if i < n - 1 else a
+    return h, saved
+
+
+def _pt_relu(h):
+    import pytensor.tensor as pt
+    return pt.maximum(h, 0)  # pytensor.tensor has no relu
+
+
+def _symbolic_mlp(relu, x, params):
+    h = x
+    n = len(params) // 2
+    for i in range(n):
+        h = h @ params[2 * i] + params[2 * i + 1]
+        if i < n - 1:
+            h = relu(h)
+    return h
+
+
+_MLP_SIZES = {"full": {"batch": 1024, "layers": (1024, 2048, 2048, 2048, 1024)},
+              "quick": {"batch": 256, "layers": (256, 512, 512, 512, 256)}}
+LR = 0.01
+
+
+class MlpInfer:
+    name = "mlp_infer"
+    title = "ReLU MLP forward, float32"
+    gradient = False
+    sizes = _MLP_SIZES
+
+    @staticmethod
+    def data(batch, layers, rng):
+        return _mlp_data(batch, layers, rng)
+
+    @staticmethod
+    def reference(d):
+        return [_mlp_forward64(d["x"], d["params"])[0]]
+
+    @staticmethod
+    def numpy(d):
+        x, params = d["x"], d["params"]
+        return Built(lambda: _symbolic_mlp(lambda h: np.maximum(h, 0), x, params),
+                     lambda r: [_np(r)])
+
+    @staticmethod
+    def tenure(d, linker):
+        import tenure as tn
+        clock = _Clock()
+        with clock:
+            params = [tn.shared(p, borrow=True) for p in d["params"]]
+            x = tn.matrix("x", dtype="float32")
+            f = tn.function([tn.In(x, borrow=True)],
+                            tn.Out(_symbolic_mlp(tn.relu, x, params), borrow=True),
+                            mode=_tenure_mode(linker))
+        xv = d["x"]
+        return Built(lambda: f(xv), lambda r: [_np(r)], clock.s)
+
+    @staticmethod
+    def pytensor(d, variant):
+        import pytensor
+        import pytensor.tensor as pt
+        clock = _Clock()
+        with clock:
+            params = [pytensor.shared(p, borrow=True) for p in d["params"]]
+            x = pt.matrix("x", dtype="float32")
+            f = pytensor.function([pytensor.In(x, borrow=True)],
+                                  pytensor.Out(_symbolic_mlp(_pt_relu, x, params), borrow=True),
+                                  mode=_pytensor_mode(variant))
+        xv = d["x"]
+        return Built(lambda: f(xv), lambda r: [_np(r)], clock.s)
+
+    @staticmethod
+    def torch(d):
+        import torch
+        x = torch.from_numpy(d["x"])
+        params = [torch.from_numpy(p) for p in d["params"]]
+
+        def step():
+            with torch.inference_mode():
+                return _symbolic_mlp(torch.relu, x, params)
+        return Built(step, lambda r: [_np(r)])
+
+
+class MlpTrain:
+    name = "mlp_train"
+    title = "ReLU MLP MSE + grads + SGD step, float32"
+    gradient = True
+    sizes = _MLP_SIZES
+
+    @staticmethod
+    def data(batch, layers, rng):
+        return _mlp_data(batch, layers, rng)
+
+    @staticmethod
+    def reference(d):
+        """[loss, *parameters after one SGD step], by hand-written backprop in float64."""
+        params = d["params"]
+        out, saved = _mlp_forward64(d["x"], params)
+        diff = out - d["t"].astype(np.float64)
+        loss = np.mean(diff ** 2)
+        g = 2 * diff / diff.size
+        grads = []
+        for i in reversed(range(len(params) // 2)):
+            h, a = saved[i]
+            if i < len(params) // 2 - 1:
+                g = g * (a > 0)
+            grads = [h.T @ g, g.sum(axis=0)] + grads
+            g = g @ params[2 * i].astype(np.float64).T
+        return [np.float64(loss)] + [p - LR * gp for p, gp in zip(params, grads)]
+
+    @staticmethod
+    def tenure(d, linker):
+        import tenure as tn
+        clock = _Clock()
+        with clock:
+            params = [tn.shared(p, borrow=True) for p in d["params"]]
+            x = tn.matrix("x", dtype="float32")
+            t = tn.matrix("t", dtype="float32")
+            loss = tn.mean((_symbolic_mlp(tn.relu, x, params) - t) ** 2)
+            grads = tn.grad(loss, params)
+            f = tn.function([tn.In(x, borrow=True), tn.In(t, borrow=True)], loss,
+                            updates=[(p, p - LR * g) for p, g in zip(params, grads)],
+                            mode=_tenure_mode(linker))
+        xv, tv = d["x"], d["t"]
+        return Built(lambda: f(xv, tv),
+                     lambda r: [_np(r)] + [_np(p.get_value(borrow=True)) for p in params],
+                     clock.s)
+
+    @staticmethod
+    def pytensor(d, variant):
+        import pytensor
+        import pytensor.tensor as pt
+        clock = _Clock()
+        with clock:
+            params = [pytensor.shared(p, borrow=True) for p in d["params"]]
+            x = pt.matrix("x", dtype="float32")
+            t = pt.matrix("t", dtype="float32")
+            loss = pt.mean((_symbolic_mlp(_pt_relu, x, params) - t) ** 2)
+            grads = pytensor.grad(loss, params)
+            lr = np.float32(LR)  # a Python float would upcast float32 to float64 in PyTensor
+            f = pytensor.function([pytensor.In(x, borrow=True), pytensor.In(t, borrow=True)],
+                                  loss, updates=[(p, p - lr * g) for p, g in zip(params, grads)],
+                                  mode=_pytensor_mode(variant))
+        xv, tv = d["x"], d["t"]
+        return Built(lambda: f(xv, tv),
+                     lambda r: [_np(r)] + [_np(p.get_value(borrow=True)) for p in params],
+                     clock.s)
+
+    @staticmethod
+    def torch(d):
+        import torch
+        x, t = torch.from_numpy(d["x"]), torch.from_numpy(d["t"])
+        params = [torch.from_numpy(p).requires_grad_() for p in d["params"]]
+        opt = torch.optim.SGD(params, lr=LR)
+
+        def step():
+            opt.zero_grad()
+            loss = torch.mean((_symbolic_mlp(torch.relu, x, params) - t) ** 2)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return Built(step, lambda r: [_np(r)] + [_np(p) for p in params])
+
+
+# ============================================================================
+# borrow_steady_state: the elemwise function with Out(borrow=True) vs Out(borrow=False)
+
+
+class BorrowSteadyState:
+    name = "borrow_steady_state"
+    title = "elemwise with Out(borrow=True|False), float64"
+    gradient = False
+    variants = ("borrow=True", "borrow=False")
+    sizes = {"full": {"n": 1_000_000}, "quick": {"n": 200_000}}
+    data = staticmethod(Elemwise.data)
+    reference = staticmethod(Elemwise.reference)
+
+    @staticmethod
+    def tenure(d, linker, variant):
+        return Elemwise.tenure(d, linker, borrow_out=variant == "borrow=True")
+
+    @staticmethod
+    def pytensor(d, mode_variant, variant):
+        return Elemwise.pytensor(d, mode_variant, borrow_out=variant == "borrow=True")
+
+
+WORKLOADS = {w.name: w for w in (Overhead, Elemwise, SoftmaxInfer, SoftmaxGrad, MlpInfer,
+                                 MlpTrain, BorrowSteadyState)}
+
+
+def family(system: str) -> str:
+    """``tenure-py`` -> ``tenure``, ``pytensor-c`` -> ``pytensor``."""
+    return system.split("-", 1)[0]
+
+
+def skip_reason(workload: str, system: str) -> str | None:
+    """Why ``system`` cannot run ``workload`` (None when it can)."""
+    w = WORKLOADS[workload]
+    fam = family(system)
+    if w is BorrowSteadyState and fam not in ("tenure", "pytensor"):
+        return "no Out(borrow=...) to compare: measured for tenure and PyTensor only"
+    if fam == "numpy" and w.gradient:
+        return "NumPy has no automatic differentiation"
+    if not hasattr(w, fam):
+        return f"workload not written for {fam}"
+    return None
+
+
+def build(workload: str, system: str, data: dict, variant: str | None = None) -> Built:
+    """Compile ``workload`` for ``system`` over ``data``."""
+    w = WORKLOADS[workload]
+    fam, _, sub = system.partition("-")
+    builder = getattr(w, fam)
+    args = [data]
+    if fam == "tenure":
+        args.append(sub)
+    elif fam == "pytensor":
+        args.append("c" if sub == "c" else "default")
+    if variant is not None:
+        args.append(variant)
+    return builder(*args)

@@ -1,0 +1,762 @@
+"""Canonicalization: constant folding, merging, and simplifications that are exact.
+
+Every rewrite here replaces a variable by one that computes the same value
+with the same dtype, and the replacement's static shape never contradicts the
+original's.  "The same value" is meant strictly: bit for bit, signed zeros and
+NaNs included, for every input the graph may receive.  Where a rule of
+algebra does not hold bit for bit in floating point, the rewrite either fires
+only where it does (``x + 0`` only for integers or ``x + -0.0``) or says
+in its docstring what it changes (``exp(log(x))``, reductions of reductions).
+Complex dtypes are left alone by the algebraic rewrites: a complex product by
+``1`` is ``(a*1 - b*0) + (a*0 + b*1)j``, which turns an infinite part into NaN.
+
+Weakly typed Python numbers (``x * 1``) take ``x``'s dtype, so they simplify;
+a constant that changes the dtype (``int8_x + 0.0`` is float) never does,
+because every rewrite checks that the replacement's dtype is the node's.
+
+The rewrites, by name (each can be excluded by name, by tag, or all at once as
+``"canonicalize"``):
+
+=====================  ============  ==============================================
+name                   tags          what
+=====================  ============  ==============================================
+merge                  merge, cse    identical constants and identical nodes become one
+constant_folding       fold          a small result of constant inputs becomes a constant
+mul_by_one             algebra       ``x * 1``, ``1 * x`` -> ``x``
+div_by_one             algebra       ``x / 1`` -> ``x``
+add_zero               algebra       ``x + 0``, ``0 + x`` -> ``x`` (where exact)
+sub_zero               algebra       ``x - 0`` -> ``x`` (where exact)
+double_negation        algebra       ``-(-x)`` -> ``x``
+pow_to_square          algebra       ``x ** 2`` -> ``square(x)``
+pow_one                algebra       ``x ** 1`` -> ``x``
+exp_of_log             algebra       ``exp(log(x))`` -> ``x`` for provably non-negative ``x``
+useless_cast           cast          a cast to the dtype ``x`` already has -> ``x``
+dimshuffle_chain       shape_ops     two DimShuffles -> one
+useless_dimshuffle     shape_ops     a DimShuffle that changes nothing -> ``x``
+reshape_chain          shape_ops     reshape of a reshape -> one reshape
+useless_reshape        shape_ops     a reshape to ``x``'s own (static) shape -> ``x``
+useless_alloc          shape_ops     a broadcast/alloc to ``x``'s own static shape -> ``x``
+useless_sum_to         shape_ops     a sum_to ``x``'s own static shape -> ``x``
+reduce_of_reduce       reduce        ``sum(sum(x, a), b)`` -> one ``sum`` (also prod/max/min/all/any)
+shape_lift             shape         ``shape(f(y))`` -> built from ``y``'s shape
+shape_index_lift       shape         ``shape(f(y))[i]`` -> built from ``y``'s shape
+make_vector_index      shape         ``make_vector(a, b, ...)[i]`` -> the i-th item
+=====================  ============  ==============================================
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from tenure.rewrites.engine import register_graph_rewrite, register_node_rewrite
+from tenure.rewrites.fgraph import FunctionGraph
+from tenure.symbolic.graph import Apply, Constant, Variable, ancestors
+from tenure.symbolic.ops import scalar as ps
+from tenure.symbolic.ops import elemwise as ew
+from tenure.symbolic.ops.creation import Alloc
+from tenure.symbolic.ops.elemwise import Elemwise
+from tenure.symbolic.ops.indexing import Subtensor
+from tenure.symbolic.ops.nnet import Softmax
+from tenure.symbolic.ops.reduce import Reduce, SumTo
+from tenure.symbolic.ops.shape import DimShuffle, MakeVector, Reshape, Shape
+from tenure.symbolic.types import TensorType
+from tenure.symbolic.variable import TensorConstant
+
+#: the largest number of elements a folded constant may have.  A folded
+#: constant is computed at compile time and then held by the compiled function
+#: for as long as it lives (and copied out whenever it is returned); past a few
+#: pages of memory, computing the value at run time is cheaper than keeping it,
+#: and a fill like ``zeros((10**5, 10**5))`` must never be materialized at
+#: compile time at all.
+FOLD_MAX_ELEMENTS = 10_000
+
+
+# --------------------------------------------------------------------------
+# Matching helpers
+
+
+def elemwise_node(var: Variable, scalar_op: ps.ScalarOp | None = None) -> Apply | None:
+    """``var``'s owner when it is a non-inplace Elemwise (of ``scalar_op``, if given)."""
+    node = var.owner
+    if node is None or not isinstance(node.op, Elemwise) or node.op.inplace_pattern:
+        return None
+    if scalar_op is not None and node.op.scalar_op != scalar_op:
+        return None
+    return node
+
+
+def is_elemwise(node: Apply, scalar_op: ps.ScalarOp) -> bool:
+    """Whether ``node`` is a non-inplace Elemwise applying ``scalar_op``."""
+    return (isinstance(node.op, Elemwise) and node.op.scalar_op == scalar_op
+            and not node.op.inplace_pattern)
+
+
+def is_filled_with(var: Variable, value, signbit: bool | None = None) -> bool:
+    """Whether ``var`` is a non-empty constant whose every element equals ``value``.
+
+    ``signbit`` (for zeros): also require every element's sign bit to be set
+    (``True``, i.e. ``-0.0``) or clear (``False``, ``+0.0``).
+    """
+    if not isinstance(var, Constant):
+        return False
+    data = var.data
+    if data.size == 0 or data.dtype.kind not in "biuf":
+        return False
+    with np.errstate(all="ignore"):
+        if not np.all(data == value):
+            return False
+    if signbit is not None:
+        # Integer and boolean zeros convert to +0.0.
+        signs = np.signbit(data) if data.dtype.kind == "f" else np.zeros(data.shape, bool)
+        return bool(np.all(signs == signbit))
+    return True
+
+
+def keeps_shape(x: Variable, other: Variable) -> bool:
+    """Whether broadcasting ``other`` against ``x`` leaves ``x``'s shape as it is,
+    whatever the run-time lengths: ``other`` has no more axes than ``x``, and
+    each of its lengths is 1 or a static length that ``x`` has too."""
+    xs, os = x.type.shape, other.type.shape
+    if len(os) > len(xs):
+        return False
+    for o, d in zip(reversed(os), reversed(xs)):
+        if o != 1 and (o is None or o != d):
+            return False
+    return True
+
+
+def same_dtype(old: Variable, new: Variable) -> bool:
+    return new.type.dtype == old.type.dtype
+
+
+def _real(var: Variable) -> bool:
+    """Booleans, integers and reals: what the algebraic rewrites handle."""
+    return var.type.numpy_dtype.kind in "biuf"
+
+
+def _identity_operand(node: Apply, positions, test) -> Variable | None:
+    """For a binary node ``op(a, b)``: the operand ``x`` such that the other one
+    passes ``test`` and ``x`` alone is the node's exact result type (same
+    dtype, not broadcast by the constant)."""
+    out = node.outputs[0]
+    if not _real(out):
+        return None
+    for c_pos, x_pos in positions:
+        c, x = node.inputs[c_pos], node.inputs[x_pos]
+        if test(c) and same_dtype(out, x) and keeps_shape(x, c):
+            return x
+    return None
+
+
+# --------------------------------------------------------------------------
+# Merge
+
+
+def _constant_key(c: Constant):
+    weak = getattr(c, "weak_value", None)
+    # A weak Python number and a 0-d array with the same bytes differ: a node
+    # rebuilt on one or the other would get a different dtype.
+    return (c.signature(), None if weak is None else type(weak).__name__)
+
+
+def _apply_merges(fgraph: FunctionGraph, pairs: list) -> bool:
+    """Replace every ``old`` by its ``new``: all at once (one validation), or,
+    if the features refuse the whole batch, one pair at a time."""
+    if not pairs:
+        return False
+    if fgraph.replace_all_validate(pairs, reason="merge"):
+        return True
+    changed = False
+    for old, new in pairs:
+        if fgraph.clients.get(old) and fgraph.replace_all_validate([(old, new)], reason="merge"):
+            changed = True
+    return changed
+
+
+def _merge_constants(fgraph: FunctionGraph) -> bool:
+    first: dict = {}
+    pairs = []
+    for var in sorted((v for v in fgraph.variables if isinstance(v, Constant)),
+                      key=lambda v: v.auto_id):
+        if not fgraph.clients.get(var):
+            continue
+        try:
+            key = _constant_key(var)
+            keep = first.setdefault(key, var)
+        except TypeError:  # an unhashable signature: leave it alone
+            continue
+        if keep is not var:
+            pairs.append((var, keep))
+    return _apply_merges(fgraph, pairs)
+
+
+def _merge_nodes(fgraph: FunctionGraph) -> bool:
+    """One walk, inputs first.  A node is keyed by its op and by what its inputs
+    will be once the merges found so far are done, so a whole chain of
+    duplicates merges in one walk (and one validation)."""
+    seen: dict = {}
+    rep: dict = {}  # merged-away variable -> the variable that replaces it
+    pairs = []
+    for node in fgraph.toposort():
+        if node.op.destroy_map:
+            continue
+        try:
+            key = (node.op, tuple(rep.get(i, i) for i in node.inputs))
+            other = seen.setdefault(key, node)
+        except TypeError:  # an op with unhashable props never merges
+            continue
+        if other is node:
+            continue
+        # Only outputs somebody reads: replacing the last read one prunes the
+        # node, and its unread outputs with it.
+        found = [(old, new) for old, new in zip(node.outputs, other.outputs)
+                 if fgraph.clients.get(old)]
+        if not all(o.type.is_compatible_replacement(n.type) for o, n in found):
+            continue
+        for old, new in found:
+            rep[old] = new
+        pairs.extend(found)
+    return _apply_merges(fgraph, pairs)
+
+
+@register_graph_rewrite("canonicalize", name="merge", tags=("merge", "cse"))
+def merge(fgraph: FunctionGraph) -> bool:
+    """Common subexpression elimination.
+
+    Constants with the same type and bytes (``Constant.signature()``, and the
+    same weakness) become one constant; then, inputs first, two nodes whose
+    ops are equal (equal ``__props__``) and whose inputs are the very same
+    variables become one.  Exact: ops are deterministic functions of their
+    props and inputs, so equal ops on the same inputs compute equal values.
+    Nodes that overwrite an input (``destroy_map``) are never merged: each of
+    them owns the buffer it writes.
+    """
+    changed = _merge_constants(fgraph)
+    return _merge_nodes(fgraph) or changed
+
+
+# --------------------------------------------------------------------------
+# Constant folding
+
+
+def _fresh_outputs(node: Apply) -> list[Variable]:
+    """``node``'s outputs as ``make_node`` types them today (a node whose
+    inputs were replaced by rewrites keeps its original, possibly less
+    specific, output types)."""
+    try:
+        return node.op.make_node(*node.inputs).outputs
+    except Exception:  # noqa: BLE001 - the original types are still right
+        return node.outputs
+
+
+@register_node_rewrite("canonicalize", tags=("fold",))
+def constant_folding(fgraph, node):
+    """A node whose inputs are all constants is computed now, with ``op.perform``.
+
+    Exact: ``perform`` is the reference implementation the linkers run too.
+    Only small results are folded (see :data:`FOLD_MAX_ELEMENTS`; the output
+    lengths must be known from the types so nothing big is ever computed),
+    never a node that overwrites an input (``destroy_map``: its input is a
+    constant, which must stay intact), and never one whose ``perform`` fails:
+    the error then happens when the function runs, as without folding.
+    """
+    if node.op.destroy_map or not all(isinstance(i, Constant) for i in node.inputs):
+        return None
+    fresh = _fresh_outputs(node)
+    for out in fresh:
+        if not isinstance(out.type, TensorType) or None in out.type.shape:
+            return None
+        if int(np.prod(out.type.shape, dtype=np.int64)) > FOLD_MAX_ELEMENTS:
+            return None
+    storage = [[None] for _ in node.outputs]
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            node.op.perform(node, [i.data for i in node.inputs], storage)
+    except Exception:  # noqa: BLE001 - leave the error to run time
+        return None
+    replacements = []
+    for old, new, (value,) in zip(node.outputs, fresh, storage):
+        out_type = new.type if new.type.dtype == old.type.dtype else old.type
+        try:
+            value = np.array(value, dtype=old.type.numpy_dtype, copy=True)
+            const = TensorConstant(out_type, value)
+        except (TypeError, ValueError):
+            return None
+        replacements.append(const)
+    return replacements
+
+
+# --------------------------------------------------------------------------
+# Algebra
+
+
+@register_node_rewrite("canonicalize", tags=("algebra",))
+def mul_by_one(fgraph, node):
+    """``x * 1`` and ``1 * x`` become ``x``.
+
+    Exact for booleans, integers and reals (``x * 1`` is ``x`` bit for bit,
+    NaN and ``-0.0`` included).  Fires only when the product has ``x``'s
+    dtype (a weak ``1`` does; ``int8_x * 1.0`` is float and does not) and the
+    ones do not broadcast ``x`` to a bigger shape.
+    """
+    if not is_elemwise(node, ps.mul):
+        return None
+    return _identity_operand(node, ((1, 0), (0, 1)), lambda c: is_filled_with(c, 1))
+
+
+@register_node_rewrite("canonicalize", tags=("algebra",))
+def div_by_one(fgraph, node):
+    """``x / 1`` becomes ``x`` (exact for reals; integer ``x / 1`` is float and
+    is left alone by the dtype check)."""
+    if not is_elemwise(node, ps.true_divide):
+        return None
+    return _identity_operand(node, ((1, 0),), lambda c: is_filled_with(c, 1))
+
+
+@register_node_rewrite("canonicalize", tags=("algebra",))
+def add_zero(fgraph, node):
+    """``x + 0`` and ``0 + x`` become ``x`` where that is exact.
+
+    For booleans and integers always.  For floats only when the zeros are
+    ``-0.0``: IEEE addition gives ``-0.0 + +0.0 == +0.0``, so ``x + 0.0`` is
+    *not* ``x`` when ``x`` is ``-0.0`` (the sign of zero shows in ``1 / x``,
+    ``copysign``, ``arctan2``), while ``x + -0.0`` is ``x`` for every ``x``.
+    """
+    if not is_elemwise(node, ps.add):
+        return None
+    if node.outputs[0].type.numpy_dtype.kind == "f":
+        def test(c):
+            return is_filled_with(c, 0, signbit=True)
+    else:
+        def test(c):
+            return is_filled_with(c, 0)
+    return _identity_operand(node, ((1, 0), (0, 1)), test)
+
+
+@register_node_rewrite("canonicalize", tags=("algebra",))
+def sub_zero(fgraph, node):
+    """``x - 0`` becomes ``x``.
+
+    Exact for integers, and for floats when the zeros are ``+0.0`` (``x - +0.0
+    == x + -0.0 == x`` for every ``x``, ``-0.0`` included); ``x - -0.0`` turns
+    ``-0.0`` into ``+0.0`` and is left alone.
+    """
+    if not is_elemwise(node, ps.sub):
+        return None
+    return _identity_operand(node, ((1, 0),), lambda c: is_filled_with(c, 0, signbit=False))
+
+
+@register_node_rewrite("canonicalize", tags=("algebra",))
+def double_negation(fgraph, node):
+    """``-(-x)`` becomes ``x``: negation only flips the sign bit of a float
+    (NaN and zeros included) and is an involution on two's-complement ints."""
+    if not is_elemwise(node, ps.neg):
+        return None
+    inner = elemwise_node(node.inputs[0], ps.neg)
+    if inner is None:
+        return None
+    x = inner.inputs[0]
+    out = node.outputs[0]
+    if not _real(out) or not same_dtype(out, x):
+        return None
+    return x
+
+
+def _power_operands(node: Apply, exponent) -> Variable | None:
+    if not is_elemwise(node, ps.power):
+        return None
+    return _identity_operand(node, ((1, 0),), lambda c: is_filled_with(c, exponent))
+
+
+@register_node_rewrite("canonicalize", tags=("algebra",))
+def pow_to_square(fgraph, node):
+    """``x ** 2`` becomes ``square(x)`` (one multiplication instead of ``pow``).
+
+    ``square(x)`` is ``x * x``, the correctly rounded square; ``pow(x, 2)`` is
+    too wherever libm's ``pow`` is correctly rounded (glibc's is for this
+    case in practice; NumPy itself computes ``a ** 2`` as ``square(a)``).
+    Integers: identical, wrap-around included.  Fires only when ``square(x)``
+    has the node's dtype (``bool ** 2`` is int64 but ``square(bool)`` is bool).
+    """
+    x = _power_operands(node, 2)
+    if x is None:
+        return None
+    new = ew.square(x)
+    return new if same_dtype(node.outputs[0], new) else None
+
+
+@register_node_rewrite("canonicalize", tags=("algebra",))
+def pow_one(fgraph, node):
+    """``x ** 1`` becomes ``x`` (``pow(x, 1)`` is ``x`` exactly, by IEEE and C)."""
+    return _power_operands(node, 1)
+
+
+#: scalar ops whose result is never negative (NaN aside) and never ``-0.0``
+_NON_NEGATIVE = (ps.exp, ps.sigmoid, ps.softplus, ps.abs_, ps.square)
+
+
+def provably_non_negative(var: Variable) -> bool:
+    """Whether every element of ``var`` is ``+0.0``, positive, ``+inf`` or NaN:
+    a constant with only positive elements, or the output of ``exp``,
+    ``sigmoid``, ``softplus``, ``abs``, ``square`` (of reals) or ``softmax``."""
+    if isinstance(var, Constant):
+        data = var.data
+        with np.errstate(all="ignore"):
+            return data.size > 0 and data.dtype.kind in "iuf" and bool(np.all(data > 0))
+    node = var.owner
+    if node is None or var.type.numpy_dtype.kind != "f":
+        return False
+    if isinstance(node.op, Softmax):
+        return True
+    return (isinstance(node.op, Elemwise) and node.op.scalar_op in _NON_NEGATIVE
+            and all(_real(i) for i in node.inputs))
+
+
+@register_node_rewrite("canonicalize", tags=("algebra",))
+def exp_of_log(fgraph, node):
+    """``exp(log(x))`` becomes ``x`` where ``x`` is provably non-negative.
+
+    Mathematically ``exp(log(x)) = x`` for ``x > 0``; in floating point the
+    pair returns ``x`` up to the rounding of ``log`` and ``exp`` (a few ulps),
+    and this rewrite returns the exact ``x`` instead.  At the edges it agrees
+    bit for bit: ``+0 -> -inf -> +0``, ``+inf -> +inf``, NaN -> NaN.  For a
+    negative ``x`` the pair gives NaN, and for ``-0.0`` it gives ``+0.0``, so
+    the rewrite fires only where :func:`provably_non_negative` holds (a
+    positive constant, or the output of exp, sigmoid, softplus, abs, square or
+    softmax) and only when the dtype is unchanged (``log`` of ints is float).
+    """
+    if not is_elemwise(node, ps.exp):
+        return None
+    inner = elemwise_node(node.inputs[0], ps.log)
+    if inner is None:
+        return None
+    x = inner.inputs[0]
+    if not same_dtype(node.outputs[0], x) or not provably_non_negative(x):
+        return None
+    return x
+
+
+# --------------------------------------------------------------------------
+# Casts, broadcasts, reshapes and transposes
+
+
+@register_node_rewrite("canonicalize", tags=("cast",))
+def useless_cast(fgraph, node):
+    """A cast to the dtype its input already has is the identity."""
+    if not (isinstance(node.op, Elemwise) and isinstance(node.op.scalar_op, ps.Cast)
+            and not node.op.inplace_pattern):
+        return None
+    x = node.inputs[0]
+    return x if same_dtype(node.outputs[0], x) else None
+
+
+def _fully_static(shape) -> bool:
+    return None not in shape
+
+
+@register_node_rewrite("canonicalize", tags=("shape_ops",))
+def useless_alloc(fgraph, node):
+    """``alloc(x, *dims)`` / ``broadcast_to(x, dims)`` becomes ``x`` when the
+    static shapes prove the dims are ``x``'s own shape (every dim a constant
+    equal to ``x``'s static length): the copy then holds exactly ``x``."""
+    if not isinstance(node.op, Alloc):
+        return None
+    value, *dims = node.inputs
+    if value.ndim != len(dims) or not _fully_static(value.type.shape):
+        return None
+    if not all(isinstance(d, Constant) for d in dims):
+        return None
+    if tuple(int(d.data) for d in dims) != value.type.shape:
+        return None
+    return value if same_dtype(node.outputs[0], value) else None
+
+
+@register_node_rewrite("canonicalize", tags=("shape_ops",))
+def useless_sum_to(fgraph, node):
+    """``sum_to(g, *dims)`` becomes ``g`` when the static shapes prove ``g``
+    already has the target shape (nothing is summed then)."""
+    if not isinstance(node.op, SumTo):
+        return None
+    g, *dims = node.inputs
+    if g.ndim != len(dims) or not _fully_static(g.type.shape):
+        return None
+    if not all(isinstance(d, Constant) for d in dims):
+        return None
+    if tuple(int(d.data) for d in dims) != g.type.shape:
+        return None
+    return g if same_dtype(node.outputs[0], g) else None
+
+
+@register_node_rewrite("canonicalize", tags=("shape_ops",))
+def dimshuffle_chain(fgraph, node):
+    """``DimShuffle(DimShuffle(x))`` becomes one DimShuffle of ``x``.
+
+    Output axis ``k`` of the pair is axis ``inner.new_order[outer.new_order[k]]``
+    of ``x`` (or a new axis).  Exact: both are views of ``x`` with the same
+    layout.  Every axis of ``x`` the pair drops (both the ones the inner op
+    dropped and the ones the outer dropped after passing them through) is
+    dropped by the combined op, which checks at run time that it has length 1,
+    as the pair did; axes the inner op added and the outer dropped never
+    existed in ``x`` and need no check.
+    """
+    if not isinstance(node.op, DimShuffle):
+        return None
+    inner = node.inputs[0].owner
+    if inner is None or not isinstance(inner.op, DimShuffle):
+        return None
+    order = tuple("x" if e == "x" else inner.op.new_order[e] for e in node.op.new_order)
+    x = inner.inputs[0]
+    if all(e == "x" or isinstance(e, int) for e in order) and order == tuple(range(x.ndim)):
+        return x
+    return DimShuffle(x.ndim, order)(x)
+
+
+@register_node_rewrite("canonicalize", tags=("shape_ops",))
+def useless_dimshuffle(fgraph, node):
+    """A DimShuffle that keeps every axis in place (``new_order == (0, 1, ...)``)
+    is ``x`` itself (``transpose(transpose(x))`` ends here after
+    ``dimshuffle_chain``)."""
+    if not isinstance(node.op, DimShuffle):
+        return None
+    x = node.inputs[0]
+    return x if node.op.new_order == tuple(range(x.ndim)) else None
+
+
+@register_node_rewrite("canonicalize", tags=("shape_ops",))
+def reshape_chain(fgraph, node):
+    """``reshape(reshape(x, s1), s2)`` becomes ``reshape(x, s2)``.
+
+    Exact: a reshape keeps the C-order sequence of elements, so two in a row
+    give what one gives.  (An invalid ``s1`` would have raised; the combined
+    reshape raises only if ``s2`` does not fit ``x``'s size.)
+    """
+    if not isinstance(node.op, Reshape):
+        return None
+    inner = node.inputs[0].owner
+    if inner is None or not isinstance(inner.op, Reshape):
+        return None
+    return node.op(inner.inputs[0], node.inputs[1])
+
+
+@register_node_rewrite("canonicalize", tags=("shape_ops",))
+def useless_reshape(fgraph, node):
+    """``reshape(x, s)`` becomes ``x`` when ``s`` is ``shape(x)``, or when the
+    static shapes of ``x`` and the result are fully known and equal."""
+    if not isinstance(node.op, Reshape):
+        return None
+    x, shp = node.inputs
+    out = node.outputs[0]
+    if x.ndim != out.ndim:
+        return None
+    if shp.owner is not None and isinstance(shp.owner.op, Shape) and shp.owner.inputs[0] is x:
+        return x
+    fresh = _fresh_outputs(node)[0]
+    if _fully_static(x.type.shape) and fresh.type.shape == x.type.shape:
+        return x
+    return None
+
+
+# --------------------------------------------------------------------------
+# Reductions
+
+
+#: reductions whose repeated application is one reduction over the union of axes
+_COMPOSABLE_REDUCTIONS = ("sum", "prod", "max", "min", "all", "any")
+
+
+@register_node_rewrite("canonicalize", tags=("reduce",))
+def reduce_of_reduce(fgraph, node):
+    """``sum(sum(x, a), b)`` becomes ``sum(x, a ∪ b')``, ``b'`` being ``b`` in
+    ``x``'s axis numbering; the same for prod, max, min, all and any.
+
+    ``keepdims`` of either: the union is reduced with ``keepdims=True`` and
+    then exactly the axes the pair would have dropped are dropped (a
+    DimShuffle of length-1 axes; none when it can be said with ``keepdims``).
+    Fires only when the combined reduction has the pair's dtype (``sum`` of
+    int8 is int64, and so is ``sum`` of that).
+
+    Exactness: max, min, all and any, and sum/prod of integers and booleans
+    (modular arithmetic is associative), give identical results.  A float
+    sum or product over the union adds the same terms in a different order,
+    so it may differ from the pair in the last bits (NumPy promises no
+    particular order either; pairwise summation makes the one-pass sum the
+    more accurate).  Exclude ``reduce_of_reduce`` to keep the pair.
+    """
+    if type(node.op) is not Reduce or node.op.fn_name not in _COMPOSABLE_REDUCTIONS:
+        return None
+    inner = node.inputs[0].owner
+    if (inner is None or type(inner.op) is not Reduce
+            or inner.op.fn_name != node.op.fn_name):
+        return None
+    x = inner.inputs[0]
+    n = x.ndim
+    a1, k1 = inner.op.axis, inner.op.keepdims
+    a2, k2 = node.op.axis, node.op.keepdims
+    # Axes of the inner result, in x's numbering.
+    inner_axes = list(range(n)) if k1 else [a for a in range(n) if a not in a1]
+    outer_in_x = {inner_axes[b] for b in a2}
+    union = tuple(sorted(set(a1) | outer_in_x))
+    final = [a for a in inner_axes if k2 or a not in outer_in_x]
+    if final == list(range(n)):
+        new = Reduce(node.op.fn_name, union, keepdims=True)(x)
+    elif final == [a for a in range(n) if a not in union]:
+        new = Reduce(node.op.fn_name, union, keepdims=False)(x)
+    else:
+        kept = Reduce(node.op.fn_name, union, keepdims=True)(x)
+        new = DimShuffle(n, tuple(final))(kept)
+    return new if same_dtype(node.outputs[0], new) else None
+
+
+# --------------------------------------------------------------------------
+# Shapes
+
+
+def _lifted_dims(x: Variable) -> tuple | None:
+    """``x``'s shape as dims (ints and 0-d int64 variables) computed from the
+    shapes of its ancestors through the ops' ``infer_shape``, or ``None``.
+
+    Like :func:`tenure.symbolic.ops.shape.shape_tuple`, but with a memo that
+    lives for this call only: rewriting changes what a node reads, so dims
+    remembered from before could bring back a subgraph that was rewritten
+    away.
+    """
+    from tenure.symbolic.ops.shape import _checked_dims, _fallback_dims, _has_infer_shape
+    memo: dict = {}
+    stack = [x]
+    try:
+        while stack:
+            var = stack[-1]
+            if var in memo:
+                stack.pop()
+                continue
+            node = var.owner
+            if not isinstance(var.type, TensorType):
+                memo[var] = None
+            elif _fully_static(var.type.shape):
+                memo[var] = var.type.shape
+            elif node is None or not _has_infer_shape(node.op):
+                memo[var] = _fallback_dims(var)
+            else:
+                missing = [i for i in node.inputs if i not in memo]
+                if missing:
+                    stack.extend(missing)
+                    continue
+                try:
+                    out_dims = node.op.infer_shape(node, [memo[i] for i in node.inputs])
+                except NotImplementedError:
+                    memo[var] = _fallback_dims(var)
+                else:
+                    for out, dims in zip(node.outputs, out_dims):
+                        memo[out] = _checked_dims(out, dims, node.op)
+            stack.pop()
+    except Exception:  # noqa: BLE001 - an infer_shape that cannot say: do not lift
+        return None
+    return memo[x]
+
+
+def _dim_variable(dim) -> Variable | None:
+    """A dim as a 0-d int64 variable (ints become constants)."""
+    if isinstance(dim, int):
+        return TensorConstant(TensorType("int64", ()), np.array(dim, dtype=np.int64))
+    if not isinstance(dim, Variable) or dim.ndim != 0:
+        return None
+    return dim if dim.dtype == "int64" else ew.cast(dim, "int64")
+
+
+def _needs(dims: list[Variable], x: Variable) -> bool:
+    """Whether computing ``dims`` needs ``x``'s value."""
+    return any(v is x for v in ancestors(dims))
+
+
+@register_node_rewrite("canonicalize", tags=("shape",))
+def shape_lift(fgraph, node):
+    """``shape(x)`` becomes a vector built without ``x``.
+
+    When ``x``'s static shape is fully known: that constant.  Otherwise, when
+    ``x`` is computed by an op with ``infer_shape``, the dims derived from
+    the shapes of its inputs (recursively, as ``shape_tuple`` does), so that
+    ``x`` itself need not be computed when only its shape is used.  Exact:
+    ``infer_shape`` states the shape the op produces.  (One difference: an op
+    that would fail at run time, e.g. on mismatched lengths, no longer runs
+    when only its shape was needed.)  Does not fire when the dims would still
+    need ``x``.
+    """
+    if not isinstance(node.op, Shape):
+        return None
+    x = node.inputs[0]
+    if _fully_static(x.type.shape):
+        return TensorConstant(TensorType("int64", (x.ndim,)),
+                              np.array(x.type.shape, dtype=np.int64).reshape(x.ndim))
+    if x.owner is None:
+        return None
+    dims = _lifted_dims(x)
+    if dims is None:
+        return None
+    items = [_dim_variable(d) for d in dims]
+    if any(v is None for v in items) or _needs(items, x):
+        return None
+    return MakeVector("int64")(*items)
+
+
+def _int_index(node: Apply) -> int | None:
+    """``k`` when ``node`` is ``v[k]`` for a 1-d ``v`` and a constant int ``k``."""
+    if not isinstance(node.op, Subtensor) or len(node.inputs) != 1:
+        return None
+    pattern = node.op.pattern
+    if len(pattern) != 1 or pattern[0][0] != "int" or not isinstance(pattern[0][1], int):
+        return None
+    n = node.inputs[0].type.shape[0]
+    k = pattern[0][1]
+    if n is None:
+        return k if k >= 0 else None
+    return k % n if -n <= k < n else None
+
+
+@register_node_rewrite("canonicalize", tags=("shape",))
+def shape_index_lift(fgraph, node):
+    """``shape(x)[i]`` (a constant ``i``) becomes the ``i``-th dim of ``x``
+    derived without ``x`` (see :func:`shape_lift`); a static length becomes a
+    constant.  Fires even when other dims of ``x`` would need ``x``."""
+    k = _int_index(node)
+    if k is None:
+        return None
+    vec = node.inputs[0]
+    if vec.owner is None or not isinstance(vec.owner.op, Shape):
+        return None
+    x = vec.owner.inputs[0]
+    if k >= x.ndim:
+        return None
+    if x.type.shape[k] is not None:
+        return _dim_variable(x.type.shape[k])
+    if x.owner is None:
+        return None
+    dims = _lifted_dims(x)
+    if dims is None:
+        return None
+    dim = _dim_variable(dims[k])
+    if dim is None or _needs([dim], x):
+        return None
+    return dim
+
+
+@register_node_rewrite("canonicalize", tags=("shape",))
+def make_vector_index(fgraph, node):
+    """``make_vector(a, b, ...)[i]`` (a constant ``i``) becomes the ``i``-th item
+    (cast to the vector's dtype, as ``make_vector`` does)."""
+    k = _int_index(node)
+    if k is None:
+        return None
+    vec = node.inputs[0]
+    if vec.owner is None or not isinstance(vec.owner.op, MakeVector):
+        return None
+    if k >= len(vec.owner.inputs):
+        return None
+    item = vec.owner.inputs[k]
+    out = node.outputs[0]
+    if isinstance(item, TensorConstant) and item.weak:
+        return TensorConstant(out.type, np.array(item.data, dtype=out.type.numpy_dtype))
+    new = ew.cast(item, out.dtype)
+    return new if same_dtype(out, new) and new.ndim == 0 else None

@@ -1,0 +1,191 @@
+"""Elementwise fusion: trees of elementwise ops become one ``Elemwise(Composite)``,
+and a reduction absorbs the elementwise tree it reduces.
+
+Phase ``"fuse"``, tag ``"fusion"`` (``tn.Mode(exclude=["fusion"])`` turns both
+rewrites off).
+
+``fuse_elemwise``
+    Starting from the last elementwise node of a region and walking towards the
+    inputs, a producer is absorbed into the group when it is a non-inplace
+    ``Elemwise`` and *every* reader of its result is already in the group (and
+    the result is not a graph output).  A result with readers outside the group
+    is therefore never recomputed: it stays a separate node (itself the root of
+    another group) and enters the composite as an input.  The absorbed region
+    is convex, so fusing it never makes a cycle.  Python-number constants are
+    folded into the scalar graph as weak literals; a group reads at most
+    :data:`MAX_INPUTS` distinct inputs.  Broadcasting needs no care: the
+    composite broadcasts all its inputs to the output shape, which is the shape
+    every step of the chain broadcasts to anyway.
+
+``fuse_reduce``
+    ``sum``/``prod``/``max``/``min`` over at least one axis of an elementwise
+    result that nothing else reads becomes a :class:`FusedReduce`, which folds
+    each block of the elementwise values into the reduction as it goes: the
+    full intermediate is never allocated.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from tenure.rewrites.engine import register_graph_rewrite
+from tenure.rewrites.fgraph import OUTPUT
+from tenure.symbolic.graph import Apply
+from tenure.symbolic.ops.composite import Composite, FusedReduce
+from tenure.symbolic.ops.elemwise import Elemwise
+from tenure.symbolic.ops.reduce import Reduce
+from tenure.symbolic.variable import TensorConstant
+
+#: the most distinct inputs one fused op reads
+MAX_INPUTS = 32
+
+#: the reductions that can absorb an elementwise tree
+FUSABLE_REDUCTIONS = ("sum", "prod", "max", "min")
+
+
+def _is_fusable(node) -> bool:
+    return (node is not None and isinstance(node.op, Elemwise) and not node.op.inplace_pattern
+            and len(node.outputs) == 1)
+
+
+def _is_weak(var) -> bool:
+    return isinstance(var, TensorConstant) and var.weak
+
+
+def collect_group(fgraph, root: Apply, position: dict,
+                  max_inputs: int = MAX_INPUTS) -> set[Apply]:
+    """``root`` and every elementwise producer whose result only the group reads.
+
+    Candidates are decided from the outputs towards the inputs (highest
+    ``position`` in the schedule first), so when a producer is looked at, every
+    node that could still read its result from inside the group has already
+    joined or been refused: the decision is final and the walk linear.
+    """
+    group = {root}
+    # the distinct variables the group reads from outside (Python numbers excluded)
+    external = {v: None for v in root.inputs if not _is_weak(v)}
+    heap: list = []
+    queued: set = set()
+
+    def push_producers(node):
+        for inp in node.inputs:
+            producer = inp.owner
+            if producer is not None and producer not in queued and producer in position:
+                queued.add(producer)
+                heapq.heappush(heap, (-position[producer], id(producer), producer))
+
+    push_producers(root)
+    while heap:
+        _, _, producer = heapq.heappop(heap)
+        if not _is_fusable(producer) or producer not in fgraph.apply_nodes:
+            continue
+        (result,) = producer.outputs
+        clients = fgraph.clients.get(result, ())
+        if not clients or any(client == OUTPUT or client not in group for client, _ in clients):
+            continue
+        new = [v for v in producer.inputs if not _is_weak(v) and v not in external]
+        if len(external) - 1 + len(set(new)) > max_inputs:
+            continue
+        group.add(producer)
+        del external[result]
+        for v in new:
+            external[v] = None
+        push_producers(producer)
+    return group
+
+
+def build_composite(group: set[Apply], root: Apply, position: dict) -> tuple[Composite, list]:
+    """The Composite computing ``root``'s output from the group's external inputs.
+
+    Composites already in the group are inlined (a fused op never nests).
+    Returns the composite and its inputs, in order.
+    """
+    order = sorted(group, key=position.__getitem__)
+    assert order[-1] is root
+    inputs: list = []
+    input_index: dict = {}
+    result_ref: dict = {}   # variable produced in the group -> ("t", step)
+    steps: list = []
+
+    def ref(var):
+        if var in result_ref:
+            return result_ref[var]
+        if _is_weak(var):
+            return ("c", var.weak_value)
+        if var not in input_index:
+            input_index[var] = len(inputs)
+            inputs.append(var)
+        return ("i", input_index[var])
+
+    for node in order:
+        outer = [ref(v) for v in node.inputs]
+        sop = node.op.scalar_op
+        if isinstance(sop, Composite):
+            local: list = []
+            for op, refs in sop.steps:
+                mapped = [outer[v] if k == "i" else local[v] if k == "t" else (k, v)
+                          for k, v in refs]
+                steps.append((op, mapped))
+                local.append(("t", len(steps) - 1))
+        else:
+            steps.append((sop, outer))
+        result_ref[node.outputs[0]] = ("t", len(steps) - 1)
+    return Composite(len(inputs), steps), inputs
+
+
+def _positions(fgraph) -> dict:
+    return {node: i for i, node in enumerate(fgraph.toposort())}
+
+
+@register_graph_rewrite("fuse", name="fuse_elemwise", tags=("fusion",))
+def fuse_elemwise(fgraph) -> bool:
+    """Merge trees of elementwise nodes into one ``Elemwise(Composite)`` each."""
+    order = fgraph.toposort()
+    position = {node: i for i, node in enumerate(order)}
+    changed = False
+    for root in reversed(order):
+        if root not in fgraph.apply_nodes or not _is_fusable(root):
+            continue
+        group = collect_group(fgraph, root, position)
+        if len(group) < 2:
+            continue
+        composite, inputs = build_composite(group, root, position)
+        old = root.outputs[0]
+        new = Elemwise(composite)(*inputs)
+        if new.type.dtype != old.type.dtype:  # never expected; refuse rather than change types
+            continue
+        if fgraph.replace_all_validate([(old, new)], reason="fuse_elemwise"):
+            changed = True
+            position[new.owner] = position[root]
+    return changed
+
+
+@register_graph_rewrite("fuse", name="fuse_reduce", tags=("fusion",))
+def fuse_reduce(fgraph) -> bool:
+    """A reduction of an elementwise tree that nothing else reads becomes one
+    :class:`FusedReduce` that never materialises the elementwise result."""
+    changed = False
+    position = None
+    for node in fgraph.toposort():
+        op = node.op
+        if (node not in fgraph.apply_nodes or type(op) is not Reduce
+                or op.fn_name not in FUSABLE_REDUCTIONS or not op.axis):
+            continue
+        values = node.inputs[0]
+        producer = values.owner
+        if not _is_fusable(producer) or producer not in fgraph.apply_nodes:
+            continue
+        if fgraph.clients.get(values) != [(node, 0)]:
+            continue  # read elsewhere (or returned): the intermediate exists anyway
+        if position is None:
+            position = _positions(fgraph)
+        group = collect_group(fgraph, producer, position)
+        composite, inputs = build_composite(group, producer, position)
+        old = node.outputs[0]
+        new = FusedReduce(composite, op.fn_name, op.axis, op.keepdims)(*inputs)
+        if new.type.dtype != old.type.dtype:
+            continue
+        if fgraph.replace_all_validate([(old, new)], reason="fuse_reduce"):
+            changed = True
+            position = None  # the graph changed: recompute when needed
+    return changed

@@ -1,0 +1,164 @@
+"""Stabilization: formulas that overflow or lose precision, replaced by ones that don't.
+
+Each rewrite here swaps an expression that is mathematically equal to a
+better-behaved function for that function:
+
+=================  =====================================  ==========================
+name               from                                   to
+=================  =====================================  ==========================
+log_softmax        ``log(softmax(x, axis))``              ``log_softmax(x, axis)``
+log1p              ``log(1 + x)``, ``log(x + 1)``         ``log1p(x)``
+expm1              ``exp(x) - 1``, ``exp(x) + -1``        ``expm1(x)``
+logsumexp          ``log(sum(exp(x), axis))``             ``logsumexp(x, axis)``
+log_sigmoid        ``log(sigmoid(x))``                    ``-softplus(-x)``
+=================  =====================================  ==========================
+
+All carry the tag ``"stable"`` and run in the ``"stabilize"`` phase, after
+canonicalization; ``tn.Mode(exclude=["stabilize"])`` compiles the formulas
+as written.  The results are not bit-identical to the unstable forms (that is
+the point): they are the correctly computed values where the unstable forms
+overflow to ``inf``, underflow to ``0``/``-inf`` or round ``1 + x`` to 1.
+
+Each fires only on real floating-point inputs with the dtype unchanged:
+integer inputs could wrap around (``1 + int8(127)``), and the stable ops may
+type integers differently (``logsumexp`` of ints is float64, ``exp`` of int8
+float16).
+"""
+
+from __future__ import annotations
+
+from tenure.rewrites.canonicalize import elemwise_node, is_elemwise, is_filled_with, keeps_shape
+from tenure.rewrites.engine import register_node_rewrite
+from tenure.symbolic.graph import Variable
+from tenure.symbolic.ops import elemwise as ew
+from tenure.symbolic.ops import scalar as ps
+from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
+from tenure.symbolic.ops.reduce import Reduce
+
+
+def _float(var: Variable) -> bool:
+    return var.type.numpy_dtype.kind == "f"
+
+
+def _same_type_kind(old: Variable, new: Variable) -> Variable | None:
+    """``new`` when it can stand in for ``old`` (same dtype), else None."""
+    return new if new.type.dtype == old.type.dtype else None
+
+
+@register_node_rewrite("stabilize", tags=("stable",))
+def log_softmax(fgraph, node):
+    """``log(softmax(x))`` becomes ``log_softmax(x)`` (``x - logsumexp(x)``).
+
+    Where a softmax entry underflows to 0 (``x = [0, -1000]``), its log is
+    ``-inf``; log_softmax gives the finite ``-1000``.
+    """
+    if not is_elemwise(node, ps.log):
+        return None
+    inner = node.inputs[0].owner
+    if inner is None or not isinstance(inner.op, Softmax):
+        return None
+    x = inner.inputs[0]
+    if not _float(x):
+        return None
+    return _same_type_kind(node.outputs[0], LogSoftmax(inner.op.axis)(x))
+
+
+def _other_operand(node, value) -> Variable | None:
+    """For a binary ``add`` node: the operand ``x`` beside a constant filled with
+    ``value`` that does not broadcast ``x`` and keeps its dtype."""
+    out = node.outputs[0]
+    for c_pos, x_pos in ((0, 1), (1, 0)):
+        c, x = node.inputs[c_pos], node.inputs[x_pos]
+        if is_filled_with(c, value) and keeps_shape(x, c) and x.type.dtype == out.type.dtype:
+            return x
+    return None
+
+
+@register_node_rewrite("stabilize", tags=("stable",))
+def log1p(fgraph, node):
+    """``log(1 + x)`` (either order; the 1 a Python number or a constant array
+    of ones that does not broadcast ``x``) becomes ``log1p(x)``.
+
+    For ``|x|`` below the float's epsilon, ``1 + x`` rounds to 1 and the log
+    to 0; ``log1p(x)`` is ``x`` to full precision.
+    """
+    if not is_elemwise(node, ps.log):
+        return None
+    add = elemwise_node(node.inputs[0], ps.add)
+    if add is None or not _float(add.outputs[0]):
+        return None
+    x = _other_operand(add, 1)
+    if x is None:
+        return None
+    return _same_type_kind(node.outputs[0], ew.log1p(x))
+
+
+@register_node_rewrite("stabilize", tags=("stable",))
+def expm1(fgraph, node):
+    """``exp(x) - 1`` (also ``exp(x) + -1`` and ``-1 + exp(x)``) becomes ``expm1(x)``.
+
+    For small ``|x|``, ``exp(x)`` rounds to 1 and the difference to 0;
+    ``expm1(x)`` is ``x`` to full precision.
+    """
+    out = node.outputs[0]
+    if not _float(out):
+        return None
+    if is_elemwise(node, ps.sub):
+        e, c = node.inputs
+        if not is_filled_with(c, 1):
+            return None
+    elif is_elemwise(node, ps.add):
+        e = _other_operand(node, -1)
+        if e is None:
+            return None
+        c = node.inputs[0] if node.inputs[1] is e else node.inputs[1]
+    else:
+        return None
+    exp = elemwise_node(e, ps.exp)
+    if exp is None or not keeps_shape(e, c) or e.type.dtype != out.type.dtype:
+        return None
+    x = exp.inputs[0]
+    if not _float(x):
+        return None
+    return _same_type_kind(out, ew.expm1(x))
+
+
+@register_node_rewrite("stabilize", tags=("stable",))
+def logsumexp(fgraph, node):
+    """``log(sum(exp(x), axis, keepdims))`` becomes ``logsumexp(x, axis, keepdims)``.
+
+    ``exp`` overflows to ``inf`` for ``x`` above ~709 (float64) and the sum
+    underflows to 0 when every ``x`` is below ~-745; logsumexp subtracts the
+    maximum first and stays finite.
+    """
+    if not is_elemwise(node, ps.log):
+        return None
+    total = node.inputs[0].owner
+    if total is None or type(total.op) is not Reduce or total.op.fn_name != "sum":
+        return None
+    exp = elemwise_node(total.inputs[0], ps.exp)
+    if exp is None:
+        return None
+    x = exp.inputs[0]
+    if not _float(x):
+        return None
+    return _same_type_kind(node.outputs[0], LogSumExp(total.op.axis, total.op.keepdims)(x))
+
+
+@register_node_rewrite("stabilize", tags=("stable",))
+def log_sigmoid(fgraph, node):
+    """``log(sigmoid(x))`` becomes ``-softplus(-x)``.
+
+    ``log(1 / (1 + exp(-x))) = -log(1 + exp(-x))``.  For ``x`` below ~-745
+    the sigmoid underflows to 0 and its log is ``-inf``; ``-softplus(-x)``
+    is ``x`` there, to full precision.
+    """
+    if not is_elemwise(node, ps.log):
+        return None
+    sig = elemwise_node(node.inputs[0], ps.sigmoid)
+    if sig is None:
+        return None
+    x = sig.inputs[0]
+    if not _float(x):
+        return None
+    return _same_type_kind(node.outputs[0], ew.neg(ew.softplus(ew.neg(x))))
