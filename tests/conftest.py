@@ -8,7 +8,7 @@ import pytest
 import tenure as tn
 
 #: every linker the contract and op suites run on
-LINKERS = ["py"]
+LINKERS = ["py", "check"]
 
 
 @pytest.fixture(params=LINKERS)

@@ -667,8 +667,9 @@ def _dim_variable(dim) -> Variable | None:
 
 
 def _needs(dims: list[Variable], x: Variable) -> bool:
-    """Whether computing ``dims`` needs ``x``'s value."""
-    return any(v is x for v in ancestors(dims))
+    """Whether computing ``dims`` needs ``x``'s node to run."""
+    return any(v is x or (x.owner is not None and v.owner is x.owner)
+               for v in ancestors(dims))
 
 
 @register_node_rewrite("canonicalize", tags=("shape",))

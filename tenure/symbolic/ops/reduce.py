@@ -604,6 +604,7 @@ class SumTo(Op):
     """
 
     view_map = {0: [0]}
+    view_may_copy = True  # a view only when there is nothing to sum
 
     def make_node(self, g, *dims):
         g = as_tensor_variable(g)

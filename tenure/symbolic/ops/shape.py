@@ -355,6 +355,7 @@ class Reshape(Op):
 
     __props__ = ("ndim",)
     view_map = {0: [0]}
+    view_may_copy = True  # NumPy copies when it cannot make a view
 
     def __init__(self, ndim: int):
         self.ndim = int(ndim)
