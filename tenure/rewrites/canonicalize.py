@@ -41,6 +41,8 @@ reduce_of_reduce       reduce        ``sum(sum(x, a), b)`` -> one ``sum`` (also 
 shape_lift             shape         ``shape(f(y))`` -> built from ``y``'s shape
 shape_index_lift       shape         ``shape(f(y))[i]`` -> built from ``y``'s shape
 make_vector_index      shape         ``make_vector(a, b, ...)[i]`` -> the i-th item
+make_vector_of_shape   shape         ``make_vector(shape(y)[0], ..., shape(y)[n-1])`` -> ``shape(y)``
+where_same_branches    algebra       ``where(c, a, a)`` -> ``a``
 =====================  ============  ==============================================
 """
 
@@ -51,7 +53,7 @@ import warnings
 import numpy as np
 
 from tenure.rewrites.engine import register_graph_rewrite, register_node_rewrite
-from tenure.rewrites.fgraph import FunctionGraph
+from tenure.rewrites.fgraph import OUTPUT, FunctionGraph
 from tenure.symbolic.graph import Apply, Constant, Variable, ancestors
 from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops import elemwise as ew
@@ -439,6 +441,21 @@ def exp_of_log(fgraph, node):
     return x
 
 
+@register_node_rewrite("canonicalize", tags=("algebra",))
+def where_same_branches(fgraph, node):
+    """``where(c, a, a)`` becomes ``a``: either branch is the same value.  (Shape
+    graphs are full of these: the broadcast length of ``x + x`` is "the other
+    length where this one is 1".)  Fires only when neither ``c`` nor the dtype
+    changes ``a``'s shape or dtype."""
+    if not is_elemwise(node, ps.where):
+        return None
+    cond, a, b = node.inputs
+    out = node.outputs[0]
+    if a is not b or not same_dtype(out, a) or not keeps_shape(a, cond):
+        return None
+    return a
+
+
 # --------------------------------------------------------------------------
 # Casts, broadcasts, reshapes and transposes
 
@@ -683,7 +700,8 @@ def shape_lift(fgraph, node):
     ``infer_shape`` states the shape the op produces.  (One difference: an op
     that would fail at run time, e.g. on mismatched lengths, no longer runs
     when only its shape was needed.)  Does not fire when the dims would still
-    need ``x``.
+    need ``x``, nor when the vector is only read as ``shape(x)[i]`` (that is
+    :func:`shape_index_lift`'s, which builds only the dims that are read).
     """
     if not isinstance(node.op, Shape):
         return None
@@ -693,6 +711,9 @@ def shape_lift(fgraph, node):
                               np.array(x.type.shape, dtype=np.int64).reshape(x.ndim))
     if x.owner is None:
         return None
+    clients = fgraph.clients.get(node.outputs[0], [])
+    if clients and all(c != OUTPUT and _int_index(c) is not None for c, _ in clients):
+        return None  # only read as shape(x)[i]: shape_index_lift builds just those dims
     dims = _lifted_dims(x)
     if dims is None:
         return None
@@ -761,3 +782,25 @@ def make_vector_index(fgraph, node):
         return TensorConstant(out.type, np.array(item.data, dtype=out.type.numpy_dtype))
     new = ew.cast(item, out.dtype)
     return new if same_dtype(out, new) and new.ndim == 0 else None
+
+
+@register_node_rewrite("canonicalize", tags=("shape",))
+def make_vector_of_shape(fgraph, node):
+    """``make_vector(shape(y)[0], ..., shape(y)[n-1])`` (int64, ``n = y.ndim``)
+    becomes ``shape(y)``: one node instead of ``n + 1``."""
+    if not isinstance(node.op, MakeVector) or node.op.dtype != "int64" or not node.inputs:
+        return None
+    y = None
+    for i, item in enumerate(node.inputs):
+        if item.owner is None or _int_index(item.owner) != i:
+            return None
+        vec = item.owner.inputs[0]
+        if vec.owner is None or not isinstance(vec.owner.op, Shape):
+            return None
+        if y is None:
+            y = vec.owner.inputs[0]
+        elif vec.owner.inputs[0] is not y:
+            return None
+    if y.ndim != len(node.inputs):
+        return None
+    return Shape()(y)

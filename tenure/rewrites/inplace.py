@@ -31,9 +31,12 @@ def _candidate_inputs(fgraph, node: Apply) -> list[int]:
     The buffer must have the output's exact type, must not be a constant, and
     no *other* input of the same node may show the same buffer (writing one
     position while reading another of the same memory would clobber it).
-    Inputs that nothing else reads come first: reusing them frees a buffer
-    without forcing any reader to move.
+    A shared variable being updated comes first (its update then lands in its
+    own buffer, which stays the storage), then inputs that nothing else reads:
+    reusing them frees a buffer without forcing any reader to move.
     """
+    handler = next((f for f in fgraph.features if isinstance(f, DestroyHandler)), None)
+    updated = handler.updated if handler else set()
     out_type = node.outputs[0].type
     candidates = []
     for i, inp in enumerate(node.inputs):
@@ -44,8 +47,8 @@ def _candidate_inputs(fgraph, node: Apply) -> list[int]:
                for j, other in enumerate(node.inputs)):
             continue
         others = len([c for c in fgraph.readers(inp) if c is not node])
-        candidates.append((others, i))
-    return [i for _, i in sorted(candidates)]
+        candidates.append((inp not in updated, others, i))
+    return [i for *_, i in sorted(candidates)]
 
 
 class _LocalCheck:
