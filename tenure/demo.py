@@ -40,8 +40,11 @@ def init_layer(rng: np.random.Generator, n_in: int, n_out: int, name: str):
 
 
 def build_model(rng: np.random.Generator, n_features: int, hidden: int, n_classes: int,
-                lr: float):
-    """The compiled training step and prediction function, and the parameters."""
+                lr: float, mode=None):
+    """The compiled training step and prediction function, and the parameters.
+
+    ``mode`` (a :class:`tenure.Mode`) is used for both functions.
+    """
     params = [*init_layer(rng, n_features, hidden, "1"), *init_layer(rng, hidden, hidden, "2"),
               *init_layer(rng, hidden, n_classes, "3")]
     W1, b1, W2, b2, W3, b3 = params
@@ -53,9 +56,10 @@ def build_model(rng: np.random.Generator, n_features: int, hidden: int, n_classe
     loss = -tn.log_softmax(logits, axis=1)[tn.arange(y.shape[0]), y].mean()
     grads = tn.grad(loss, params)
     train = tn.function([In(X, borrow=True), In(y, borrow=True)], loss,
-                        updates=[(p, p - lr * g) for p, g in zip(params, grads)], name="train")
+                        updates=[(p, p - lr * g) for p, g in zip(params, grads)], name="train",
+                        mode=mode)
     predict = tn.function([In(X, borrow=True)], Out(logits.argmax(axis=1), borrow=True),
-                          name="predict")
+                          name="predict", mode=mode)
     return params, train, predict
 
 

@@ -108,9 +108,10 @@ class Mode:
         self.include = tuple(include)
         self.exclude = tuple(exclude)
         self.rewrites = rewrites
-        only_included = rewrites != "default"
-        excluded = set(self.exclude) | ({"default"} if rewrites == "none" else set())
-        self.query = Query(frozenset(self.include), frozenset(excluded), only_included)
+        # "fast_compile" runs what is tagged for it; "none" only what `include` names.
+        included = set(self.include) | ({"fast_compile"} if rewrites == "fast_compile" else set())
+        self.query = Query(frozenset(included), frozenset(self.exclude),
+                           only_included=rewrites != "default")
         self.query.check_names()
 
     def make_linker(self):

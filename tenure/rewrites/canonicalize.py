@@ -5,8 +5,11 @@ with the same dtype, and the replacement's static shape never contradicts the
 original's.  "The same value" is meant strictly: bit for bit, signed zeros and
 NaNs included, for every input the graph may receive.  Where a rule of
 algebra does not hold bit for bit in floating point, the rewrite either fires
-only where it does (``x + 0`` only for integers or ``x + -0.0``) or says
-in its docstring what it changes (``exp(log(x))``, reductions of reductions).
+only where it does (``x + 0`` only for integers or ``x + -0.0``) or says in
+its docstring what it changes: ``exp_of_log`` returns the exact ``x`` where
+the pair rounded twice, ``reduce_of_reduce`` adds float terms in another
+order, and the shape rewrites no longer run an op whose value was only needed
+for its shape (so its run-time errors, e.g. mismatched lengths, go too).
 Complex dtypes are left alone by the algebraic rewrites: a complex product by
 ``1`` is ``(a*1 - b*0) + (a*0 + b*1)j``, which turns an infinite part into NaN.
 
@@ -17,33 +20,33 @@ because every rewrite checks that the replacement's dtype is the node's.
 The rewrites, by name (each can be excluded by name, by tag, or all at once as
 ``"canonicalize"``):
 
-=====================  ============  ==============================================
-name                   tags          what
-=====================  ============  ==============================================
-merge                  merge, cse    identical constants and identical nodes become one
-constant_folding       fold          a small result of constant inputs becomes a constant
-mul_by_one             algebra       ``x * 1``, ``1 * x`` -> ``x``
-div_by_one             algebra       ``x / 1`` -> ``x``
-add_zero               algebra       ``x + 0``, ``0 + x`` -> ``x`` (where exact)
-sub_zero               algebra       ``x - 0`` -> ``x`` (where exact)
-double_negation        algebra       ``-(-x)`` -> ``x``
-pow_to_square          algebra       ``x ** 2`` -> ``square(x)``
-pow_one                algebra       ``x ** 1`` -> ``x``
-exp_of_log             algebra       ``exp(log(x))`` -> ``x`` for provably non-negative ``x``
-useless_cast           cast          a cast to the dtype ``x`` already has -> ``x``
-dimshuffle_chain       shape_ops     two DimShuffles -> one
-useless_dimshuffle     shape_ops     a DimShuffle that changes nothing -> ``x``
-reshape_chain          shape_ops     reshape of a reshape -> one reshape
-useless_reshape        shape_ops     a reshape to ``x``'s own (static) shape -> ``x``
-useless_alloc          shape_ops     a broadcast/alloc to ``x``'s own static shape -> ``x``
-useless_sum_to         shape_ops     a sum_to ``x``'s own static shape -> ``x``
-reduce_of_reduce       reduce        ``sum(sum(x, a), b)`` -> one ``sum`` (also prod/max/min/all/any)
-shape_lift             shape         ``shape(f(y))`` -> built from ``y``'s shape
-shape_index_lift       shape         ``shape(f(y))[i]`` -> built from ``y``'s shape
-make_vector_index      shape         ``make_vector(a, b, ...)[i]`` -> the i-th item
-make_vector_of_shape   shape         ``make_vector(shape(y)[0], ..., shape(y)[n-1])`` -> ``shape(y)``
-where_same_branches    algebra       ``where(c, a, a)`` -> ``a``
-=====================  ============  ==============================================
+====================  ==========  ===============================================
+name                  tags        what
+====================  ==========  ===============================================
+merge                 merge, cse  identical constants and nodes become one
+constant_folding      fold        a small result of constant inputs: a constant
+mul_by_one            algebra     ``x * 1``, ``1 * x`` -> ``x``
+div_by_one            algebra     ``x / 1`` -> ``x``
+add_zero              algebra     ``x + 0``, ``0 + x`` -> ``x`` (where exact)
+sub_zero              algebra     ``x - 0`` -> ``x`` (where exact)
+double_negation       algebra     ``-(-x)`` -> ``x``
+pow_to_square         algebra     ``x ** 2`` -> ``square(x)``
+pow_one               algebra     ``x ** 1`` -> ``x``
+exp_of_log            algebra     ``exp(log(x))`` -> ``x``, ``x`` provably >= 0
+where_same_branches   algebra     ``where(c, a, a)`` -> ``a``
+useless_cast          cast        a cast to ``x``'s own dtype -> ``x``
+dimshuffle_chain      shape_ops   two DimShuffles -> one
+useless_dimshuffle    shape_ops   a DimShuffle that changes nothing -> ``x``
+reshape_chain         shape_ops   reshape of a reshape -> one reshape
+useless_reshape       shape_ops   a reshape to ``x``'s own shape -> ``x``
+useless_alloc         shape_ops   alloc/broadcast_to ``x``'s static shape -> ``x``
+useless_sum_to        shape_ops   sum_to ``x``'s static shape -> ``x``
+reduce_of_reduce      reduce      ``sum(sum(x, a), b)`` -> one sum (and prod, ...)
+shape_lift            shape       ``shape(f(y))`` -> built from ``y``'s shape
+shape_index_lift      shape       ``shape(f(y))[i]`` -> built from ``y``'s shape
+make_vector_index     shape       ``make_vector(a, b, ...)[i]`` -> the i-th item
+make_vector_of_shape  shape       ``make_vector(shape(y)[0], ...)`` -> ``shape(y)``
+====================  ==========  ===============================================
 """
 
 from __future__ import annotations
@@ -281,6 +284,9 @@ def constant_folding(fgraph, node):
         return None
     replacements = []
     for old, new, (value,) in zip(node.outputs, fresh, storage):
+        if not fgraph.clients.get(old):
+            replacements.append(None)  # unread: it goes when the node does
+            continue
         out_type = new.type if new.type.dtype == old.type.dtype else old.type
         try:
             value = np.array(value, dtype=old.type.numpy_dtype, copy=True)
@@ -601,6 +607,9 @@ def reduce_of_reduce(fgraph, node):
     so it may differ from the pair in the last bits (NumPy promises no
     particular order either; pairwise summation makes the one-pass sum the
     more accurate).  Exclude ``reduce_of_reduce`` to keep the pair.
+
+    Only when nothing else reads the inner result: if it is computed anyway,
+    reducing it further costs less than reducing ``x`` again.
     """
     if type(node.op) is not Reduce or node.op.fn_name not in _COMPOSABLE_REDUCTIONS:
         return None
@@ -608,6 +617,8 @@ def reduce_of_reduce(fgraph, node):
     if (inner is None or type(inner.op) is not Reduce
             or inner.op.fn_name != node.op.fn_name):
         return None
+    if len(fgraph.clients.get(node.inputs[0], ())) != 1:
+        return None  # the inner result is needed anyway: reducing it further is cheaper
     x = inner.inputs[0]
     n = x.ndim
     a1, k1 = inner.op.axis, inner.op.keepdims

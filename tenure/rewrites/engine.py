@@ -117,7 +117,7 @@ class Query:
     def check_names(self) -> None:
         """Unknown names in include/exclude are typos: say so."""
         known = set().union(*(r.labels() for r in registered_rewrites().values()), PHASES,
-                            {"default"})
+                            {"default", "fast_compile"})
         unknown = sorted((self.include | self.exclude) - known)
         if unknown:
             raise ValueError(f"Mode: unknown rewrite name or tag {', '.join(map(repr, unknown))}"
@@ -169,8 +169,10 @@ def _node_pass(fgraph: FunctionGraph, rewrites: list[Rewrite], applied: list[str
             if len(replacements) != len(node.outputs):
                 raise ValueError(f"rewrite {rewrite.name} returned {len(replacements)} "
                                  f"replacements for {len(node.outputs)} outputs of {node}")
+            # Outputs nobody reads need no replacement (and may be pruned as
+            # soon as the others are replaced).
             pairs = [(old, new) for old, new in zip(node.outputs, replacements)
-                     if new is not None and new is not old and old in fgraph.variables]
+                     if new is not None and new is not old and fgraph.clients.get(old)]
             if not pairs:
                 continue
             for old, new in pairs:

@@ -189,7 +189,11 @@ class FunctionGraph:
             self.change_input(client, i, new, reason)
 
     def replace_all(self, pairs: Iterable[tuple[Variable, Variable]], reason: str = "") -> None:
+        pairs = list(pairs)
+        present = {old for old, _ in pairs if old in self.variables}
         for old, new in pairs:
+            if old in present and old not in self.variables:
+                continue  # pruned by an earlier replacement of this batch: nothing reads it
             self.replace(old, new, reason)
 
     def replace_all_validate(self, pairs: Iterable[tuple[Variable, Variable]],
@@ -237,6 +241,10 @@ class FunctionGraph:
 
     def _prune_if_unused(self, var: Variable, reason: str) -> None:
         """Forget ``var``'s node, and what only it needed, once nothing reads it."""
+        if isinstance(var, Constant) and not self.clients.get(var):
+            self.variables.discard(var)
+            self.clients.pop(var, None)
+            return
         stack = [var]
         while stack:
             v = stack.pop()

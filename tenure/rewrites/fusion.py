@@ -133,10 +133,6 @@ def build_composite(group: set[Apply], root: Apply, position: dict) -> tuple[Com
     return Composite(len(inputs), steps), inputs
 
 
-def _positions(fgraph) -> dict:
-    return {node: i for i, node in enumerate(fgraph.toposort())}
-
-
 @register_graph_rewrite("fuse", name="fuse_elemwise", tags=("fusion",))
 def fuse_elemwise(fgraph) -> bool:
     """Merge trees of elementwise nodes into one ``Elemwise(Composite)`` each."""
@@ -165,8 +161,10 @@ def fuse_reduce(fgraph) -> bool:
     """A reduction of an elementwise tree that nothing else reads becomes one
     :class:`FusedReduce` that never materialises the elementwise result."""
     changed = False
-    position = None
-    for node in fgraph.toposort():
+    order = fgraph.toposort()
+    # Replacing a node by a FusedReduce keeps the others in a valid order.
+    position = {node: i for i, node in enumerate(order)}
+    for node in order:
         op = node.op
         if (node not in fgraph.apply_nodes or type(op) is not Reduce
                 or op.fn_name not in FUSABLE_REDUCTIONS or not op.axis):
@@ -177,8 +175,6 @@ def fuse_reduce(fgraph) -> bool:
             continue
         if fgraph.clients.get(values) != [(node, 0)]:
             continue  # read elsewhere (or returned): the intermediate exists anyway
-        if position is None:
-            position = _positions(fgraph)
         group = collect_group(fgraph, producer, position)
         composite, inputs = build_composite(group, producer, position)
         old = node.outputs[0]
@@ -187,5 +183,4 @@ def fuse_reduce(fgraph) -> bool:
             continue
         if fgraph.replace_all_validate([(old, new)], reason="fuse_reduce"):
             changed = True
-            position = None  # the graph changed: recompute when needed
     return changed

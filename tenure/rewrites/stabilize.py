@@ -40,7 +40,7 @@ def _float(var: Variable) -> bool:
     return var.type.numpy_dtype.kind == "f"
 
 
-def _same_type_kind(old: Variable, new: Variable) -> Variable | None:
+def _if_same_dtype(old: Variable, new: Variable) -> Variable | None:
     """``new`` when it can stand in for ``old`` (same dtype), else None."""
     return new if new.type.dtype == old.type.dtype else None
 
@@ -60,7 +60,7 @@ def log_softmax(fgraph, node):
     x = inner.inputs[0]
     if not _float(x):
         return None
-    return _same_type_kind(node.outputs[0], LogSoftmax(inner.op.axis)(x))
+    return _if_same_dtype(node.outputs[0], LogSoftmax(inner.op.axis)(x))
 
 
 def _other_operand(node, value) -> Variable | None:
@@ -90,7 +90,7 @@ def log1p(fgraph, node):
     x = _other_operand(add, 1)
     if x is None:
         return None
-    return _same_type_kind(node.outputs[0], ew.log1p(x))
+    return _if_same_dtype(node.outputs[0], ew.log1p(x))
 
 
 @register_node_rewrite("stabilize", tags=("stable",))
@@ -120,7 +120,7 @@ def expm1(fgraph, node):
     x = exp.inputs[0]
     if not _float(x):
         return None
-    return _same_type_kind(out, ew.expm1(x))
+    return _if_same_dtype(out, ew.expm1(x))
 
 
 @register_node_rewrite("stabilize", tags=("stable",))
@@ -142,7 +142,7 @@ def logsumexp(fgraph, node):
     x = exp.inputs[0]
     if not _float(x):
         return None
-    return _same_type_kind(node.outputs[0], LogSumExp(total.op.axis, total.op.keepdims)(x))
+    return _if_same_dtype(node.outputs[0], LogSumExp(total.op.axis, total.op.keepdims)(x))
 
 
 @register_node_rewrite("stabilize", tags=("stable",))
@@ -161,4 +161,4 @@ def log_sigmoid(fgraph, node):
     x = sig.inputs[0]
     if not _float(x):
         return None
-    return _same_type_kind(node.outputs[0], ew.neg(ew.softplus(ew.neg(x))))
+    return _if_same_dtype(node.outputs[0], ew.neg(ew.softplus(ew.neg(x))))

@@ -47,7 +47,9 @@ def _assert_same(got, expected, rtol=None):
 
 
 def _compare(inputs, outputs, values, mode, rtol=None):
-    """Compile with and without fusion; same dtypes, shapes and values. Returns the fused function."""
+    """Compile with and without fusion; same dtypes, shapes and values.
+
+    Returns the fused function."""
     fused_mode, plain_mode = _modes(mode)
     f = tn.function(inputs, outputs, mode=fused_mode, on_unused_input="ignore")
     g = tn.function(inputs, outputs, mode=plain_mode, on_unused_input="ignore")
@@ -178,6 +180,20 @@ def test_blockwise_matches_for_assorted_shapes(shape):
     np.testing.assert_allclose(c.impl(a, b), np.exp(a) * 2 + np.sin(b) * a, rtol=1e-13)
 
 
+@pytest.mark.parametrize("size", [10, 200_000])
+def test_elemwise_composite_reuses_the_output_buffer(size):
+    op = Elemwise(_example_composite())
+    x, z = tn.vector("x"), tn.vector("z")
+    node = op.make_node(x, z)
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=size), rng.normal(size=size)
+    kept = np.empty(size)
+    cell = [kept]
+    op.perform(node, [a, b], [cell])
+    assert cell[0] is kept
+    np.testing.assert_allclose(kept, np.exp(a) * 2 + np.sin(b) * a, rtol=1e-13)
+
+
 def test_composite_in_place_into_an_input_blockwise():
     # What the in-place rewrite creates: the output is written into input 0's buffer.
     op = Elemwise(_example_composite(), {0: 0})
@@ -190,6 +206,25 @@ def test_composite_in_place_into_an_input_blockwise():
     op.perform(node, [a, b], [cell])
     assert cell[0] is a
     np.testing.assert_allclose(a, expected, rtol=1e-13)
+
+
+@pytest.mark.parametrize("blocks", [False, True])
+def test_composite_in_place_into_the_condition_of_a_final_where(blocks):
+    # where() fills its output from `b` first: written into `cond`'s own buffer it
+    # would lose the condition.  The composite gives such a step a scratch result.
+    comp = Composite(2, [(ps.logical_not, [("i", 1)]),
+                         (ps.where, [("i", 0), ("t", 0), ("c", True)])])
+    op = Elemwise(comp, {0: 0})
+    c, a = tn.vector("c", dtype="bool"), tn.vector("a", dtype="bool")
+    node = op.make_node(c, a)
+    rng = np.random.default_rng(5)
+    cv, av = rng.random(40) < 0.5, rng.random(40) < 0.5
+    expected = np.where(cv, ~av, True)
+    cell = [None]
+    with small_blocks() if blocks else contextlib.nullcontext():
+        op.perform(node, [cv, av], [cell])
+    assert cell[0] is cv
+    np.testing.assert_array_equal(cv, expected)
 
 
 def test_composite_where_and_cast_steps_blockwise():
@@ -413,15 +448,16 @@ def test_memory_fused_reduction_needs_no_intermediate():
 @pytest.mark.parametrize("fn_name", ["sum", "prod", "max", "min"])
 @pytest.mark.parametrize("axis, keepdims", [(None, False), (0, False), (1, True), ((0, 2), False),
                                             (2, False), ((1, 2), True)])
-@pytest.mark.parametrize("blocks", [False, True])
-def test_fused_reduction_matches(fn_name, axis, keepdims, blocks, mode):
+@pytest.mark.parametrize("block", [None, 3, 5, 12, 40])
+def test_fused_reduction_matches(fn_name, axis, keepdims, block, mode):
     x = tn.tensor("x", shape=(None, None, None))
     z = tn.vector("z")
     values = tn.tanh(x) * 0.5 + tn.cos(z) * 0.7
     y = getattr(tn, fn_name)(values, axis=axis, keepdims=keepdims)
     rng = np.random.default_rng(11)
     args = [rng.normal(size=(3, 4, 5)), rng.normal(size=5)]
-    with small_blocks() if blocks else contextlib.nullcontext():
+    # block sizes cutting (3, 4, 5) along each axis, with and without a short last block
+    with small_blocks(4, block) if block else contextlib.nullcontext():
         f = _compare([x, z], y, args, mode, rtol=1e-12)
     assert any(isinstance(n.op, FusedReduce) for n in f.fgraph.apply_nodes)
     assert "fuse_reduce" in f.rewrites_applied
@@ -474,6 +510,16 @@ def test_fused_reduction_infer_shape_and_buffer_reuse(mode):
     op = FusedReduce(_example_composite(), "sum", (0,), keepdims=True)
     y = op(x, z)
     assert y.type.shape == (1, None)
+
+    def evaluated(dims):
+        return tuple(int(tn.function([], d)()) if isinstance(d, tn.Variable) else d
+                     for d in dims)
+
+    (dims,) = op.infer_shape(y.owner, [(3, 4), (4,)])
+    assert evaluated(dims) == (1, 4)
+    op_max = FusedReduce(_example_composite(), "max", (1,))
+    (dims,) = op_max.infer_shape(op_max.make_node(x, z), [(3, 4), (4,)])
+    assert evaluated(dims) == (3,)
     f = tn.function([x, z], [y, tn.shape_tuple(y)[1] * 1], mode=mode)
     rng = np.random.default_rng(14)
     a, b = rng.normal(size=(300, 400)), rng.normal(size=400)
@@ -482,7 +528,6 @@ def test_fused_reduction_infer_shape_and_buffer_reuse(mode):
     np.testing.assert_allclose(got, np.sum(np.exp(a) * 2 + np.sin(b) * a, axis=0,
                                            keepdims=True), rtol=1e-12)
     # an output buffer kept between calls is reused
-    node = y.owner
     cell = [np.empty((400,))]
     kept = cell[0]
     op2 = FusedReduce(_example_composite(), "sum", (0,))

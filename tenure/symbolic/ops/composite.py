@@ -155,7 +155,6 @@ class Composite(ps.ScalarOp):
                     last_use[value] = j
         self._last_use = tuple(last_use)
         self._dtype_cache: dict = {}
-        _register_grad_rule(self.name)
 
     def params(self) -> tuple:
         return (self.nin, self._key)
@@ -214,7 +213,7 @@ class Composite(ps.ScalarOp):
         for j, (op, refs) in enumerate(self.steps):
             args = [arrays[v] if k == "i" else v if k == "c" else values[v] for k, v in refs]
             if j == last and out is not None:
-                op.impl(*args, out=out)
+                _final_step(op, args, out, dtypes[j])
                 return out
             values.append(np.asarray(op.impl(*args), dtype=dtypes[j]))
         return values[-1]
@@ -240,7 +239,7 @@ class Composite(ps.ScalarOp):
                 for v in dying:
                     buffers.give_back(full[v])
             if j == last:
-                op.impl(*args, out=out)
+                _final_step(op, args, out, dtypes[j])
             else:
                 full[j] = buffers.take(dtypes[j])
                 temps[j] = full[j] if full[j].shape[0] == n else full[j][:n]
@@ -285,14 +284,16 @@ class Composite(ps.ScalarOp):
         return grads_in
 
 
-def _composite_grad(inputs, out, gz):
-    # Elemwise.grad finds rules by scalar-op name; every Composite's name maps
-    # here, and the op itself is on the recomputed output.
-    return out.owner.op.scalar_op.grad_rule(inputs, out, gz)
-
-
-def _register_grad_rule(name: str) -> None:
-    ew._GRAD_RULES.setdefault(name, _composite_grad)
+def _final_step(op, args, out, dtype) -> None:
+    """The last step, written into ``out`` (which may be an input's buffer when
+    the op runs in place).  A ufunc copes with an operand that is ``out``
+    itself; any other implementation gets a scratch result instead, so it can
+    never overwrite an operand it still has to read."""
+    if not isinstance(op.impl, np.ufunc) and any(
+            isinstance(a, np.ndarray) and np.may_share_memory(a, out) for a in args):
+        np.copyto(out, np.asarray(op.impl(*args), dtype=dtype), casting="unsafe")
+    else:
+        op.impl(*args, out=out)
 
 
 class _BlockBuffers:

@@ -162,7 +162,9 @@ class Elemwise(Op):
         cell[0] = result
 
     def grad(self, inputs, output_grads):
-        rule = _GRAD_RULES.get(self.scalar_op.name)
+        # A scalar op may carry its own rule (a Composite differentiates its
+        # steps); the table holds the rules of the primitive scalar ops.
+        rule = getattr(self.scalar_op, "grad_rule", None) or _GRAD_RULES.get(self.scalar_op.name)
         if isinstance(self.scalar_op, ps.Cast):
             rule = _cast_grad
         if rule is None:

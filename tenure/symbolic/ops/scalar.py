@@ -84,6 +84,8 @@ def _where(cond, a, b, out=None):
     if out is None:
         return np.where(cond, a, b)
     cond = np.asarray(cond, dtype=bool)
+    if np.may_share_memory(out, cond):
+        cond = cond.copy()  # written in place into the condition: read it first
     if np.may_share_memory(out, a) and not np.may_share_memory(out, b):
         # Written into `a` (in place): its kept positions already hold `a`.
         np.copyto(out, b, casting="unsafe", where=~cond)
