@@ -1,0 +1,1 @@
+"""Specialization: replace general op combinations by faster special ops."""
