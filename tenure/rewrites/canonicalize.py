@@ -47,6 +47,8 @@ shape_index_lift      shape       ``shape(f(y))[i]`` -> built from ``y``'s shape
 make_vector_index     shape       ``make_vector(a, b, ...)[i]`` -> the i-th item
 make_vector_of_shape  shape       ``make_vector(shape(y)[0], ...)`` -> ``shape(y)``
 ====================  ==========  ===============================================
+
+The ``shape`` rewrites live in :mod:`tenure.rewrites.shape_lift`.
 """
 
 from __future__ import annotations
@@ -56,16 +58,15 @@ import warnings
 import numpy as np
 
 from tenure.rewrites.engine import register_graph_rewrite, register_node_rewrite
-from tenure.rewrites.fgraph import OUTPUT, FunctionGraph
-from tenure.symbolic.graph import Apply, Constant, Variable, ancestors
+from tenure.rewrites.fgraph import FunctionGraph
+from tenure.symbolic.graph import Apply, Constant, Variable
 from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops import elemwise as ew
 from tenure.symbolic.ops.creation import Alloc
 from tenure.symbolic.ops.elemwise import Elemwise
-from tenure.symbolic.ops.indexing import Subtensor
 from tenure.symbolic.ops.nnet import Softmax
 from tenure.symbolic.ops.reduce import Reduce, SumTo
-from tenure.symbolic.ops.shape import DimShuffle, MakeVector, Reshape, Shape
+from tenure.symbolic.ops.shape import DimShuffle, Reshape, Shape
 from tenure.symbolic.types import TensorType
 from tenure.symbolic.variable import TensorConstant
 
@@ -636,182 +637,3 @@ def reduce_of_reduce(fgraph, node):
         kept = Reduce(node.op.fn_name, union, keepdims=True)(x)
         new = DimShuffle(n, tuple(final))(kept)
     return new if same_dtype(node.outputs[0], new) else None
-
-
-# --------------------------------------------------------------------------
-# Shapes
-
-
-def _lifted_dims(x: Variable) -> tuple | None:
-    """``x``'s shape as dims (ints and 0-d int64 variables) computed from the
-    shapes of its ancestors through the ops' ``infer_shape``, or ``None``.
-
-    Like :func:`tenure.symbolic.ops.shape.shape_tuple`, but with a memo that
-    lives for this call only: rewriting changes what a node reads, so dims
-    remembered from before could bring back a subgraph that was rewritten
-    away.
-    """
-    from tenure.symbolic.ops.shape import _checked_dims, _fallback_dims, _has_infer_shape
-    memo: dict = {}
-    stack = [x]
-    try:
-        while stack:
-            var = stack[-1]
-            if var in memo:
-                stack.pop()
-                continue
-            node = var.owner
-            if not isinstance(var.type, TensorType):
-                memo[var] = None
-            elif _fully_static(var.type.shape):
-                memo[var] = var.type.shape
-            elif node is None or not _has_infer_shape(node.op):
-                memo[var] = _fallback_dims(var)
-            else:
-                missing = [i for i in node.inputs if i not in memo]
-                if missing:
-                    stack.extend(missing)
-                    continue
-                try:
-                    out_dims = node.op.infer_shape(node, [memo[i] for i in node.inputs])
-                except NotImplementedError:
-                    memo[var] = _fallback_dims(var)
-                else:
-                    for out, dims in zip(node.outputs, out_dims):
-                        memo[out] = _checked_dims(out, dims, node.op)
-            stack.pop()
-    except Exception:  # noqa: BLE001 - an infer_shape that cannot say: do not lift
-        return None
-    return memo[x]
-
-
-def _dim_variable(dim) -> Variable | None:
-    """A dim as a 0-d int64 variable (ints become constants)."""
-    if isinstance(dim, int):
-        return TensorConstant(TensorType("int64", ()), np.array(dim, dtype=np.int64))
-    if not isinstance(dim, Variable) or dim.ndim != 0:
-        return None
-    return dim if dim.dtype == "int64" else ew.cast(dim, "int64")
-
-
-def _needs(dims: list[Variable], x: Variable) -> bool:
-    """Whether computing ``dims`` needs ``x``'s node to run."""
-    return any(v is x or (x.owner is not None and v.owner is x.owner)
-               for v in ancestors(dims))
-
-
-@register_node_rewrite("canonicalize", tags=("shape",))
-def shape_lift(fgraph, node):
-    """``shape(x)`` becomes a vector built without ``x``.
-
-    When ``x``'s static shape is fully known: that constant.  Otherwise, when
-    ``x`` is computed by an op with ``infer_shape``, the dims derived from
-    the shapes of its inputs (recursively, as ``shape_tuple`` does), so that
-    ``x`` itself need not be computed when only its shape is used.  Exact:
-    ``infer_shape`` states the shape the op produces.  (One difference: an op
-    that would fail at run time, e.g. on mismatched lengths, no longer runs
-    when only its shape was needed.)  Does not fire when the dims would still
-    need ``x``, nor when the vector is only read as ``shape(x)[i]`` (that is
-    :func:`shape_index_lift`'s, which builds only the dims that are read).
-    """
-    if not isinstance(node.op, Shape):
-        return None
-    x = node.inputs[0]
-    if _fully_static(x.type.shape):
-        return TensorConstant(TensorType("int64", (x.ndim,)),
-                              np.array(x.type.shape, dtype=np.int64).reshape(x.ndim))
-    if x.owner is None:
-        return None
-    clients = fgraph.clients.get(node.outputs[0], [])
-    if clients and all(c != OUTPUT and _int_index(c) is not None for c, _ in clients):
-        return None  # only read as shape(x)[i]: shape_index_lift builds just those dims
-    dims = _lifted_dims(x)
-    if dims is None:
-        return None
-    items = [_dim_variable(d) for d in dims]
-    if any(v is None for v in items) or _needs(items, x):
-        return None
-    return MakeVector("int64")(*items)
-
-
-def _int_index(node: Apply) -> int | None:
-    """``k`` when ``node`` is ``v[k]`` for a 1-d ``v`` and a constant int ``k``."""
-    if not isinstance(node.op, Subtensor) or len(node.inputs) != 1:
-        return None
-    pattern = node.op.pattern
-    if len(pattern) != 1 or pattern[0][0] != "int" or not isinstance(pattern[0][1], int):
-        return None
-    n = node.inputs[0].type.shape[0]
-    k = pattern[0][1]
-    if n is None:
-        return k if k >= 0 else None
-    return k % n if -n <= k < n else None
-
-
-@register_node_rewrite("canonicalize", tags=("shape",))
-def shape_index_lift(fgraph, node):
-    """``shape(x)[i]`` (a constant ``i``) becomes the ``i``-th dim of ``x``
-    derived without ``x`` (see :func:`shape_lift`); a static length becomes a
-    constant.  Fires even when other dims of ``x`` would need ``x``."""
-    k = _int_index(node)
-    if k is None:
-        return None
-    vec = node.inputs[0]
-    if vec.owner is None or not isinstance(vec.owner.op, Shape):
-        return None
-    x = vec.owner.inputs[0]
-    if k >= x.ndim:
-        return None
-    if x.type.shape[k] is not None:
-        return _dim_variable(x.type.shape[k])
-    if x.owner is None:
-        return None
-    dims = _lifted_dims(x)
-    if dims is None:
-        return None
-    dim = _dim_variable(dims[k])
-    if dim is None or _needs([dim], x):
-        return None
-    return dim
-
-
-@register_node_rewrite("canonicalize", tags=("shape",))
-def make_vector_index(fgraph, node):
-    """``make_vector(a, b, ...)[i]`` (a constant ``i``) becomes the ``i``-th item
-    (cast to the vector's dtype, as ``make_vector`` does)."""
-    k = _int_index(node)
-    if k is None:
-        return None
-    vec = node.inputs[0]
-    if vec.owner is None or not isinstance(vec.owner.op, MakeVector):
-        return None
-    if k >= len(vec.owner.inputs):
-        return None
-    item = vec.owner.inputs[k]
-    out = node.outputs[0]
-    if isinstance(item, TensorConstant) and item.weak:
-        return TensorConstant(out.type, np.array(item.data, dtype=out.type.numpy_dtype))
-    new = ew.cast(item, out.dtype)
-    return new if same_dtype(out, new) and new.ndim == 0 else None
-
-
-@register_node_rewrite("canonicalize", tags=("shape",))
-def make_vector_of_shape(fgraph, node):
-    """``make_vector(shape(y)[0], ..., shape(y)[n-1])`` (int64, ``n = y.ndim``)
-    becomes ``shape(y)``: one node instead of ``n + 1``."""
-    if not isinstance(node.op, MakeVector) or node.op.dtype != "int64" or not node.inputs:
-        return None
-    y = None
-    for i, item in enumerate(node.inputs):
-        if item.owner is None or _int_index(item.owner) != i:
-            return None
-        vec = item.owner.inputs[0]
-        if vec.owner is None or not isinstance(vec.owner.op, Shape):
-            return None
-        if y is None:
-            y = vec.owner.inputs[0]
-        elif vec.owner.inputs[0] is not y:
-            return None
-    if y.ndim != len(node.inputs):
-        return None
-    return Shape()(y)

@@ -85,8 +85,8 @@ def registered_rewrites() -> dict[str, Rewrite]:
 
 def _load_rewrite_modules() -> None:
     # The modules register their rewrites when imported.
-    from tenure.rewrites import (canonicalize, fusion, inplace, specialize,  # noqa: F401
-                                 stabilize)
+    from tenure.rewrites import (canonicalize, fusion, inplace, shape_lift,  # noqa: F401
+                                 specialize, stabilize)
 
 
 @dataclass(frozen=True)
