@@ -144,6 +144,10 @@ def run_worker(system: str, workload: str, variant: str | None, quick: bool,
     return result
 
 
+def _label(r: dict) -> str:
+    return r["workload"] + (f" [{r['variant']}]" if r.get("variant") else "")
+
+
 def describe(r: dict) -> str:
     if r["status"] != "ok":
         return f"{r['status']}: {r.get('reason', '')}"
@@ -166,8 +170,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=os.path.join(HERE, "results"),
                         help="output folder (default: benchmarks/results)")
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
-                        help="before each run, wait up to S seconds for other processes to "
-                             "go quiet (for shared machines; default 0: don't wait)")
+                        help="shared machines: before each run, wait up to S seconds for "
+                             "other processes to go quiet, and run once more (keeping the "
+                             "quieter try) each run during which they did not (default 0: "
+                             "don't wait)")
     args = parser.parse_args(argv)
 
     known = tenure_systems() + list(PEERS)
@@ -204,6 +210,19 @@ def main(argv=None) -> int:
                 result["waited_for_quiet_s"] = round(waited, 1)
         doc["results"].append(result)
         print(f"{label}: {describe(result)}", flush=True)
+    if args.wait_quiet > 0:  # one more try for the runs that shared the machine
+        for i, old in enumerate(doc["results"]):
+            if old["status"] != "ok" or old.get("foreign_load_cores", 0) < report.BUSY_CORES:
+                continue
+            waited = wait_quiet(args.wait_quiet)
+            new = run_worker(old["system"], old["workload"], old["variant"], args.quick,
+                             TIMEOUT_S[scale])
+            new["waited_for_quiet_s"] = round(waited, 1)
+            keep = new if (new["status"] == "ok" and new["foreign_load_cores"]
+                           < old["foreign_load_cores"]) else old
+            keep["tries"] = 2
+            doc["results"][i] = keep
+            print(f"again {old['system']} x {_label(old)}: {describe(keep)}", flush=True)
     doc["wall_s"] = round(time.perf_counter() - start, 1)
 
     os.makedirs(args.out, exist_ok=True)

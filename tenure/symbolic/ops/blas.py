@@ -256,16 +256,22 @@ class MatMul(Op):
         if b.ndim == 1:
             gz = expand_dims(gz, -1)
         ga = gb = None
+        # Batch axes exist only when an operand has more than 2 dimensions;
+        # without them there is nothing to sum back (and a bare product lets
+        # later rewrites, such as gemm, recognise it).
+        batched = a.ndim > 2 or b.ndim > 2
         if is_differentiable(a):
             ga = matmul(gz, _swap_last(b2))          # batch + (n, k)
             if a.ndim == 1:
                 ga = squeeze(ga, axis=-2)
-            ga = sum_to(ga, a)                        # sum over broadcast batch axes
+            if batched:
+                ga = sum_to(ga, a)                    # sum over broadcast batch axes
         if is_differentiable(b):
             gb = matmul(_swap_last(a2), gz)           # batch + (k, m)
             if b.ndim == 1:
                 gb = squeeze(gb, axis=-1)
-            gb = sum_to(gb, b)
+            if batched:
+                gb = sum_to(gb, b)
         return [ga, gb]
 
 
