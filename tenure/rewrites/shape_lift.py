@@ -13,7 +13,7 @@ from tenure.rewrites.fgraph import OUTPUT
 from tenure.symbolic.graph import Apply, Variable, ancestors
 from tenure.symbolic.ops import elemwise as ew
 from tenure.symbolic.ops.indexing import Subtensor
-from tenure.symbolic.ops.shape import MakeVector, Shape
+from tenure.symbolic.ops.shape import MakeVector, Shape, infer_dims
 from tenure.symbolic.types import TensorType
 from tenure.symbolic.variable import TensorConstant
 
@@ -27,38 +27,10 @@ def _lifted_dims(x: Variable) -> tuple | None:
     remembered from before could bring back a subgraph that was rewritten
     away.
     """
-    from tenure.symbolic.ops.shape import _checked_dims, _fallback_dims, _has_infer_shape
-    memo: dict = {}
-    stack = [x]
     try:
-        while stack:
-            var = stack[-1]
-            if var in memo:
-                stack.pop()
-                continue
-            node = var.owner
-            if not isinstance(var.type, TensorType):
-                memo[var] = None
-            elif _fully_static(var.type.shape):
-                memo[var] = var.type.shape
-            elif node is None or not _has_infer_shape(node.op):
-                memo[var] = _fallback_dims(var)
-            else:
-                missing = [i for i in node.inputs if i not in memo]
-                if missing:
-                    stack.extend(missing)
-                    continue
-                try:
-                    out_dims = node.op.infer_shape(node, [memo[i] for i in node.inputs])
-                except NotImplementedError:
-                    memo[var] = _fallback_dims(var)
-                else:
-                    for out, dims in zip(node.outputs, out_dims):
-                        memo[out] = _checked_dims(out, dims, node.op)
-            stack.pop()
+        return infer_dims(x, {})
     except Exception:  # noqa: BLE001 - an infer_shape that cannot say: do not lift
         return None
-    return memo[x]
 
 
 def _dim_variable(dim) -> Variable | None:

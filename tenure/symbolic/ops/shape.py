@@ -179,11 +179,16 @@ def shape_tuple(x) -> tuple:
     does not compute ``x``; roots, and ops without ``infer_shape``, fall back
     to indexing ``shape(x)``.
     """
-    x = as_tensor_variable(x)
     # Remembered across calls (graph variables do not change what they compute):
     # gradients ask for the shape of every intermediate of a chain, and a
     # per-call memo would make building them quadratic in the chain's length.
-    memo = _SHAPE_CACHE
+    # Rewrites, which do change what nodes read, use infer_dims with their own memo.
+    return infer_dims(as_tensor_variable(x), _SHAPE_CACHE)
+
+
+def infer_dims(x, memo) -> tuple:
+    """:func:`shape_tuple` of ``x`` with the dims it computes on the way kept in
+    ``memo`` (a dict, or a mapping that outlives the call)."""
     # Iterative depth-first walk: graphs can be deeper than the recursion limit.
     # Each variable's dims are computed once, which keeps the walk linear.
     stack = [x]
