@@ -1,8 +1,14 @@
-"""The Markdown table and the PNG chart, from the raw results of ``run.py``."""
+"""The Markdown table and the PNG chart, from the raw results of ``run.py``.
+
+``python benchmarks/report.py benchmarks/results/bench.json`` draws them again
+from a saved JSON file (next to it, and prints the table).
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 
 #: memory ratios treat a peak below this as this much (tiny peaks are noise)
 MEM_FLOOR_MB = 1.0
@@ -95,7 +101,8 @@ def markdown(doc: dict) -> str:
         marked |= busy
         compile_s = f"{r['compile_s']:.2f} s" if r["compile_s"] else "—"
         cells = [label, r["system"] + (" †" if busy else ""), fmt_time(r["time_s"]), compile_s,
-                 f"{r['peak_extra_mb']:.1f}", f"{r.get('held_mb', float('nan')):.0f}"]
+                 f"{r['peak_extra_mb']:.1f}",
+                 f"{max(r['held_mb'], 0.0):.0f}" if "held_mb" in r else "—"]
         for t in tenures:
             mine = by_key.get((label, t))
             if mine is None or r["system"] == t:
@@ -196,3 +203,23 @@ def chart(doc: dict, path: str) -> bool:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
+
+
+def main(argv=None) -> int:
+    paths = sys.argv[1:] if argv is None else argv
+    if len(paths) != 1:
+        print("usage: python benchmarks/report.py RESULTS.json", file=sys.stderr)
+        return 2
+    with open(paths[0]) as f:
+        doc = json.load(f)
+    stem = os.path.splitext(paths[0])[0]
+    table = markdown(doc)
+    with open(stem + ".md", "w") as f:
+        f.write(table)
+    chart(doc, stem + ".png")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -11,10 +11,10 @@ from tenure.rewrites.destroy import view_root
 from tenure.symbolic.ops.composite import Composite
 
 
-def build(mode, hidden=64):
+def build(mode, hidden=64, per_class=100):
     rng = np.random.default_rng(0)
     params, train, _ = demo.build_model(rng, 2, hidden, 3, 0.1, mode=mode)
-    X, y = demo.make_spirals(rng, 100)
+    X, y = demo.make_spirals(rng, per_class)
     return params, train, X, y
 
 
@@ -34,7 +34,8 @@ def test_updates_are_in_place_and_chains_fused():
 
 def test_rewrites_lower_the_peak_memory_of_a_step():
     def peak(mode):
-        _, train, X, y = build(mode, hidden=256)
+        # The size of benchmarks/demo_step_memory.py: batch 1026, hidden 512.
+        _, train, X, y = build(mode, hidden=512, per_class=342)
         train(X, y)
         tracemalloc.start()
         try:

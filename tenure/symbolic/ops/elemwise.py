@@ -347,6 +347,10 @@ _GRAD_RULES = {
     "tanh": lambda i, o, gz: [mul(gz, sub(1, square(o)))],
     "sigmoid": lambda i, o, gz: [mul(gz, mul(o, sub(1, o)))],
     "softplus": lambda i, o, gz: [mul(gz, sigmoid(i[0]))],
+    # 1 where x > 0, and 0 at the kink x == 0 (the usual convention).  Read
+    # from the output (relu(x) > 0 exactly where x > 0) so the input need not
+    # be kept for the backward pass and the relu can overwrite it.
+    "relu": lambda i, o, gz: [where(greater(o, 0), gz, 0)],
     "erf": lambda i, o, gz: [mul(gz, mul(2 / _SQRT_PI, exp(neg(square(i[0])))))],
     "where": lambda i, o, gz: [None, where(i[0], gz, 0), where(i[0], 0, gz)],
 }

@@ -21,6 +21,7 @@ import numpy as np
 
 from tenure.symbolic.graph import Apply, Op
 from tenure.symbolic.ops import elemwise as ew
+from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.reduce import normalize_axes
 from tenure.symbolic.ops.shape import as_dim
 from tenure.symbolic.types import TensorType, normalize_dtype
@@ -163,7 +164,9 @@ class LogSumExp(Op):
         dtype = node.outputs[0].type.numpy_dtype
         x = np.asarray(inputs[0]).astype(dtype, copy=False)
         m = _shifted_max(x, self.axis)
-        total = np.sum(np.exp(x - m), axis=self.axis, keepdims=True)
+        shifted = x - m                 # the one full-size temporary:
+        np.exp(shifted, out=shifted)    # exponentiated where it lies
+        total = np.sum(shifted, axis=self.axis, keepdims=True)
         with np.errstate(divide="ignore"):  # log(0) = -inf: all -inf, or an empty axis
             result = np.log(total)
         result += m
@@ -228,8 +231,8 @@ def relu(x):
     where ``relu`` has no derivative, it is 0 (the usual convention; note that
     ``tn.maximum(x, 0)`` would split it, giving 1/2).
     """
-    x = as_tensor_variable(x)
-    return ew.where(ew.less_equal(x, 0), 0, x)
+    # One scalar op (NumPy's maximum, the fast path) with its own gradient rule.
+    return ew.elemwise_op(ps.relu)(x)
 
 
 _SQRT_HALF = math.sqrt(0.5)

@@ -80,6 +80,10 @@ def _softplus(x, out=None):
     return np.logaddexp(0, x, out=out)
 
 
+def _relu(x, out=None):
+    return np.maximum(x, 0, out=out)
+
+
 def _where(cond, a, b, out=None):
     if out is None:
         return np.where(cond, a, b)
@@ -138,6 +142,7 @@ cos = _register("cos", 1, np.cos)
 tanh = _register("tanh", 1, np.tanh)
 sigmoid = _register("sigmoid", 1, scipy.special.expit, "1 / (1 + exp(-x))")
 softplus = _register("softplus", 1, _softplus, "log(1 + exp(x)), stable")
+relu = _register("relu", 1, _relu, "max(x, 0); NaN stays NaN")
 erf = _register("erf", 1, scipy.special.erf)
 
 # Comparisons and logic

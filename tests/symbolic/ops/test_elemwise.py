@@ -44,6 +44,7 @@ OPS = {
     "tanh": (tn.tanh, np.tanh, 1),
     "sigmoid": (tn.sigmoid, scipy.special.expit, 1),
     "softplus": (tn.softplus, scipy.special.softplus, 1),
+    "relu": (tn.relu, lambda x: np.maximum(x, 0), 1),
     "erf": (tn.erf, scipy.special.erf, 1),
     "maximum": (tn.maximum, np.maximum, 2),
     "minimum": (tn.minimum, np.minimum, 2),

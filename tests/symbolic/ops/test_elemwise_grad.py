@@ -20,6 +20,7 @@ UNARY = {
     "log1p": (tn.log1p, POSITIVE), "expm1": (tn.expm1, ANY), "sqrt": (tn.sqrt, POSITIVE),
     "sin": (tn.sin, ANY), "cos": (tn.cos, ANY), "tanh": (tn.tanh, ANY),
     "sigmoid": (tn.sigmoid, ANY), "softplus": (tn.softplus, ANY), "erf": (tn.erf, ANY),
+    "relu": (tn.relu, ANY),
 }
 BINARY = {
     "add": (tn.add, ANY, ANY), "sub": (tn.sub, ANY, ANY), "mul": (tn.mul, ANY, ANY),
