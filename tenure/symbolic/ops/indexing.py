@@ -27,10 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tenure.symbolic.ops.axes import normalize_axis
 from tenure.symbolic.graph import Apply, Op, Variable
 from tenure.symbolic.ops import elemwise as ew
 from tenure.symbolic.ops.shape import (
-    _normalize_axis, dim_add, dim_floordiv, dim_lt, dim_max, dim_min, dim_sub, dim_where, flatten,
+    dim_add, dim_floordiv, dim_lt, dim_max, dim_min, dim_sub, dim_where, flatten,
     shape_tuple)
 from tenure.symbolic.types import TensorType, _shape_str
 from tenure.symbolic.variable import TensorConstant, as_tensor_variable, constant
@@ -582,7 +583,7 @@ def take(x, indices, axis=None, mode="raise"):
             x = flatten(x)
         axis = 0
     else:
-        axis = _normalize_axis(axis, x.ndim, "take")
+        axis = normalize_axis(axis, x.ndim, "take")
     if isinstance(indices, (bool, np.bool_)) or (
             isinstance(indices, (np.ndarray, Variable)) and indices.dtype == "bool"):
         raise _mask_error(indices)

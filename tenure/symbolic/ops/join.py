@@ -20,6 +20,7 @@ import operator
 
 import numpy as np
 
+from tenure.symbolic.ops.axes import normalize_axis
 from tenure.symbolic.graph import Apply, Op, Variable
 from tenure.symbolic.ops import elemwise as ew
 from tenure.symbolic.ops.shape import as_dim, dim_add, dim_floordiv, dim_prod, shape_tuple
@@ -28,22 +29,6 @@ from tenure.symbolic.variable import TensorConstant, as_tensor_variable, constan
 
 # --------------------------------------------------------------------------
 # Helpers
-
-
-def _axis(axis, ndim: int, fn: str) -> int:
-    """One axis as an int in ``[0, ndim)`` (negative axes count from the end)."""
-    if isinstance(axis, (bool, np.bool_)):
-        raise TypeError(f"{fn}: axis must be an int, got {axis!r}")
-    try:
-        axis = operator.index(axis)
-    except TypeError:
-        raise TypeError(f"{fn}: axis must be an int, got {type(axis).__name__} "
-                        f"{axis!r}") from None
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"{fn}: axis {axis} is out of range for {ndim}-d tensors (valid axes: "
-                         f"{-ndim} to {ndim - 1})" if ndim else
-                         f"{fn}: axis {axis} is out of range for 0-d tensors (they have no axes)")
-    return axis % ndim
 
 
 def _fits(buffer, shape: tuple, dtype) -> bool:
@@ -220,7 +205,7 @@ def concatenate(tensors, axis=0):
     if tensors[0].ndim == 0:
         raise TypeError(f"concatenate: 0-d tensors cannot be concatenated along an axis (got "
                         f"{tensors[0]} of type {tensors[0].type}); use stack, or axis=None")
-    return Join(_axis(axis, tensors[0].ndim, "concatenate"))(*tensors)
+    return Join(normalize_axis(axis, tensors[0].ndim, "concatenate"))(*tensors)
 
 
 # --------------------------------------------------------------------------
@@ -287,7 +272,7 @@ def stack(tensors, axis=0):
     (NumPy's ``stack``; negative axes count from the end of the result)."""
     tensors = _tensor_list(tensors, "stack")
     _check_same_ndim(tensors, "stack")
-    return Stack(_axis(axis, tensors[0].ndim + 1, "stack"))(*tensors)
+    return Stack(normalize_axis(axis, tensors[0].ndim + 1, "stack"))(*tensors)
 
 
 # --------------------------------------------------------------------------
@@ -430,7 +415,7 @@ def split(x, indices_or_sections, axis=0):
     if x.ndim == 0:
         raise TypeError(f"split: expected a tensor with at least one dimension, got {x} "
                         f"({x.type})")
-    axis = _axis(axis, x.ndim, "split")
+    axis = normalize_axis(axis, x.ndim, "split")
     if isinstance(indices_or_sections, (bool, np.bool_)):
         raise TypeError(f"split: indices_or_sections must be an int or a list of split "
                         f"points, got {indices_or_sections!r}")

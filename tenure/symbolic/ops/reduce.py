@@ -25,11 +25,11 @@ indices (``argmax``, ``argmin``) carry no gradient.
 from __future__ import annotations
 
 import numbers
-import operator
 import warnings
 
 import numpy as np
 
+from tenure.symbolic.ops.axes import axis_index, normalize_axis
 from tenure.symbolic.graph import Apply, Op
 from tenure.symbolic.ops import elemwise as ew
 from tenure.symbolic.types import TensorType
@@ -56,26 +56,6 @@ _ARG_FUNCTIONS = {
 # Axes and shapes
 
 
-def _axis_index(value, fn_name: str) -> int:
-    """One axis as a Python int (bools are not axes, even though they are ints)."""
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{fn_name}: axis must be an int, got {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{fn_name}: axis must be an int, got "
-                        f"{type(value).__name__} {value!r}") from None
-
-
-def _check_axis_in_range(axis: int, ndim: int, fn_name: str) -> int:
-    """``axis`` counted from 0 (negative axes count from the end), or ``ValueError``."""
-    if not -ndim <= axis < ndim:
-        valid = f"valid axes: {-ndim} to {ndim - 1}" if ndim else "a 0-d input has no axes"
-        raise ValueError(f"{fn_name}: axis {axis} is out of range for an input with "
-                         f"ndim={ndim} ({valid})")
-    return axis % ndim
-
-
 def normalize_axes(axis, ndim: int, fn_name: str = "reduce") -> tuple[int, ...]:
     """``axis`` (None, an int or a tuple of ints) as a sorted tuple of axes in ``[0, ndim)``.
 
@@ -85,14 +65,14 @@ def normalize_axes(axis, ndim: int, fn_name: str = "reduce") -> tuple[int, ...]:
     if axis is None:
         return tuple(range(ndim))
     if isinstance(axis, tuple):
-        items = [_axis_index(a, fn_name) for a in axis]
+        items = [axis_index(a, fn_name) for a in axis]
     elif isinstance(axis, list):
         # NumPy rejects lists here too; say what to write instead.
         raise TypeError(f"{fn_name}: axis must be None, an int or a tuple of ints, got a "
                         f"list {axis!r} (use a tuple)")
     else:
-        items = [_axis_index(axis, fn_name)]
-    normalized = [_check_axis_in_range(a, ndim, fn_name) for a in items]
+        items = [axis_index(axis, fn_name)]
+    normalized = [normalize_axis(a, ndim, fn_name) for a in items]
     if len(set(normalized)) != len(normalized):
         raise ValueError(f"{fn_name}: axis {axis!r} names the same axis twice (input ndim={ndim})")
     return tuple(sorted(normalized))
@@ -218,7 +198,7 @@ class Reduce(_AxisReduction):
         if not isinstance(axis, tuple):
             raise TypeError(f"Reduce: axis must be a tuple of ints (normalize it with "
                             f"normalize_axes), got {axis!r}")
-        axis = tuple(_axis_index(a, fn_name) for a in axis)
+        axis = tuple(axis_index(a, fn_name) for a in axis)
         if list(axis) != sorted(set(axis)) or (axis and axis[0] < 0):
             raise ValueError(f"Reduce: axis must be sorted, distinct and non-negative, "
                              f"got {axis!r}")
@@ -229,7 +209,7 @@ class Reduce(_AxisReduction):
 
     def _check_axes(self, ndim: int) -> None:
         for a in self.axis:
-            _check_axis_in_range(a, ndim, self.fn_name)
+            normalize_axis(a, ndim, self.fn_name)
 
     def _numpy_axis(self, ndim: int):
         # Every axis is spelled None so NumPy takes its whole-array path.
@@ -389,7 +369,7 @@ class ArgReduce(_AxisReduction):
 
     def __init__(self, fn_name: str, axis: int | None, keepdims: bool = False):
         if axis is not None:
-            axis = _axis_index(axis, fn_name)
+            axis = axis_index(axis, fn_name)
             if axis < 0:
                 raise ValueError(f"ArgReduce: axis must be non-negative, got {axis}")
         super().__init__(fn_name, axis, keepdims)
@@ -400,7 +380,7 @@ class ArgReduce(_AxisReduction):
 
     def _check_axes(self, ndim: int) -> None:
         if self.axis is not None:
-            _check_axis_in_range(self.axis, ndim, self.fn_name)
+            normalize_axis(self.axis, ndim, self.fn_name)
 
     def _numpy_axis(self, ndim: int):
         return self.axis
@@ -426,7 +406,7 @@ def _arg_reduce(fn_name: str, x, axis, keepdims):
             # NumPy's argmax/argmin take one axis only.
             raise TypeError(f"{fn_name}: axis must be None or an int, got "
                             f"{type(axis).__name__} {axis!r}")
-        axis = _check_axis_in_range(_axis_index(axis, fn_name), x.ndim, fn_name)
+        axis = normalize_axis(axis_index(axis, fn_name), x.ndim, fn_name)
     return ArgReduce(fn_name, axis, _check_keepdims(keepdims, fn_name))(x)
 
 
@@ -517,7 +497,7 @@ class CumSum(Op):
 
     def __init__(self, axis: int | None, reverse: bool = False):
         if axis is not None:
-            axis = _axis_index(axis, "cumsum")
+            axis = axis_index(axis, "cumsum")
             if axis < 0:
                 raise ValueError(f"CumSum: axis must be non-negative, got {axis}")
         self.axis = axis
@@ -530,7 +510,7 @@ class CumSum(Op):
     def make_node(self, x) -> Apply:
         x = as_tensor_variable(x)
         if self.axis is not None:
-            _check_axis_in_range(self.axis, x.ndim, "cumsum")
+            normalize_axis(self.axis, x.ndim, "cumsum")
         try:
             dtype = np.cumsum(np.ones((1,) * x.ndim, dtype=x.dtype), axis=self.axis).dtype
         except TypeError as exc:
@@ -583,7 +563,7 @@ def cumsum(x, axis=None):
     x = as_tensor_variable(x)
     if axis is not None:
         # Strict like the reductions: a 0-d input has no axis 0 (NumPy lets it pass).
-        axis = _check_axis_in_range(_axis_index(axis, "cumsum"), x.ndim, "cumsum")
+        axis = normalize_axis(axis_index(axis, "cumsum"), x.ndim, "cumsum")
     if axis is None and x.ndim == 1:
         axis = 0  # the same result, without flattening
     return CumSum(axis)(x)

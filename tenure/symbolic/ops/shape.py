@@ -20,8 +20,8 @@ import operator
 import weakref
 
 import numpy as np
-from numpy.exceptions import AxisError
 
+from tenure.symbolic.ops.axes import normalize_axis
 from tenure.symbolic.graph import Apply, Op, Variable
 from tenure.symbolic.ops import elemwise as ew
 from tenure.symbolic.types import TensorType, _shape_str, python_scalar_dtype
@@ -556,22 +556,9 @@ class DimShuffle(Op):
         return [DimShuffle(len(self.new_order), order)(gz)]
 
 
-def _normalize_axis(axis, ndim: int, fn: str) -> int:
-    try:
-        if isinstance(axis, (bool, np.bool_)):
-            raise TypeError  # bools are ints to Python, but never axes
-        axis = operator.index(axis)
-    except TypeError:
-        raise TypeError(f"{fn}: axis must be an int, got {type(axis).__name__} "
-                        f"{axis!r}") from None
-    if not -ndim <= axis < ndim:
-        raise AxisError(f"{fn}: axis {axis} is out of bounds for a tensor of dimension {ndim}")
-    return axis % ndim
-
-
 def _axis_tuple(axis, ndim: int, fn: str) -> tuple:
     axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
-    normalized = tuple(_normalize_axis(a, ndim, fn) for a in axes)
+    normalized = tuple(normalize_axis(a, ndim, fn) for a in axes)
     if len(set(normalized)) != len(normalized):
         raise ValueError(f"{fn}: repeated axis in {axes}")
     return normalized

@@ -16,6 +16,7 @@ import operator
 
 import numpy as np
 
+from tenure.symbolic.ops.axes import axis_index, normalize_axis
 from tenure.symbolic.graph import Apply, Op
 from tenure.symbolic.ops.shape import dim_prod, shape_tuple
 from tenure.symbolic.types import TensorType
@@ -29,24 +30,14 @@ def _fits(buffer, shape: tuple, dtype) -> bool:
 
 
 def _normalize_axis(x, axis, fn: str):
-    """``axis`` as an int in ``[0, x.ndim)``, or None."""
+    """``axis`` as an int in ``[0, x.ndim)``, or None (sort the flattened array)."""
+    axis = axis_index(axis, fn, allow_none=True)
     if axis is None:
         return None
-    if isinstance(axis, (bool, np.bool_)):
-        raise TypeError(f"{fn}: axis must be an int or None, got {axis!r}")
-    try:
-        axis = operator.index(axis)
-    except TypeError:
-        raise TypeError(f"{fn}: axis must be an int or None, got {type(axis).__name__} "
-                        f"{axis!r}") from None
-    ndim = x.ndim
-    if not -ndim <= axis < ndim:
-        if ndim == 0:
-            raise ValueError(f"{fn}: axis {axis} is out of range for the 0-d {x} ({x.type}); "
-                             "use axis=None to sort it as a 1-element vector")
-        raise ValueError(f"{fn}: axis {axis} is out of range for {x} ({x.type}) (valid axes: "
-                         f"{-ndim} to {ndim - 1}, or None)")
-    return axis % ndim
+    if x.ndim == 0:
+        raise ValueError(f"{fn}: axis {axis} is out of range for the 0-d {x} ({x.type}); "
+                         "use axis=None to sort it as a 1-element vector")
+    return normalize_axis(axis, x.ndim, fn)
 
 
 class _SortBase(Op):

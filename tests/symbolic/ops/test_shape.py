@@ -403,7 +403,7 @@ def test_transpose_errors():
         transpose(x, (0, 0))
     with pytest.raises(ValueError, match="permutation of 2 axes"):
         transpose(x, (0,))
-    with pytest.raises(ValueError, match="axis 2 is out of bounds"):
+    with pytest.raises(ValueError, match="axis 2 is out of range"):
         transpose(x, (0, 2))
     with pytest.raises(TypeError, match="axis must be an int"):
         transpose(x, (0, 1.0))
@@ -432,9 +432,9 @@ def test_expand_dims_matches_numpy(shape_, data):
 
 def test_expand_dims_errors():
     x = tn.matrix("x")
-    with pytest.raises(ValueError, match="axis 3 is out of bounds"):
+    with pytest.raises(ValueError, match="axis 3 is out of range"):
         expand_dims(x, 3)
-    with pytest.raises(ValueError, match="axis -4 is out of bounds"):
+    with pytest.raises(ValueError, match="axis -4 is out of range"):
         expand_dims(x, -4)
     with pytest.raises(ValueError, match="repeated axis"):
         expand_dims(x, (0, -4))
@@ -469,7 +469,7 @@ def test_squeeze_errors(mode):
     x = tn.tensor("x", shape=(3, None, 1))
     with pytest.raises(ValueError, match="cannot squeeze axis 0 .* length is 3"):
         squeeze(x, 0)
-    with pytest.raises(ValueError, match="axis 3 is out of bounds"):
+    with pytest.raises(ValueError, match="axis 3 is out of range"):
         squeeze(x, 3)
     with pytest.raises(TypeError, match="axis must be an int"):
         squeeze(x, True)
