@@ -303,7 +303,11 @@ def _cast_grad(inputs, out, gz):
 
 def _power_grad(inputs, out, gz):
     x, y = inputs
-    gx = mul(gz, mul(y, power(x, sub(y, 1))))
+    # A Python-number exponent stays one (y - 1 as a Python number), so a
+    # float32 x keeps the gradient in float32 as NumPy would.
+    y_minus_1 = (y.weak_value - 1 if isinstance(y, TensorConstant) and y.weak
+                 else sub(y, 1))
+    gx = mul(gz, mul(y, power(x, y_minus_1)))
     # d(x**y)/dy = x**y log x; at x == 0 the limit is 0 (for y > 0), not nan.
     safe_log = log(where(equal(x, 0), 1, x))
     gy = mul(gz, mul(out, safe_log))

@@ -119,3 +119,12 @@ def test_python_scalars_get_no_gradient_but_do_not_break_it():
     g = tn.grad((x * 2.5 + 1).sum(), x)
     assert g.dtype == "float32"
     np.testing.assert_array_equal(g.eval({x: np.ones(2, dtype="float32")}), [2.5, 2.5])
+
+
+def test_power_gradient_of_float32_stays_float32():
+    # The exponent 2 is a Python number: x ** (2 - 1) must not promote to float64.
+    x = tn.matrix("x", dtype="float32")
+    f = tn.function([x], tn.grad((x ** 2).sum(), x))
+    assert not any(getattr(n.op, "scalar_op", None) is not None
+                   and "float64" in str(n.outputs[0].type) for n in f.fgraph.apply_nodes)
+    np.testing.assert_array_equal(f(np.full((2, 2), 3, dtype="float32")), np.full((2, 2), 6.0))
