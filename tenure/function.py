@@ -395,6 +395,27 @@ class Function:
         """Release the buffers this function keeps between calls (borrowed outputs)."""
         self._thunk.free()
 
+    def memory_report(self, *args, print_report: bool = True, **kwargs):
+        """Run the function on these arguments and report its memory, node by node.
+
+        Prints (unless ``print_report=False``) and returns a
+        :class:`~tenure.linkers.report.MemoryReport`: for every output of every
+        step its shape, dtype, bytes and whether its buffer is new, a view or
+        an in-place write of an input, or reused from last call; then the
+        predicted peak, the measured peak (tracemalloc) and the bytes held
+        between calls.  The runs use private copies of the arguments and of
+        shared values and assign no updates: nothing visible changes.
+        """
+        from tenure.linkers.report import memory_report
+        values, _ = self._bind(args, kwargs)
+        values = [spec.variable.type.filter(v, allow_downcast=self.allow_input_downcast,
+                                            what=f"input {self._input_label(i)}")
+                  for i, (spec, v) in enumerate(zip(self.inputs, values))]
+        report = memory_report(self, values + [c.value for c in self._containers])
+        if print_report:
+            print(report)
+        return report
+
     # -- naming -------------------------------------------------------------
     def _label(self) -> str:
         return f"function {self.name!r}" if self.name else "function"
