@@ -286,6 +286,8 @@ class Function:
 
         self._update_hazards = [hazards(r, k, True) for k, r in enumerate(upd_roots)]
         self._output_hazards = [hazards(r, k, False) for k, r in enumerate(out_roots)]
+        #: whether any result may need a copy at all (most functions: none)
+        self._any_hazard = any(self._update_hazards) or any(self._output_hazards)
         # A borrowed output's buffer is reused next call unless it may also become
         # shared storage (the next call would then write into a shared value).
         self._no_reuse = {k for k, r in enumerate(out_roots) if r in upd_roots
@@ -342,7 +344,8 @@ class Function:
             self._release_kept_aliasing(values, shared_values)
         results = self._thunk(values + shared_values)
         outputs, updates = results[:self._n_out], results[self._n_out:]
-        self._copy_where_needed(outputs, updates, values, shared_values, from_default)
+        if self._any_hazard:
+            self._copy_where_needed(outputs, updates, values, shared_values, from_default)
         for container, value in zip(self._update_containers, updates):
             container.value = value
         if self._single:

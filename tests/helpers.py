@@ -39,3 +39,15 @@ def assert_matches(got, expected):
         np.testing.assert_allclose(got, expected, rtol=rtol, atol=rtol)
     else:
         np.testing.assert_array_equal(got, expected)
+
+
+def eval_dims(dims, inputs, values, mode):
+    """The values of a ``shape_tuple``'s dims: ints pass through, symbolic dims
+    (which must be 0-d int64) are computed by one compiled function."""
+    import tenure as tn
+    symbolic = [d for d in dims if not isinstance(d, int)]
+    for d in symbolic:
+        assert d.ndim == 0 and d.dtype == "int64", d.type
+    fn = tn.function(inputs, symbolic, mode=mode, on_unused_input="ignore")
+    results = iter(fn(*values) if symbolic else [])
+    return tuple(d if isinstance(d, int) else int(next(results)) for d in dims)

@@ -243,10 +243,6 @@ def io_toposort(inputs: Iterable[Variable], outputs: Iterable[Variable]) -> list
     return order
 
 
-def applys_between(inputs, outputs) -> list[Apply]:
-    return io_toposort(inputs, outputs)
-
-
 # --------------------------------------------------------------------------
 # Cloning and replacement
 

@@ -199,6 +199,7 @@ class TensorType:
         return converted
 
     def is_valid_value(self, value) -> bool:
+        """Whether ``value`` is already an ndarray of exactly this type (strict filter)."""
         try:
             self.filter(value, strict=True)
         except (TypeError, ValueError):
@@ -214,9 +215,6 @@ class TensorType:
             text = np.array2string(data, separator=", ", threshold=8)
             return text.replace("\n", "")
         return f"Constant{{{self}}}"
-
-    def value_nbytes(self, data: np.ndarray) -> int:
-        return int(data.nbytes)
 
 
 def _all_python_ints(value) -> bool:

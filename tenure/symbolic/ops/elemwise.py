@@ -129,7 +129,7 @@ class Elemwise(Op):
             raise kind(f"{sop.name}: unsupported inputs {_describe(inputs)}: {exc}") from None
         shape = broadcast_static_shapes([v.type.shape for v in inputs], what=sop.name)
         out_type = TensorType(out_dtype, shape)
-        for out_i, in_i in self.inplace_pattern:
+        for _, in_i in self.inplace_pattern:
             if inputs[in_i].type != out_type:
                 raise TypeError(f"{self}: input {in_i} ({inputs[in_i].type}) cannot hold the "
                                 f"output ({out_type})")

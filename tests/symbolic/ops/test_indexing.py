@@ -12,7 +12,7 @@ from tenure.symbolic.graph import ancestors
 from tenure.symbolic.ops.indexing import AdvancedSubtensor, In, Subtensor, getitem, slice_length
 from tenure.symbolic.ops.shape import shape_tuple
 from tenure.testing import verify_grad
-from tests.helpers import assert_matches
+from tests.helpers import assert_matches, eval_dims
 
 SETTINGS = settings(max_examples=80, deadline=None)
 # For tests that take the (stateless, function-scoped) `mode` fixture.
@@ -28,13 +28,6 @@ def perform(var, x_value, *scalar_values):
     storage = [[None]]
     node.op.perform(node, [x_value, *scalar_values], storage)
     return storage[0][0]
-
-
-def eval_dims(dims, inputs, values, mode):
-    symbolic = [d for d in dims if not isinstance(d, int)]
-    fn = tn.function(inputs, symbolic, mode=mode, on_unused_input="ignore")
-    results = iter(fn(*values) if symbolic else [])
-    return tuple(d if isinstance(d, int) else int(next(results)) for d in dims)
 
 
 # --------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from tenure.symbolic.graph import ancestors
 from tenure.symbolic.ops import shape_tuple
 from tenure.symbolic.ops.join import Join, Split, SplitGrad, Stack
 from tenure.testing import verify_grad
-from tests.helpers import assert_matches, random_values
+from tests.helpers import assert_matches, eval_dims, random_values
 
 JOIN_DTYPES = ["bool", "int8", "int64", "uint8", "float32", "float64"]
 
@@ -19,14 +19,6 @@ CASES = settings(max_examples=30, deadline=None,
                  suppress_health_check=[HealthCheck.function_scoped_fixture])
 GRADS = settings(max_examples=15, deadline=None,
                  suppress_health_check=[HealthCheck.function_scoped_fixture])
-
-
-def eval_dims(dims, inputs, values, mode):
-    """A ``shape_tuple`` as concrete ints, its symbolic entries computed."""
-    symbolic = [d for d in dims if not isinstance(d, int)]
-    computed = iter(tn.function(inputs, symbolic, mode=mode,
-                                on_unused_input="ignore")(*values) if symbolic else [])
-    return tuple(d if isinstance(d, int) else int(next(computed)) for d in dims)
 
 
 def check_static(var, actual_shape):

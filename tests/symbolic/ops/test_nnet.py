@@ -14,6 +14,7 @@ import tenure as tn
 from tenure.symbolic.ops import shape_tuple
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, OneHot, Softmax
 from tenure.testing import verify_grad
+from tests.helpers import eval_dims
 
 CASES = settings(max_examples=30, deadline=None,
                  suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -22,13 +23,6 @@ GRADS = settings(max_examples=15, deadline=None,
 
 EXTREME = np.array([[1000.0, -1000.0, 0.0], [-1000.0, -1000.0, -1001.0],
                     [1000.0, 1000.0, 999.0], [3.0, 1.0, 0.5]])
-
-
-def eval_dims(dims, inputs, values, mode):
-    symbolic = [d for d in dims if not isinstance(d, int)]
-    computed = iter(tn.function(inputs, symbolic, mode=mode,
-                                on_unused_input="ignore")(*values) if symbolic else [])
-    return tuple(d if isinstance(d, int) else int(next(computed)) for d in dims)
 
 
 def scipy_axis(axis):

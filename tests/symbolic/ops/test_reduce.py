@@ -50,6 +50,20 @@ def run_perform(node, values, storage=None):
 
 
 @st.composite
+def axis_spellings(draw, ndim: int):
+    """An ``axis`` argument for an ``ndim``-d input: None, one int, or a tuple of
+    distinct axes in any order with any mix of negative spellings."""
+    kind = draw(st.sampled_from(["none", "int", "tuple"] if ndim else ["none", "tuple"]))
+    if kind == "none":
+        return None
+    if kind == "int":
+        return draw(st.integers(-ndim, ndim - 1))
+    axes = draw(st.lists(st.integers(0, ndim - 1), unique=True, max_size=ndim)
+                if ndim else st.just([]))
+    return tuple(a - ndim if draw(st.booleans()) else a for a in axes)
+
+
+@st.composite
 def reduce_cases(draw, fn_names=tuple(ALL_FUNCTIONS)):
     """(function name, shape, static shape, axis, keepdims, dtype, seed)."""
     fn_name = draw(st.sampled_from(fn_names))
@@ -61,16 +75,7 @@ def reduce_cases(draw, fn_names=tuple(ALL_FUNCTIONS)):
         choices = [None] + ([draw(st.integers(-ndim, ndim - 1))] if ndim else [])
         axis = draw(st.sampled_from(choices))
     else:
-        kind = draw(st.sampled_from(["none", "int", "tuple"] if ndim else ["none", "tuple"]))
-        if kind == "none":
-            axis = None
-        elif kind == "int":
-            axis = draw(st.integers(-ndim, ndim - 1))
-        else:
-            axes = draw(st.lists(st.integers(0, ndim - 1), unique=True, max_size=ndim)
-                        if ndim else st.just([]))
-            # Any order, any mix of negative spellings.
-            axis = tuple(a - ndim if draw(st.booleans()) else a for a in axes)
+        axis = draw(axis_spellings(ndim))
     keepdims = draw(st.booleans())
     dtype = draw(st.sampled_from(DTYPES))
     seed = draw(st.integers(0, 2**32 - 1))
@@ -600,15 +605,7 @@ def grad_cases(draw, min_len=1):
     """(shape, axis, keepdims, seed): small shapes, every axis spelling."""
     shape = tuple(draw(st.lists(st.integers(min_len, 3), max_size=3)))
     ndim = len(shape)
-    kind = draw(st.sampled_from(["none", "int", "tuple"] if ndim else ["none", "tuple"]))
-    if kind == "none":
-        axis = None
-    elif kind == "int":
-        axis = draw(st.integers(-ndim, ndim - 1))
-    else:
-        axes = draw(st.lists(st.integers(0, ndim - 1), unique=True, max_size=ndim)
-                    if ndim else st.just([]))
-        axis = tuple(a - ndim if draw(st.booleans()) else a for a in axes)
+    axis = draw(axis_spellings(ndim))
     return shape, axis, draw(st.booleans()), draw(st.integers(0, 2**32 - 1))
 
 

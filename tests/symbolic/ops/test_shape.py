@@ -13,6 +13,7 @@ from tenure.symbolic.ops.shape import (
     DimShuffle, MakeVector, Reshape, Shape, expand_dims, flatten, reshape, shape, shape_tuple,
     squeeze, stack_scalars, transpose)
 from tenure.testing import verify_grad
+from tests.helpers import eval_dims
 
 SETTINGS = settings(max_examples=60, deadline=None)
 
@@ -25,16 +26,6 @@ def perform(var, *values):
     storage = [[None] for _ in node.outputs]
     node.op.perform(node, inputs, storage)
     return storage[var.index][0]
-
-
-def eval_dims(dims, inputs, values, mode):
-    """The values of a shape tuple's dims (ints pass through)."""
-    symbolic = [d for d in dims if not isinstance(d, int)]
-    for d in symbolic:
-        assert d.ndim == 0 and d.dtype == "int64", d.type
-    fn = tn.function(inputs, symbolic, mode=mode, on_unused_input="ignore")
-    results = iter(fn(*values) if symbolic else [])
-    return tuple(d if isinstance(d, int) else int(next(results)) for d in dims)
 
 
 def check_static(var, actual_shape):

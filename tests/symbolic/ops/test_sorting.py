@@ -10,19 +10,12 @@ import tenure as tn
 from tenure.symbolic.ops import shape_tuple
 from tenure.symbolic.ops.sorting import ArgSort, PermuteAlongAxis, Sort
 from tenure.testing import verify_grad
-from tests.helpers import DTYPES, assert_matches, random_values
+from tests.helpers import DTYPES, assert_matches, eval_dims, random_values
 
 CASES = settings(max_examples=40, deadline=None,
                  suppress_health_check=[HealthCheck.function_scoped_fixture])
 GRADS = settings(max_examples=20, deadline=None,
                  suppress_health_check=[HealthCheck.function_scoped_fixture])
-
-
-def eval_dims(dims, inputs, values, mode):
-    symbolic = [d for d in dims if not isinstance(d, int)]
-    computed = iter(tn.function(inputs, symbolic, mode=mode,
-                                on_unused_input="ignore")(*values) if symbolic else [])
-    return tuple(d if isinstance(d, int) else int(next(computed)) for d in dims)
 
 
 @st.composite

@@ -13,9 +13,8 @@ from tenure.symbolic.ops.indexing import AdvancedSubtensor, Subtensor
 from tenure.symbolic.ops.shape import shape_tuple
 from tenure.symbolic.ops.subtensor_update import AdvancedIncSubtensor, IncSubtensor
 from tenure.testing import verify_grad
-from tests.helpers import assert_matches
-from tests.symbolic.ops.test_indexing import (
-    advanced_cases, eval_dims, index_cases, symbolize_arrays)
+from tests.helpers import assert_matches, eval_dims
+from tests.symbolic.ops.test_indexing import advanced_cases, index_cases, symbolize_arrays
 
 # The `mode` fixture holds no state between examples, so hypothesis may reuse it.
 SETTINGS = settings(max_examples=60, deadline=None,
