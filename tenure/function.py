@@ -243,6 +243,8 @@ class Function:
                 if spec.borrow and i not in self._no_reuse}
         self._thunk = mode.make_linker().make_thunk(self.fgraph, keep,
                                                     allow_gc=config.allow_gc)
+        #: the compiled call path (C linker), or None: calls go through :meth:`_call`
+        self._fast_call = self._make_fast_call()
         self._defaults = [None if spec.value is None else self._own_default(spec)
                           for spec in inputs]
         names = [spec.name for spec in inputs]
@@ -351,6 +353,32 @@ class Function:
         self._no_reuse = {k for k, r in enumerate(out_roots) if r in upd_roots
                           or r in explicit or r in shared or isinstance(r, Constant)}
 
+    def _make_fast_call(self):
+        """The C call path (:mod:`tenure.linkers.c.call`) when every call of this
+        function can take it: arguments the C gate accepts as they are need no
+        conversion, and the call needs none of the Python path's extra work --
+        no result that might have to be copied to keep the contract, no
+        mutable input to separate from the others it overlaps, and kept
+        buffers only where the compiled code itself refuses to write into one
+        that an argument overlaps.  Any other call falls back to :meth:`_call`.
+        """
+        parts = getattr(self._thunk, "fast_call_parts", None)
+        if parts is None or self._destroyed_inputs or self._any_hazard:
+            return None
+        parts = parts()
+        if parts is None:
+            return None
+        from tenure.linkers.c.call import fast_caller
+        from tenure.linkers.c.compiler import CompileError
+        try:
+            return fast_caller(**parts, fallback=self._call,
+                               types=[spec.variable.type for spec in self.inputs],
+                               containers=self._containers,
+                               update_containers=self._update_containers,
+                               n_out=self._n_out, single=self._single)
+        except CompileError:  # the graph compiled, the call path did not: call through Python
+            return None
+
     # -- calling ----------------------------------------------------------------
     def _bind(self, args, kwargs) -> tuple[list, list[bool]]:
         """Arguments in input order; also which ones came from a default value."""
@@ -381,6 +409,13 @@ class Function:
         return values, from_default
 
     def __call__(self, *args, **kwargs):
+        fast = self._fast_call
+        if fast is not None:
+            return fast(*args, **kwargs)
+        return self._call(*args, **kwargs)
+
+    def _call(self, *args, **kwargs):
+        """A call through Python: binding, the input gate, the contract's copies."""
         if self.trust_input and not kwargs and len(args) == len(self.inputs):
             values, from_default = list(args), None
         else:

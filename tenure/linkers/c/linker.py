@@ -122,18 +122,49 @@ class CThunk(PythonThunk):
 
     def __call__(self, input_values: list) -> list:
         table = self._shape_table(input_values) if self._wants_table else None
-        status = self._status
         try:
             return self._run(self.storage, input_values if type(input_values) is list
-                             else list(input_values), table, self._py_steps, status)
+                             else list(input_values), table, self._py_steps, self._status)
         except Exception as exc:
-            self._clear_intermediates()
-            k = int(status[0])
-            if 0 <= k < len(self.plan.steps):
-                node = self.plan.steps[k].node
-                exc.add_note(f"tenure: raised while computing {node} "
-                             f"(inputs: {', '.join(f'{v} {v.type}' for v in node.inputs)})")
+            self._failed(exc)
             raise
+
+    def _failed(self, exc: BaseException) -> None:
+        """After a failed call: hold nothing but constants and kept buffers, and
+        name the step that raised in a note on the exception."""
+        self._clear_intermediates()
+        k = int(self._status[0])
+        if 0 <= k < len(self.plan.steps) and isinstance(exc, BaseException):
+            node = self.plan.steps[k].node
+            exc.add_note(f"tenure: raised while computing {node} "
+                         f"(inputs: {', '.join(f'{v} {v.type}' for v in node.inputs)})")
+
+    def _table_for(self, values) -> tuple:
+        """``(shape table, whether it holds for every call with these shapes)``:
+        a table read from the values of 0-d inputs is not."""
+        table = self._shape_table(values) if self._wants_table else None
+        return table, not self._value_inputs
+
+    def fast_call_parts(self) -> dict | None:
+        """What :func:`tenure.linkers.c.call.fast_caller` needs to run this
+        thunk, or None when its calls must go through :meth:`__call__` and the
+        Python path: a kept buffer (a borrowed output) is written next call
+        into the same memory, which the caller may have passed back in as an
+        argument; C steps refuse a kept buffer that overlaps an input of the
+        graph, but a ``perform`` writes into whatever it is given, so every
+        kept slot must come from a C step, and intermediates (which a kept
+        view may hold on to) must not outlive the call."""
+        if self._run is None or self.graph is None:
+            return None
+        if self.kept_slots:
+            if not self.plan.allow_gc:
+                return None
+            producer = {slot: kind for step, kind in zip(self.plan.steps, self.graph.kinds)
+                        for slot in step.outputs}
+            if any(producer.get(slot, "py") == "py" for slot in self.kept_slots):
+                return None
+        return dict(run=self._run, storage=self.storage, py_steps=self._py_steps,
+                    status=self._status, table_for=self._table_for, on_error=self._failed)
 
 
 class CLinker:
