@@ -93,12 +93,39 @@ def _check_cxx(value):
     return value.strip()
 
 
+def _parse_auto_bool(text: str) -> bool | None:
+    return None if str(text).strip().lower() in ("", "auto", "none") else _parse_bool(text)
+
+
+def _check_auto_bool(value):
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"expected True, False or None (auto), got {value!r}")
+    return value
+
+
+def _check_count(value):
+    # bool is an int subclass; True as a size is a typo, not a request.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"expected an integer >= 0, got {value!r}")
+    return value
+
+
+def _check_threads(value):
+    # Compiled into C as an int; more threads than this is a typo.
+    if _check_count(value) > 4096:
+        raise ValueError(f"expected at most 4096 threads, got {value!r}")
+    return value
+
+
 _FLAGS = {
     flag.name: flag for flag in (
         _Flag("floatX", "float64",
               "dtype of float tensors created without a dtype, and of Python float constants",
               str, _check_floatx),
-        _Flag("linker", "py", "the linker that compiled functions use by default",
+        _Flag("linker", "c",
+              "the linker that compiled functions use by default: 'c' (the C linker; "
+              "without a working C compiler it runs the Python executor instead, with "
+              "one warning) or 'py' (the Python executor)",
               str, _check_linker),
         _Flag("allow_gc", True,
               "free each intermediate as soon as its last reader has run; when off, "
@@ -113,6 +140,21 @@ _FLAGS = {
               "the C compiler command (e.g. 'gcc' or 'ccache clang'); empty: $CC, else the "
               "first of cc, gcc, clang on PATH that compiles a test file",
               str, _check_cxx),
+        _Flag("openmp", None,
+              "whether compiled C loops (large elementwise ones and reductions) use the "
+              "machine's cores through OpenMP: None (auto) when the compiler supports "
+              "-fopenmp, True the same but warns when it does not, False never",
+              _parse_auto_bool, _check_auto_bool),
+        _Flag("openmp_elemwise_minsize", 200_000,
+              "with openmp, the number of elements (elementwise: of the output; "
+              "reductions: of the broadcast input) from which a C loop runs on several "
+              "threads; below it, starting them costs more than they save.  Compiled "
+              "into the code: changing it compiles the graph again",
+              int, _check_count),
+        _Flag("openmp_threads", 0,
+              "with openmp, the threads a parallel C loop uses; 0: OpenMP's default "
+              "($OMP_NUM_THREADS, else one per core).  Compiled into the code",
+              int, _check_threads),
     )
 }
 

@@ -1,5 +1,5 @@
 """Shared fixtures.  Every behavioural test that compiles a function takes the
-``mode`` fixture, so each linker runs the whole suite: a new linker joins by
+``mode`` parameter, so each linker runs the whole suite: a new linker joins by
 adding its name to ``LINKERS``."""
 
 import os
@@ -10,18 +10,56 @@ import pytest
 import tenure as tn
 
 #: every linker the contract and op suites run on.  ``TENURE_TEST_LINKERS``
-#: (comma-separated, e.g. ``TENURE_TEST_LINKERS=c``) overrides it to run the
-#: suite on other linkers by hand (CI does not: the C linker compiles per graph).
-LINKERS = [name.strip() for name in os.environ.get("TENURE_TEST_LINKERS", "").split(",")
-           if name.strip()] or ["py", "check"]
+#: (comma-separated, e.g. ``TENURE_TEST_LINKERS=py,check,c``) overrides it to
+#: run the whole suite on other linkers by hand.
+_FROM_ENV = [name.strip() for name in os.environ.get("TENURE_TEST_LINKERS", "").split(",")
+             if name.strip()]
+LINKERS = _FROM_ENV or ["py", "check"]
+
+#: test files that run on the C linker too in every run (the contract suite).
+#: The whole suite passes on it (``TENURE_TEST_LINKERS=c``), but compiling
+#: every graph of every test costs more than a CI run may take (the C
+#: linker's own tests, in tests/linkers/c, run in every run as well).
+C_IN_EVERY_RUN = {"test_contract.py", "test_function.py"}
 
 
-@pytest.fixture(params=LINKERS)
-def mode(request):
-    """A compilation mode for each linker."""
-    return tn.Mode(linker=request.param)
+def _linkers_for(path) -> list[str]:
+    linkers = list(LINKERS)
+    if not _FROM_ENV and os.path.basename(str(path)) in C_IN_EVERY_RUN:
+        linkers.append("c")
+    return linkers
+
+
+def pytest_generate_tests(metafunc):
+    """``mode``: a compilation mode for each linker the test's file runs on."""
+    if "mode" in metafunc.fixturenames:
+        linkers = _linkers_for(metafunc.definition.path)
+        metafunc.parametrize("mode", [tn.Mode(linker=name) for name in linkers], ids=linkers)
 
 
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+@pytest.fixture
+def cc_or_skip():
+    """A working C compiler, or a clean skip (the C linker's own tests)."""
+    from tenure.linkers.c import compiler
+    command = compiler.find_compiler()
+    if command is None:
+        pytest.skip("no working C compiler")
+    return command
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_compiledir_and_reference_linker(tmp_path_factory):
+    """C modules the tests compile go to a temporary cache, never the user's.
+    Tests that name no mode run on the Python executor (the reference):
+    compiling every graph of every such test would take longer than a CI run
+    may; the C linker runs where a test asks for it (``mode``,
+    ``C_IN_EVERY_RUN``, tests/linkers/c, the docs and the demo, which run in
+    fresh interpreters with the real default)."""
+    with tn.config.change_flags(compiledir=str(tmp_path_factory.mktemp("tenure_cache")),
+                                linker="py"):
+        yield

@@ -12,8 +12,9 @@ import pytest
 import tenure as tn
 
 ROOT = Path(tn.__file__).resolve().parents[1]
-DEFAULTS = {"floatX": "float64", "linker": "py", "allow_gc": True,
-            "compiledir": tn.config._default_compiledir(), "cxx": ""}
+DEFAULTS = {"floatX": "float64", "linker": "c", "allow_gc": True,
+            "compiledir": tn.config._default_compiledir(), "cxx": "", "openmp": None,
+            "openmp_elemwise_minsize": 200_000, "openmp_threads": 0}
 
 
 @pytest.fixture(autouse=True)
@@ -28,10 +29,11 @@ def _restore_flags():
 def test_defaults():
     if os.environ.get("TENURE_FLAGS"):
         pytest.skip("TENURE_FLAGS is set in this environment")
-    assert tn.config.floatX == "float64"
-    assert tn.config.linker == "py"
-    assert tn.config.allow_gc is True
-    assert tn.config.flags() == DEFAULTS
+    # In a fresh interpreter: this test session runs with its own compiledir
+    # and the Python executor as its default linker (see tests/conftest.py).
+    proc = _run_python("import tenure as tn; print(repr(tn.config.flags()))", None)
+    assert proc.returncode == 0, proc.stderr
+    assert eval(proc.stdout) == DEFAULTS
 
 
 def test_flags_returns_a_copy():
@@ -53,10 +55,27 @@ def test_set_allow_gc():
     assert tn.config.allow_gc is False
 
 
+@pytest.mark.parametrize("value", [True, False, None])
+def test_set_openmp(value):
+    tn.config.openmp = value
+    assert tn.config.openmp is value
+
+
+def test_set_openmp_sizes():
+    tn.config.openmp_elemwise_minsize = 0
+    tn.config.openmp_threads = 4
+    assert (tn.config.openmp_elemwise_minsize, tn.config.openmp_threads) == (0, 4)
+
+
 @pytest.mark.parametrize("name, value", [
     ("floatX", "int32"), ("floatX", "float"), ("floatX", None), ("floatX", "float128"),
     ("linker", "nope"), ("linker", ""),
-    ("allow_gc", "yes"), ("allow_gc", 1), ("allow_gc", None)])
+    ("allow_gc", "yes"), ("allow_gc", 1), ("allow_gc", None),
+    ("openmp", "auto"), ("openmp", 1), ("openmp", "yes"),
+    ("openmp_elemwise_minsize", -1), ("openmp_elemwise_minsize", 1.5),
+    ("openmp_elemwise_minsize", True), ("openmp_elemwise_minsize", "100"),
+    ("openmp_threads", -2), ("openmp_threads", None), ("openmp_threads", False),
+    ("openmp_threads", 100_000)])
 def test_invalid_values_raise_value_error(name, value):
     before = getattr(tn.config, name)
     with pytest.raises(ValueError):
@@ -186,6 +205,11 @@ def test_parse_flags_string():
     assert parse("allow_gc=false") == {"allow_gc": False}
     assert parse("allow_gc=1") == {"allow_gc": True}
     assert parse("allow_gc=Off") == {"allow_gc": False}
+    assert parse("openmp=auto") == {"openmp": None}
+    assert parse("openmp=") == {"openmp": None}
+    assert parse("openmp=off,openmp_threads=2") == {"openmp": False, "openmp_threads": 2}
+    assert parse("openmp=1") == {"openmp": True}
+    assert parse("openmp_elemwise_minsize=1000") == {"openmp_elemwise_minsize": 1000}
 
 
 @pytest.mark.parametrize("text, words", [
@@ -193,6 +217,9 @@ def test_parse_flags_string():
     ("floatX=int32", ["floatX", "int32"]),
     ("allow_gc=maybe", ["allow_gc", "maybe"]),
     ("linker=cuda9", ["linker", "cuda9"]),
+    ("openmp=maybe", ["openmp", "maybe"]),
+    ("openmp_threads=-1", ["openmp_threads", "-1"]),
+    ("openmp_elemwise_minsize=lots", ["openmp_elemwise_minsize", "lots"]),
     ("floatX", ["floatX", "name=value"]),
 ])
 def test_parse_flags_string_errors_name_the_flag(text, words):
@@ -221,10 +248,20 @@ def test_tenure_flags_environment_variable():
     """
     proc = _run_python(code, "floatX=float32,allow_gc=false")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["float32", "False", "py"]
+    assert proc.stdout.split() == ["float32", "False", "c"]
     proc = _run_python(code, None)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["float64", "True", "py"]
+    assert proc.stdout.split() == ["float64", "True", "c"]
+
+
+def test_tenure_flags_sets_openmp():
+    code = """
+        import tenure as tn
+        print(tn.config.openmp, tn.config.openmp_elemwise_minsize, tn.config.openmp_threads)
+    """
+    proc = _run_python(code, "openmp=false,openmp_elemwise_minsize=5000,openmp_threads=3")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "5000", "3"]
 
 
 @pytest.mark.parametrize("flags, words", [("floatx=float32", ["floatx"]),

@@ -194,7 +194,7 @@ def step_workspace(node: Apply, shapes: dict) -> int:
 
 def make_plan(fgraph, allow_gc: bool = True, shapes: dict | None = None, keep=(),
               order: list[Apply] | None = None, reuse: bool = True,
-              min_reuse_bytes: int = 0) -> Plan:
+              min_reuse_bytes: int = 0, workspace_of=None) -> Plan:
     """Schedule ``fgraph`` and assign storage slots, lifetimes and buffers.
 
     ``shapes``: ``{variable: shape or None}`` (from
@@ -204,7 +204,10 @@ def make_plan(fgraph, allow_gc: bool = True, shapes: dict | None = None, keep=()
     ``fgraph.outputs`` whose buffers are kept between calls (never given a
     dead buffer: they have last call's).  ``order``: a schedule to use as is
     (checked).  ``reuse=False``: assign no buffers; ``min_reuse_bytes``:
-    hand on no buffer smaller than this.
+    hand on no buffer smaller than this.  ``workspace_of(node, shapes) ->
+    bytes``: the temporaries a step needs besides its outputs (default
+    :func:`step_workspace`, the ``perform``'s; a linker running its own code
+    for a node passes its own).
     """
     slot_of, variables = slot_layout(fgraph)
     nb: dict[Variable, int | None] = {}
@@ -260,7 +263,8 @@ def make_plan(fgraph, allow_gc: bool = True, shapes: dict | None = None, keep=()
         dying_after[d].append(r)
 
     shape_of: dict = shapes or {}
-    workspace = [step_workspace(node, shape_of) for node in order] if shapes is not None \
+    workspace_of = workspace_of or step_workspace
+    workspace = [workspace_of(node, shape_of) for node in order] if shapes is not None \
         else [0] * n
 
     # The peak without reuse: what holding a dead buffer aside must not exceed.

@@ -37,7 +37,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from tenure.linkers.plan import Plan, make_plan, reuse_possible
+from tenure.linkers.plan import Plan, make_plan, reuse_possible, step_workspace
 from tenure.rewrites.destroy import view_root
 
 _getrefcount = sys.getrefcount
@@ -137,6 +137,8 @@ class PythonThunk:
     #: the smallest buffer handed on to a later step (the ``py`` linker sets
     #: :data:`MIN_REUSE_BYTES`)
     min_reuse_bytes = 0
+    #: ``(node, shapes) -> bytes`` of a step's temporaries, for plans with sizes
+    workspace_of = staticmethod(step_workspace)
 
     def __init__(self, plan: Plan, keep: set[int] = frozenset(), fgraph=None):
         self.plan = plan
@@ -195,7 +197,8 @@ class PythonThunk:
         if shapes is None:
             return self.plan
         return make_plan(self.fgraph, self.plan.allow_gc, shapes, keep=self._keep_outputs,
-                         order=[s.node for s in self.plan.steps], reuse=False)
+                         order=[s.node for s in self.plan.steps], reuse=False,
+                         workspace_of=self.workspace_of)
 
     def cached_signatures(self) -> list:
         """The signatures that have a plan, least recently used first."""
@@ -226,7 +229,8 @@ class PythonThunk:
         if entry is None:
             shapes = self._shapes(values)
             plan = make_plan(self.fgraph, True, shapes, keep=self._keep_outputs,
-                             min_reuse_bytes=self.min_reuse_bytes) \
+                             min_reuse_bytes=self.min_reuse_bytes,
+                             workspace_of=self.workspace_of) \
                 if shapes is not None else self.plan
             entry = (plan, step_tuples(plan))
             plans[signature] = entry
@@ -268,6 +272,12 @@ class PythonThunk:
             return model.shapes(values)
         except Exception:  # noqa: BLE001 -- unknown sizes: no reuse
             return None
+
+    def prepare(self, input_values: list) -> None:
+        """Set up what a call with these values' shapes needs (its plan), so
+        that a measured call measures the call alone."""
+        if self.plans_per_signature:
+            self._entry(input_values)
 
     # -- calling -------------------------------------------------------------------
     def __call__(self, input_values: list) -> list:

@@ -173,6 +173,7 @@ def memory_report(function, input_values: list) -> MemoryReport:
     report = MemoryReport(records=records, predicted_peak=plan.peak(held),
                           predicted_by_step=plan.step_peaks(held))
     measured_inputs = _private(input_values)
+    thunk.prepare(measured_inputs)   # what a call with new shapes sets up is not the call's
     tracemalloc.start()
     try:
         thunk(measured_inputs)

@@ -82,6 +82,11 @@ class SizeModel:
                 else:
                     break  # an input could not be evaluated: neither can this node
             else:
+                # An in-place op (the graph's own, rewritten) must not write
+                # into a value other dims were, or will be, read from.
+                for i in _destroyed_inputs(node):
+                    if isinstance(inputs[i], np.ndarray):
+                        inputs[i] = inputs[i].copy()
                 cells = [[None] for _ in node.outputs]
                 try:
                     node.op.perform(node, inputs, cells)
@@ -90,6 +95,10 @@ class SizeModel:
                 for out, cell in zip(node.outputs, cells):
                     values[out] = cell[0]
         return values
+
+
+def _destroyed_inputs(node) -> set[int]:
+    return {i for inputs in node.op.destroy_map.values() for i in inputs}
 
 
 def nbytes(var: Variable, shape: tuple[int, ...] | None) -> int | None:

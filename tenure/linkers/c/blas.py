@@ -909,7 +909,8 @@ static int tn_bl_broadcast2(const char *fname, const char *label, PyArrayObject 
     for (int d = 0; d < 2; d++) {
         const npy_intp n = PyArray_DIM(z, d);
         if (n != shape[d] && n != 1 && shape[d] != 1) {
-            tn_bl_shape_error(fname, "do not broadcast", label, z, "x @ y", 2, shape);
+            tn_bl_shape_error(fname, "cannot be broadcast together", label, z, "x @ y", 2,
+                              shape);
             return -1;
         }
         out[d] = shape[d] == 1 ? n : shape[d];

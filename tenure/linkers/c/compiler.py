@@ -20,6 +20,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from tenure import config
 
 __all__ = ["CompileError", "Recipe", "compile_shared_library", "compiler_version",
            "find_compiler", "include_dirs", "make_recipe", "missing_headers",
-           "supports_march_native", "supports_openmp"]
+           "openmp_enabled", "supports_march_native", "supports_openmp"]
 
 #: names tried on PATH, in order, when neither config.cxx nor $CC says which
 CANDIDATES = ("cc", "gcc", "clang")
@@ -122,6 +123,31 @@ def supports_openmp(command: str | None = None) -> bool:
     """Whether ``command`` (default: :func:`find_compiler`) builds OpenMP code."""
     command = command or find_compiler()
     return command is not None and _compiles(command, ("-fopenmp",), _OPENMP_SOURCE)
+
+
+def openmp_enabled() -> bool:
+    """Whether compiled code should use OpenMP now: ``config.openmp`` allows it
+    (None or True) and the compiler supports it.
+
+    Code generators read this to decide whether to emit ``#pragma omp`` lines,
+    and the C linker to decide whether to build with ``-fopenmp``, so both follow
+    the same answer.  An explicit ``config.openmp = True`` that the compiler
+    cannot honour warns (once per compiler): the code still runs, serially.
+    """
+    if config.openmp is False:
+        return False
+    command = find_compiler()
+    supported = command is not None and supports_openmp(command)
+    if not supported and config.openmp is True:
+        _warn_no_openmp(command)
+    return supported
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_no_openmp(command: str | None) -> None:
+    warnings.warn(f"tenure: config.openmp is True, but the C compiler {command!r} cannot build "
+                  f"OpenMP code (-fopenmp); compiled loops run on one thread", RuntimeWarning,
+                  stacklevel=3)
 
 
 @functools.lru_cache(maxsize=None)

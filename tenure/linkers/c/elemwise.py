@@ -46,7 +46,24 @@ strides and merged where every operand allows, and the innermost axis runs the
 same typed loop when it is contiguous for all operands -- or contiguous for
 some and one repeated element (stride 0, an ``(n, 1)`` operand) for the
 others, which are then copied out into a row buffer first -- else a strided
-loop with ``memcpy`` loads (which copes with unaligned arrays).  No OpenMP yet.
+loop with ``memcpy`` loads (which copes with unaligned arrays).
+
+Threads: the innermost rows are cut into blocks of :data:`BLOCK` elements, the
+work items, numbered row by row.  With OpenMP (``config.openmp``, see
+:func:`parallel_settings`) a loop over at least ``config.openmp_elemwise_minsize``
+elements is cut into chunks of consecutive items, about eight per thread,
+which the threads take as they come (``schedule(dynamic)``: on a machine
+shared with other processes, a thread that gets no core for a while does not
+hold up the loop); each thread has its own row buffer.  Otherwise one thread
+runs them all.  The blocks do
+not depend on the thread count and a block is a multiple of every vector width
+from a row's start, so every element takes the same path through the same
+code (vector body or scalar tail, libmvec or libm) whatever the number of
+threads: the results are identical to a serial build's, bit for bit.  The
+settings are compiled in (the source changes with them, and so the cache key);
+without OpenMP the source has no OpenMP in it at all.  The child of a fork()
+from a process that ran threads runs serially: GNU libgomp's thread pool does
+not survive fork (see ``tn_omp_usable``).
 
 Floating point: contraction into FMAs would round differently from NumPy, so
 the code turns it off (``#pragma GCC optimize``, ``STDC FP_CONTRACT``).  With
@@ -72,13 +89,23 @@ from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.composite import Composite
 from tenure.symbolic.ops.elemwise import Elemwise
 
-__all__ = ["COMPILE_FLAGS", "SUPPORT_CODE", "build_module", "c_function", "has_c_code",
-           "module_source"]
+__all__ = ["BLOCK", "COMPILE_FLAGS", "SUPPORT_CODE", "Parallel", "build_module", "c_function",
+           "has_c_code", "module_source", "parallel_settings"]
 
 #: flags to compile the generated code with (see the module doc): speed only,
 #: and ``TN_VECTOR_MATH`` lets transcendental functions vectorize (glibc's
 #: libmvec: a few ulps, where libm is within one)
 COMPILE_FLAGS = ("-fno-math-errno", "-fno-trapping-math", "-DTN_VECTOR_MATH", "-lm")
+
+#: elements per work item of a loop (a row is cut into blocks of this many):
+#: a multiple of every vector width, and of 64 bytes for every dtype, so that
+#: cutting changes no element's path through a vectorized loop (see the module doc)
+BLOCK = 4096
+
+#: the pid of the process whose generated code first ran a parallel loop, 0
+#: before that: one cell all compiled modules share (see tn_omp_usable in the C
+#: support code), so the child of a fork knows it must not start threads
+_OMP_OWNER = np.zeros(1, dtype=np.int64)
 
 _NPY_TYPES = {"bool": "NPY_BOOL", "float32": "NPY_FLOAT32", "float64": "NPY_FLOAT64",
               **{f"{s}int{b}": f"NPY_{s.upper()}INT{b}"
@@ -215,7 +242,10 @@ def c_function(node: Apply, fname: str) -> str:
     filled, _ = _inner_loops(kernel, read, dtypes, source="rows")
     inner_strides = " ".join(f"const npy_intp s{j} = strides[{j} * NPY_MAXDIMS + nd - 1];"
                              for j in range(nops))
+    block_pointers = " ".join(f"at[{j}] = ptr[{j}] + c0 * s{j};" for j in range(nops))
     fills = _broadcast_fills(dtypes)
+    width = max(d.itemsize for d in dtypes)
+    par = parallel_settings()
     return _no_contract(f"""
 /* {_comment(str(node.op))} */
 static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
@@ -228,8 +258,7 @@ static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
     static const int ndims[{nops}] = {_table(map(str, ndims))};
     static const char *const labels[{nops}] = {_table(map(_c_string, labels))};
     PyArrayObject *ops[{nops}];
-    char *ptr[{nops}];
-    npy_intp shape[NPY_MAXDIMS], strides[{nops} * NPY_MAXDIMS], index[NPY_MAXDIMS];
+    npy_intp shape[NPY_MAXDIMS], strides[{nops} * NPY_MAXDIMS];
     int nd, contiguous, tn_status = 0;
     ops[0] = outputs[0];{"".join(f" ops[{j + 1}] = inputs[{i}];" for j, i in enumerate(read))}
     if (tn_ew_check({name}, {nops}, ops, type_nums, dtype_names, ndims, labels) < 0)
@@ -239,33 +268,63 @@ static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
         return -1;
     if (PyArray_SIZE(ops[0]) == 0)
         return 0;
-    tn_ew_start({nops}, ops, ptr, index);
     {{
-        const npy_intp n = shape[nd - 1];
+        /* The work: rows of n elements along the innermost axis, cut into
+         * blocks of at most {BLOCK}, numbered row by row.  The same blocks
+         * whatever the thread count, so each element is computed by the same
+         * code (vector body or tail) and the results never depend on it. */
+        const npy_intp n = shape[nd - 1], size = PyArray_SIZE(ops[0]);
+        const npy_intp bn = n < {BLOCK} ? n : {BLOCK}, per_row = (n + bn - 1) / bn;
+        const npy_intp items = size / n * per_row;
         {inner_strides}
         /* Rows where every input is contiguous or one repeated element
          * (a (n, 1) operand): the repeated ones are copied out into a row
-         * buffer, so the typed loop still runs (and vectorizes). */
-        char *rows[{nops}], *row_buffer = NULL;
+         * buffer (one per thread), so the typed loop still runs (and vectorizes). */
         const int filled = !contiguous && n > 1
                            && tn_ew_rows_fillable({nops}, ops, strides, nd);
+        const size_t buffer_size = (size_t)bn * {width} * {nops};
+        char *row_buffer = NULL;
+{_thread_count(par, "size", 8)}
+        const npy_intp per_chunk = tn_chunk(items, tn_nthreads);
+        const npy_intp chunks = (items + per_chunk - 1) / per_chunk;
         if (filled) {{
-            row_buffer = (char *)PyMem_Malloc((size_t)n * {max(d.itemsize for d in dtypes)} * {nops});
+            row_buffer = (char *)PyMem_Malloc(buffer_size * (size_t)tn_nthreads);
             if (row_buffer == NULL) {{
                 PyErr_NoMemory();
                 return -1;
             }}
         }}
-        do {{
-            if (contiguous) {{
+{_parallel_region(par, 8)}
+        {{
+{_thread_id(par, 12)}
+            char *ptr[{nops}], *at[{nops}], *rows[{nops}];
+            char *const buffer = filled ? row_buffer + buffer_size * (size_t)tn_tid : NULL;
+            npy_intp index[NPY_MAXDIMS];
+            (void)rows; (void)buffer;
+{_omp_for(par, 12)}
+            for (npy_intp chunk = 0; chunk < chunks; chunk++) {{
+                const npy_intp first = chunk * per_chunk;
+                const npy_intp last = items - first < per_chunk ? items : first + per_chunk;
+                npy_intp b = first % per_row;
+                tn_ew_seek(nd - 1, shape, strides, {nops}, ops, first / per_row, index, ptr);
+                for (npy_intp item = first; item < last; item++) {{
+                    const npy_intp c0 = b * bn, m = n - c0 < bn ? n - c0 : bn;
+                    {block_pointers}
+                    if (contiguous) {{
 {contiguous}
-            }} else if (filled) {{
+                    }} else if (filled) {{
 {fills}
 {filled}
-            }} else {{
+                    }} else {{
 {strided}
+                    }}
+                    if (++b == per_row) {{
+                        b = 0;
+                        tn_ew_next(nd - 1, shape, strides, {nops}, index, ptr);
+                    }}
+                }}
             }}
-        }} while (tn_ew_next(nd - 1, shape, strides, {nops}, index, ptr));
+        }}
         PyMem_Free(row_buffer);
     }}
     if (tn_status)
@@ -275,26 +334,88 @@ static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
 """)
 
 
+@dataclass(frozen=True)
+class Parallel:
+    """How generated loops use threads, read from the config when the code is
+    generated (so a change of the config changes the source, hence the cache
+    key): run on ``threads`` threads (0: OpenMP's default) when the loop
+    covers at least ``minsize`` elements."""
+
+    minsize: int
+    threads: int
+
+
+def parallel_settings() -> Parallel | None:
+    """The current :class:`Parallel` settings, or None for serial code (no
+    OpenMP in the source at all): ``config.openmp`` is off, or the compiler
+    cannot build OpenMP code (see :func:`compiler.openmp_enabled`)."""
+    from tenure import config
+    from tenure.linkers.c import compiler
+    if not compiler.openmp_enabled():
+        return None
+    return Parallel(config.openmp_elemwise_minsize, config.openmp_threads)
+
+
+def _thread_count(par: Parallel | None, work: str, indent: int) -> str:
+    """C declaring ``int tn_nthreads``: how many threads the loop over ``work``
+    elements may use (1 when serial, or when too small to be worth it)."""
+    pad = " " * indent
+    if par is None:
+        return pad + "const int tn_nthreads = 1;\n" + pad + "(void)tn_nthreads;"
+    count = str(par.threads) if par.threads else "omp_get_max_threads()"
+    # Clamped to a C literal; no array has 2**62 elements, so nothing changes.
+    minsize = min(max(par.minsize, 1), 2**62)
+    return (f"{pad}int tn_nthreads = 1;\n#ifdef _OPENMP\n"
+            f"{pad}if ({work} >= {minsize} && tn_omp_usable())\n"
+            f"{pad}    tn_nthreads = {count};\n#endif")
+
+
+def _parallel_region(par: Parallel | None, indent: int) -> str:
+    """The pragma that runs the next block on ``tn_nthreads`` threads, each with
+    its own ``tn_status`` (or-ed together at the end); nothing when serial."""
+    if par is None:
+        return ""
+    return ("#ifdef _OPENMP\n" + " " * indent + "#pragma omp parallel num_threads(tn_nthreads) "
+            "if(tn_nthreads > 1) reduction(|:tn_status)\n#endif")
+
+
+def _thread_id(par: Parallel | None, indent: int) -> str:
+    """C declaring ``tn_tid``: this thread's number."""
+    pad = " " * indent
+    if par is None:
+        return pad + "const int tn_tid = 0;"
+    return f"{pad}int tn_tid = 0;\n#ifdef _OPENMP\n{pad}tn_tid = omp_get_thread_num();\n#endif"
+
+
+def _omp_for(par: Parallel | None, indent: int) -> str:
+    """The pragma sharing the next loop's iterations (chunks of the work, see
+    ``tn_chunk``) among the threads of the region; nothing when serial."""
+    if par is None:
+        return ""
+    return "#ifdef _OPENMP\n" + " " * indent + "#pragma omp for schedule(dynamic, 1)\n#endif"
+
+
 def _table(values) -> str:
     """A C array initializer."""
     return "{" + ", ".join(values) + "}"
 
 
 def _inner_loops(kernel: _Kernel, read: list[int], dtypes: list,
-                 source: str = "ptr") -> tuple[str, str]:
-    """The innermost loop twice: typed over contiguous aligned operands (the
-    one the compiler vectorizes; their row pointers in ``source``), and over
-    byte strides with memcpy loads."""
+                 source: str = "at") -> tuple[str, str]:
+    """The loop over one block (``m`` elements from the pointers ``at``) twice:
+    typed over contiguous aligned operands (the one the compiler vectorizes;
+    their block pointers in ``source``), and over byte strides with memcpy
+    loads."""
     types = [ps.c_type(d) for d in dtypes]
     names = [f"v{i}" for i in read]
     contiguous = _loop(
-        [f"{types[0]} *const o0 = ({types[0]} *)ptr[0];"]
+        [f"{types[0]} *const o0 = ({types[0]} *)at[0];"]
         + [f"const {types[j]} *const p{j} = (const {types[j]} *){source}[{j}];"
            for j in range(1, len(dtypes))],
         [_load(v, d, f"p{j}[k]") for j, (v, d) in enumerate(zip(names, dtypes[1:]), 1)],
         names, kernel.body, "o0[k] = r;", vectorize=True)
     strided = _loop(
-        [f"char *q{j} = ptr[{j}];" for j in range(len(dtypes))],
+        [f"char *q{j} = at[{j}];" for j in range(len(dtypes))],
         [_load(v, d, f"q{j}", strided=True) for j, (v, d) in enumerate(zip(names, dtypes[1:]), 1)],
         names, kernel.body, "memcpy(q0, &r, sizeof r);", vectorize=False,
         step=", ".join(f"q{j} += s{j}" for j in range(len(dtypes))))
@@ -302,21 +423,22 @@ def _inner_loops(kernel: _Kernel, read: list[int], dtypes: list,
 
 
 def _broadcast_fills(dtypes: list) -> str:
-    """C filling ``rows[j]``: the row of input ``j`` itself, or, when it is
-    one repeated element (stride 0), a buffer row holding copies of it."""
-    pad = " " * 16
-    lines = [pad + "rows[0] = ptr[0];"]
+    """C filling ``rows[j]``: the block of input ``j`` itself, or, when it is
+    one repeated element (stride 0), a row of this thread's ``buffer`` holding
+    ``m`` copies of it."""
+    pad = " " * 24
+    lines = [pad + "rows[0] = at[0];"]
     width = max(d.itemsize for d in dtypes)
     for j, dtype in enumerate(dtypes[1:], 1):
         ctype = ps.c_type(dtype)
         lines += [
             pad + f"if (s{j} == 0) {{",
-            pad + f"    {ctype} value, *row = ({ctype} *)(row_buffer + (size_t)n * {width} * {j});",
-            pad + "    memcpy(&value, ptr[" + str(j) + "], sizeof value);",
-            pad + "    for (npy_intp k = 0; k < n; k++) row[k] = value;",
+            pad + f"    {ctype} value, *row = ({ctype} *)(buffer + (size_t)bn * {width} * {j});",
+            pad + "    memcpy(&value, at[" + str(j) + "], sizeof value);",
+            pad + "    for (npy_intp k = 0; k < m; k++) row[k] = value;",
             pad + f"    rows[{j}] = (char *)row;",
             pad + "} else {",
-            pad + f"    rows[{j}] = ptr[{j}];",
+            pad + f"    rows[{j}] = at[{j}];",
             pad + "}",
         ]
     return "\n".join(lines)
@@ -334,12 +456,12 @@ def _load(name: str, dtype: np.dtype, source: str, strided: bool = False) -> str
 
 def _loop(setup: list[str], loads: list[str], names: list[str], body: list[str], store: str,
           vectorize: bool, step: str = "") -> str:
-    """One inner loop over ``n`` elements: load, compute, store."""
-    pad = " " * 16
+    """One inner loop over the ``m`` elements of a block: load, compute, store."""
+    pad = " " * 24
     lines = [pad + s for s in setup]
     if vectorize:
         lines.append(pad + "TN_IVDEP")
-    lines.append(pad + f"for (npy_intp k = 0; k < n; k++{', ' + step if step else ''}) {{")
+    lines.append(pad + f"for (npy_intp k = 0; k < m; k++{', ' + step if step else ''}) {{")
     lines += [pad + "    " + s for s in loads]
     if names:  # the scalar code may ignore an input (isnan of an int)
         lines.append(pad + "    " + " ".join(f"(void){n};" for n in names))
@@ -364,6 +486,52 @@ _LOOP_SUPPORT = r"""
 #else
 #define TN_IVDEP
 #endif
+#ifdef _OPENMP
+#include <omp.h>
+#include <unistd.h>
+
+/* Whether this process may start threads.  GNU libgomp's thread pool does not
+ * survive fork(): the child of a process that ran a parallel region hangs in
+ * its first one (multiprocessing's default start method forks).  The first
+ * process to go parallel records its pid in one cell shared by every module
+ * (elemwise._OMP_OWNER); a process with another pid there is such a child,
+ * and runs serially.  Called with the GIL held. */
+static inline int tn_omp_usable(void)
+{
+    static npy_int64 *owner = NULL;
+    npy_int64 me;
+    if (owner == NULL) {
+        PyObject *module = PyImport_ImportModule("tenure.linkers.c.elemwise"), *cell = NULL;
+        if (module != NULL) {
+            cell = PyObject_GetAttrString(module, "_OMP_OWNER");
+            Py_DECREF(module);
+        }
+        if (cell == NULL || !PyArray_Check(cell) || PyArray_TYPE((PyArrayObject *)cell) != NPY_INT64
+                || PyArray_SIZE((PyArrayObject *)cell) != 1) {
+            Py_XDECREF(cell);
+            PyErr_Clear();
+            return 0;  /* cannot tell: stay serial */
+        }
+        /* The reference is kept: the cell lives as long as the process. */
+        owner = (npy_int64 *)PyArray_DATA((PyArrayObject *)cell);
+    }
+    me = (npy_int64)getpid();
+    if (*owner == 0)
+        *owner = me;
+    return *owner == me;
+}
+#endif
+
+/* How many of `total` work items make one chunk, the unit threads take in
+ * turn: all of them on one thread; else about eight chunks per thread, so a
+ * thread the OS holds back (other processes on the cores) delays only its
+ * current chunk while the others take the rest.  Which thread computes what
+ * never changes a result. */
+static npy_intp tn_chunk(npy_intp total, int nthreads)
+{
+    const npy_intp per = total / (8 * (npy_intp)nthreads);
+    return nthreads <= 1 ? (total > 0 ? total : 1) : (per > 0 ? per : 1);
+}
 
 /* Every operand is an array of the expected dtype (native byte order) and
  * ndim; the output (operand 0) is writeable. */
@@ -540,11 +708,22 @@ static int tn_ew_layout(const char *fname, int nops, PyArrayObject *const *ops,
     return 1;
 }
 
-static void tn_ew_start(int nops, PyArrayObject *const *ops, char **ptr, npy_intp *index)
+/* Position the odometer of the outer axes 0..nouter-1 at row `row` (rows
+ * numbered in the order tn_ew_next visits them): its index and the operands'
+ * pointers.  No Python API: threads call it. */
+static void tn_ew_seek(int nouter, const npy_intp *shape, const npy_intp *strides, int nops,
+                       PyArrayObject *const *ops, npy_intp row, npy_intp *index, char **ptr)
 {
-    for (int j = 0; j < nops; j++)
+    int j;
+    for (j = 0; j < nops; j++)
         ptr[j] = PyArray_BYTES(ops[j]);
     memset(index, 0, NPY_MAXDIMS * sizeof *index);
+    for (int d = nouter - 1; d >= 0; d--) {
+        index[d] = row % shape[d];
+        row /= shape[d];
+        for (j = 0; j < nops; j++)
+            ptr[j] += index[d] * strides[j * NPY_MAXDIMS + d];
+    }
 }
 
 /* Step the outer axes 0..nouter-1 like an odometer; 0 once every position ran. */
@@ -849,7 +1028,9 @@ def module_source(node: Apply | Mapping[str, Apply], name: str) -> str:
 
 
 def build_module(node: Apply | Mapping[str, Apply], name: str, compiledir=None):
-    """Compile (or fetch from the cache) and import :func:`module_source`'s module."""
+    """Compile (or fetch from the cache) and import :func:`module_source`'s
+    module, with OpenMP when the config asks for it (:func:`parallel_settings`)."""
     from tenure.linkers.c.cache import load_module
-    return load_module(name, module_source(node, name), flags=COMPILE_FLAGS,
-                       compiledir=compiledir)
+    source = module_source(node, name)
+    return load_module(name, source, flags=COMPILE_FLAGS, compiledir=compiledir,
+                       openmp=parallel_settings() is not None)

@@ -45,7 +45,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from tenure.linkers.plan import compile_time_order, make_plan
+from tenure.linkers.plan import compile_time_order, make_plan, step_workspace
 from tenure.linkers.python import MIN_REUSE_BYTES, PythonLinker, PythonThunk
 
 __all__ = ["CLinker", "CThunk", "CLinkerWarning"]
@@ -65,9 +65,6 @@ class CThunk(PythonThunk):
     :class:`~tenure.linkers.c.module.GraphModule` it was built from.
     """
 
-    #: how many input-shape signatures keep their shape table
-    max_tables = 16
-
     def __init__(self, plan, keep, fgraph, run=None, graph=None):
         super().__init__(plan, keep, fgraph)
         self.min_reuse_bytes = MIN_REUSE_BYTES
@@ -78,6 +75,8 @@ class CThunk(PythonThunk):
         self._tables: OrderedDict = OrderedDict()
         self._last_table_signature = object()
         self._last_table = None
+        #: the nodes that run C code (set once the module is built)
+        self._c_nodes = None
         # Without C steps, or without sizes, no table is ever needed.
         self._wants_table = bool(graph is not None and graph.shape_offsets)
 
@@ -101,10 +100,14 @@ class CThunk(PythonThunk):
         else:
             table = self._make_table(values)
             tables[signature] = table
-            while len(tables) > self.max_tables:
+            while len(tables) > self.max_plans:   # the executor's limit, for tables
                 tables.popitem(last=False)
         self._last_table_signature, self._last_table = signature, table
         return table
+
+    def cached_signatures(self) -> list:
+        """The signatures that have a shape table, least recently used first."""
+        return list(self._tables)
 
     def _make_table(self, values):
         from tenure.linkers.c.module import shape_table
@@ -112,10 +115,12 @@ class CThunk(PythonThunk):
         sized = None
         if shapes is not None and self.plans_per_signature:
             # The buffer hand-on for these sizes, on the schedule the module runs.
+            self.plans_made += 1
             try:
                 sized = make_plan(self.fgraph, True, shapes, keep=self._keep_outputs,
                                   order=[s.node for s in self.plan.steps],
-                                  min_reuse_bytes=self.min_reuse_bytes)
+                                  min_reuse_bytes=self.min_reuse_bytes,
+                                  workspace_of=self.workspace_of)
             except Exception:  # noqa: BLE001 -- no hand-on rather than no call
                 sized = None
         return shape_table(self.graph, self.plan, shapes, sized)
@@ -128,6 +133,18 @@ class CThunk(PythonThunk):
         except Exception as exc:
             self._failed(exc)
             raise
+
+    def prepare(self, input_values: list) -> None:
+        """Make the shape table of these values' signature (see :meth:`PythonThunk.prepare`)."""
+        if self._wants_table:
+            self._shape_table(input_values)
+
+    def workspace_of(self, node, shapes) -> int:
+        """A step's temporaries: a C kernel's are a row or a block at most
+        (counted as none), a ``perform``'s are the op's model."""
+        if self._c_nodes is not None and node in self._c_nodes:
+            return 0
+        return step_workspace(node, shapes)
 
     def _failed(self, exc: BaseException) -> None:
         """After a failed call: hold nothing but constants and kept buffers, and
@@ -193,12 +210,14 @@ class CLinker:
         graph = graph_module(plan, thunk.kept_slots, thunk._clear_after)
         try:
             module = cache.load_module(graph.name, graph.source, flags=graph.flags,
-                                       openmp=False)
+                                       openmp=compiler.openmp_enabled())
         except compiler.CompileError as exc:
             warnings.warn(f"tenure: the C linker could not compile this graph and falls back "
                           f"to the Python executor: {exc.reason}", CLinkerWarning, stacklevel=3)
             return PythonLinker().make_thunk(fgraph, keep_outputs, allow_gc)
         thunk._run = module.run
         thunk.graph = graph
+        thunk._c_nodes = frozenset(step.node for step, kind in zip(plan.steps, graph.kinds)
+                                   if kind != "py")
         thunk._wants_table = bool(graph.shape_offsets)
         return thunk

@@ -27,7 +27,7 @@ source of a module with one entry::
 - ``status``: a writable ``intp`` array; ``status[0]`` is the index of the
   step that raised (or -1), for the caller's error note.
 
-A step with C code (elementwise, products, reductions) gets its output
+A step with a C kernel (elementwise, products, reductions, nnet) gets its output
 buffer as follows: an in-place op's output *is* the destroyed input when that
 has the output's dtype and shape (inputs overlapping it other than exactly
 are copied first); otherwise the dead buffer the plan hands it (see
@@ -39,6 +39,14 @@ of the graph; otherwise a new C-ordered array.  The shape is the planned one
 when known, else computed in C (broadcast for elementwise and reductions,
 ``fname_shape`` for products).  The kernels check every shape on each call,
 so a wrong plan raises, never crashes.
+
+A view step (``DimShuffle``, ``Reshape``, basic ``Subtensor``:
+:mod:`.views`) gets no buffer: its function returns a new array object over
+its input's memory (``Reshape`` copies where NumPy would), which goes into
+the slot.  A subtensor step (``set/inc_subtensor`` with basic indices:
+:mod:`.subtensor`) gets its buffer as above with ``x``'s shape (``x`` itself
+when the op destroys it and it fits); the kernel copies ``x`` into any other
+buffer, then writes the region.
 
 The source depends only on the graph, the plan made without sizes, the kept
 slots and ``allow_gc``: compiling the same graph again (in this process or
@@ -55,6 +63,10 @@ import numpy as np
 from tenure.linkers.c import blas, elemwise
 from tenure.linkers.c import nnet as _nnet
 from tenure.linkers.c import reduce as _reduce
+from tenure.linkers.c import subtensor as _subtensor
+from tenure.linkers.c import views
+from tenure.linkers.c.views import _DTYPES
+from tenure.linkers.c.views import typenum as _typenum
 from tenure.linkers.c.elemwise import _c_string, _comment
 from tenure.linkers.plan import Plan
 from tenure.symbolic.graph import Apply
@@ -66,19 +78,11 @@ _HEADERS = """#define PY_SSIZE_T_CLEAN
 #include <numpy/arrayobject.h>
 """
 
-_DTYPES = {"bool", "float32", "float64",
-           *(f"{s}int{b}" for s in ("", "u") for b in (8, 16, 32, 64))}
-
-
-def _typenum(dtype) -> str:
-    name = np.dtype(dtype).name
-    if name not in _DTYPES:
-        raise NotImplementedError(f"no C type number for dtype {name}")
-    return f"NPY_{name.upper()}"
 
 
 def step_kind(node: Apply) -> str:
-    """``"elemwise"``, ``"blas"``, ``"reduce"``, ``"nnet"`` (C code), or ``"py"`` (its perform)."""
+    """``"elemwise"``, ``"blas"``, ``"reduce"``, ``"nnet"``, ``"view"``, ``"subtensor"``
+    (C code), or ``"py"`` (its perform)."""
     if len(node.outputs) != 1:
         return "py"
     try:
@@ -87,6 +91,7 @@ def step_kind(node: Apply) -> str:
         return "py"
     families = [("elemwise", elemwise), ("blas", blas)]
     families += [("reduce", _reduce), ("nnet", _nnet)]
+    families += [("view", views), ("subtensor", _subtensor)]
     for kind, family in families:
         try:
             if family.has_c_code(node):
@@ -391,7 +396,10 @@ class GraphModule:
     name: str
     source: str
     flags: tuple[str, ...]
-    #: per step: "elemwise", "blas", "reduce", "nnet" or "py"
+    #: per step: "elemwise", "blas", "reduce", "nnet" (kernels writing an
+    #: output buffer), "view" (a new array over its input's memory: shape ops,
+    #: basic indexing), "subtensor" (set/inc_subtensor into a copy of x, or x
+    #: itself in place), or "py" (the op's perform)
     kinds: list[str]
     #: step output slot -> offset of its entry in the shape table
     shape_offsets: dict[int, int] = field(default_factory=dict)
@@ -494,6 +502,66 @@ def _c_step(k: int, step, kind: str, offset: int, label: str) -> tuple[str, str]
     return kernel, "\n".join(lines)
 
 
+def _view_step(k: int, step, kind: str, offset: int, label: str) -> tuple[str, str]:
+    """The kernel and the step function of a view step: ``fname(in)`` returns
+    the view (a new reference) that goes into the output slot; no buffer is
+    allocated or reused, so the shape table is not read."""
+    fname = f"tn_k{k}"
+    kernel = views.c_function(step.node, fname)
+    nin = len(step.inputs)
+    ins = ", ".join(f"S[{s}]" for s in step.inputs)
+    code = "\n".join([
+        f"/* step {k}: {_comment(label)} */",
+        f"static int tn_step{k}(PyObject **S, const npy_intp *planned, PyObject **aside)",
+        "{",
+        f"    PyObject *in[{max(nin, 1)}] = {{{ins}}};",
+        f"    PyObject *out = {fname}(in);",
+        "    (void)planned; (void)aside;",
+        "    if (out == NULL) return -1;",
+        f"    Py_SETREF(S[{step.outputs[0]}], out);",
+        "    return 0;", "}", ""])
+    return kernel, code
+
+
+def _subtensor_step(k: int, step, kind: str, offset: int, label: str) -> tuple[str, str]:
+    """The kernel and the step function of a set/inc_subtensor step: the output
+    has x's shape; its buffer comes from ``tn_cl_output`` (x itself when the op
+    destroys it and x fits, else a dead buffer handed on, last call's, or new)
+    and the kernel copies x into it unless it is x."""
+    node = step.node
+    fname = f"tn_k{k}"
+    kernel = _subtensor.c_function(node, fname)
+    x = node.inputs[0]
+    nd, typenum = x.ndim, _typenum(x.dtype)
+    nin = len(step.inputs)
+    ins = ", ".join(f"S[{s}]" for s in step.inputs)
+    what = _c_string(f"tenure: input 0 ({x}) of {label}")
+    destroyed = "x" if node.op.destroy_map.get(0) == [0] else "NULL"
+    taken = "NULL" if destroyed != "NULL" else (
+        f"(aside != NULL && planned[{offset}] == 1 && planned[{offset + 1}] >= 0 ? "
+        f"tn_cl_take(aside, planned[{offset + 1}], {typenum}, {nd}, PyArray_DIMS(x)) : NULL)")
+    code = "\n".join([
+        f"/* step {k}: {_comment(label)} */",
+        f"static int tn_step{k}(PyObject **S, const npy_intp *planned, PyObject **aside)",
+        "{",
+        f"    PyObject *in[{nin}] = {{{ins}}};",
+        "    PyArrayObject *x, *out, *arrays[2];",
+        # Checked first: the buffer takes x's dims, which must be the node's ndim.
+        f"    x = tn_vw_as_array(S[{step.inputs[0]}], {typenum}, {nd}, {what});",
+        "    if (x == NULL) return -1;",
+        "    arrays[0] = x;",
+        f"    arrays[1] = PyArray_Check(S[{step.inputs[1]}]) ? "
+        f"(PyArrayObject *)S[{step.inputs[1]}] : NULL;",
+        f"    out = tn_cl_output(S[{step.outputs[0]}], {destroyed}, arrays, 2, S, "
+        f"tn_graph_inputs, TN_N_INPUTS, {typenum}, {nd}, PyArray_DIMS(x), {taken});",
+        "    Py_DECREF(x);   /* the slot (or out, when it is x) still holds it */",
+        "    if (out == NULL) return -1;",
+        f"    if ({fname}(in, &out) < 0) {{ Py_DECREF(out); return -1; }}",
+        f"    Py_SETREF(S[{step.outputs[0]}], (PyObject *)out);",
+        "    return 0;", "}", ""])
+    return kernel, code
+
+
 def graph_module(plan: Plan, keep_slots, clear_after) -> GraphModule:
     """The module running ``plan``'s schedule (see the module doc).
 
@@ -517,8 +585,9 @@ def graph_module(plan: Plan, keep_slots, clear_after) -> GraphModule:
         kind = step_kind(node)
         label = str(node)
         if kind != "py":
+            make_step = {"view": _view_step, "subtensor": _subtensor_step}.get(kind, _c_step)
             try:
-                kernel, code = _c_step(k, step, kind, offsets[step.outputs[0]], label)
+                kernel, code = make_step(k, step, kind, offsets[step.outputs[0]], label)
             except NotImplementedError:
                 kind = "py"
             else:
@@ -552,6 +621,12 @@ def graph_module(plan: Plan, keep_slots, clear_after) -> GraphModule:
     if "nnet" in used:
         support.append(_nnet.SUPPORT_CODE)
         flags += list(_nnet.COMPILE_FLAGS)
+    if "view" in used or "subtensor" in used:   # subtensor indexes with the view code
+        support.append(views.SUPPORT_CODE)
+        flags += list(views.COMPILE_FLAGS)
+    if "subtensor" in used:
+        support.append(_subtensor.SUPPORT_CODE)
+        flags += list(_subtensor.COMPILE_FLAGS)
     if "blas" in used:
         support.append(blas.SUPPORT_CODE)
         flags += list(blas.COMPILE_FLAGS)

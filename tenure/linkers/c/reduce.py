@@ -29,7 +29,7 @@ The generated function — its contract with the caller:
   ``max``/``min`` over an empty axis (even into an empty output) raise NumPy's
   ``ValueError`` (``zero-size array to reduction operation maximum which has no
   identity``).  ``sum``/``prod``/``any``/``all`` of nothing are 0/1/False/True;
-  ``mean`` of nothing is NaN (NumPy also warns; this does not).  Integer
+  ``mean`` of nothing is NaN, with NumPy's RuntimeWarning.  Integer
   arithmetic wraps like NumPy's; an integer to a negative power in a fused
   composite is NumPy's ``ValueError``.
 
@@ -52,7 +52,20 @@ per chunk, so ``sum(exp(x - c), axis=1)`` with ``c`` of shape ``(n, 1)``
 vectorizes too); otherwise strided loops with ``memcpy`` loads.  The row loops
 depend only on the reduction kind, dtypes and scalar body: they are named
 after a hash of their text and include-guarded, so nodes of one module that
-differ only in axes share them.  No OpenMP yet.
+differ only in axes share them.
+
+Threads.  With OpenMP (``config.openmp``; elemwise's
+:func:`~tenure.linkers.c.elemwise.parallel_settings`), a reduction over at
+least ``config.openmp_elemwise_minsize`` input elements splits one kept axis
+(the output moves along it) into parts that the threads take as they come
+(about eight per thread, as elementwise loops do): the kept axis with the most
+units, a unit being one index of an outer axis or :data:`BLOCK` elements of
+the innermost one (so parts start where serial chunks do).  Threads
+write disjoint output elements, and each element is reduced by the same code
+over the same values in the same order as serially, so the results are the
+serial build's bit for bit, whatever the thread count.  A reduction with no
+kept axis (``axis=None``, say) stays on one thread: splitting it would change
+its summation order.
 
 Accuracy.  Floating-point sums (and means) accumulate in the output dtype, as
 NumPy does (float32 in float32: no wider accumulator), and in the same order:
@@ -86,7 +99,7 @@ import numpy as np
 
 from tenure.linkers.c.elemwise import (
     _HEADERS, _IDENTIFIER, _NPY_TYPES, COMPILE_FLAGS, _c_string, _comment, _input_label, _kernel,
-    _load, _no_contract, _table)
+    _load, _no_contract, _omp_for, _parallel_region, _table, _thread_count, parallel_settings)
 from tenure.linkers.c.elemwise import SUPPORT_CODE as _EW_SUPPORT_CODE
 from tenure.linkers.c.standalone import module_text
 from tenure.symbolic.graph import Apply
@@ -395,6 +408,9 @@ def c_function(node: Apply, fname: str) -> str:
         empty = "(void)0;"
     if plan.fn == "mean":
         final = f"""
+    if (count == 0 && PyArray_SIZE(ops[0]) > 0
+            && PyErr_WarnEx(PyExc_RuntimeWarning, "Mean of empty slice.", 1) < 0)
+        return -1;   /* NumPy warns too; a warning made an error propagates */
     {{
         const double c = (double)count;
         char *p = PyArray_BYTES(ops[0]);
@@ -418,6 +434,7 @@ def c_function(node: Apply, fname: str) -> str:
     guard = helper.upper()
     pieces = (f"#ifndef {guard}\n#define {guard}\n" + pieces.replace("TN_RD_HELPER", helper)
               + f"#endif /* {guard} */\n")
+    par = parallel_settings()
     return _no_contract(pieces + f"""
 /* {_comment(str(node.op))} */
 static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
@@ -432,8 +449,7 @@ static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
     static const int reduced[{max(plan.full_nd, 1)}] = {_table(map(str, plan.reduced or [0]))};
     const {t} identity = {plan.identity()};
     PyArrayObject *ops[{nops}];
-    char *ptr[{nops}];
-    npy_intp shape[NPY_MAXDIMS], strides[{nops} * NPY_MAXDIMS], index[NPY_MAXDIMS], count;
+    npy_intp shape[NPY_MAXDIMS], strides[{nops} * NPY_MAXDIMS], count;
     int nd, contiguous, tn_status = 0;
     ops[0] = outputs[0];{"".join(f" ops[{i + 1}] = inputs[{i}];" for i in range(nin))}
     if (tn_ew_check({name}, {nops}, ops, type_nums, dtype_names, ndims, labels) < 0)
@@ -448,20 +464,35 @@ static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
         return 0;
     tn_rd_fill(ops[0], &identity, sizeof identity);
     contiguous = tn_rd_compact({nops}, ops, {plan.full_nd}, &nd, shape, strides);
-    tn_ew_start({nops}, ops, ptr, index);
-    {{
-        const npy_intp n = shape[nd - 1];
-        npy_intp s[{nops}];
+    if (count > 0) {{
+        npy_intp s[{nops}], unit;
         const int rows = strides[nd - 1] == 0;  /* output stride on the innermost axis */
+        /* Threads take parts of one kept axis: disjoint output elements, each
+         * reduced in the serial order (see the module doc). */
+        const int split = tn_rd_split_axis(nd, shape, strides, {BLOCK}, &unit);
+        const npy_intp units = split < 0 ? 1 : (shape[split] + unit - 1) / unit;
         for (int j = 0; j < {nops}; j++)
             s[j] = strides[j * NPY_MAXDIMS + nd - 1];
-        if (count > 0) {{
-            do {{
-                if (rows)
-                    {helper}_row(ptr, s, n, contiguous, &tn_status);
-                else
-                    {helper}_kept(ptr, s, n, contiguous, &tn_status);
-            }} while (tn_ew_next(nd - 1, shape, strides, {nops}, index, ptr));
+{_thread_count(par, "(split < 0 ? 0 : count * PyArray_SIZE(ops[0]))", 8)}
+        const npy_intp per_chunk = tn_chunk(units, tn_nthreads);
+        const npy_intp chunks = (units + per_chunk - 1) / per_chunk;
+{_parallel_region(par, 8)}
+        {{
+{_omp_for(par, 12)}
+            for (npy_intp chunk = 0; chunk < chunks; chunk++) {{
+                const npy_intp first = chunk * per_chunk;
+                const npy_intp last = units - first < per_chunk ? units : first + per_chunk;
+                npy_intp box[NPY_MAXDIMS], index[NPY_MAXDIMS];
+                char *ptr[{nops}];
+                tn_rd_box({nops}, ops, nd, shape, strides, split, unit, first, last, box, index,
+                          ptr);
+                do {{
+                    if (rows)
+                        {helper}_row(ptr, s, box[nd - 1], contiguous, &tn_status);
+                    else
+                        {helper}_kept(ptr, s, box[nd - 1], contiguous, &tn_status);
+                }} while (tn_ew_next(nd - 1, box, strides, {nops}, index, ptr));
+            }}
         }}
     }}{final}
     if (tn_status)
@@ -666,6 +697,47 @@ TN_RD_NOINLINE static int tn_rd_compact(int nops, PyArrayObject *const *ops, int
     }
     return 1;
 }
+
+/* The axis whose parts threads take: the kept axis (output stride != 0) with
+ * the most units, the outermost of equals, or -1 when none has two.  A unit is
+ * one index of an outer axis, and `block` elements of the innermost one, so
+ * that a part of it starts where a serial chunk does. */
+static int tn_rd_split_axis(int nd, const npy_intp *shape, const npy_intp *strides,
+                            npy_intp block, npy_intp *unit)
+{
+    int best = -1;
+    npy_intp most = 1;
+    *unit = 1;
+    for (int d = 0; d < nd; d++) {
+        const npy_intp u = d == nd - 1 ? block : 1, units = (shape[d] + u - 1) / u;
+        if (strides[d] != 0 && units > most) {
+            best = d;
+            most = units;
+            *unit = u;
+        }
+    }
+    return best;
+}
+
+/* Thread part [first, last) (in units) of axis `split` of the iteration
+ * (the whole of it when split < 0): its shape `box`, a zero odometer `index`
+ * and the operands' pointers at its start.  No Python API: threads call it. */
+static void tn_rd_box(int nops, PyArrayObject *const *ops, int nd, const npy_intp *shape,
+                      const npy_intp *strides, int split, npy_intp unit, npy_intp first,
+                      npy_intp last, npy_intp *box, npy_intp *index, char **ptr)
+{
+    int j;
+    memcpy(box, shape, (size_t)nd * sizeof *box);
+    memset(index, 0, NPY_MAXDIMS * sizeof *index);
+    for (j = 0; j < nops; j++)
+        ptr[j] = PyArray_BYTES(ops[j]);
+    if (split >= 0) {
+        const npy_intp lo = first * unit, hi = last * unit;
+        box[split] = (hi < shape[split] ? hi : shape[split]) - lo;
+        for (j = 0; j < nops; j++)
+            ptr[j] += lo * strides[j * NPY_MAXDIMS + split];
+    }
+}
 #endif /* TN_REDUCE_SUPPORT */
 """
 
@@ -791,7 +863,10 @@ def module_source(node: Apply | Mapping[str, Apply], name: str) -> str:
 
 
 def build_module(node: Apply | Mapping[str, Apply], name: str, compiledir=None):
-    """Compile (or fetch from the cache) and import :func:`module_source`'s module."""
+    """Compile (or fetch from the cache) and import :func:`module_source`'s
+    module, with OpenMP when the config asks for it (elemwise's
+    :func:`~tenure.linkers.c.elemwise.parallel_settings`)."""
     from tenure.linkers.c.cache import load_module
-    return load_module(name, module_source(node, name), flags=COMPILE_FLAGS,
-                       compiledir=compiledir)
+    source = module_source(node, name)
+    return load_module(name, source, flags=COMPILE_FLAGS, compiledir=compiledir,
+                       openmp=parallel_settings() is not None)

@@ -200,13 +200,13 @@ class LogSumExp(Op):
         dtype = node.outputs[0].type.numpy_dtype
         x = np.asarray(inputs[0]).astype(dtype, copy=False)
         m = _shifted_max(x, self.axis)
-        shifted = x - m                 # the one full-size temporary:
+        shifted = np.asarray(x - m)     # the one full-size temporary (an array even 0-d):
         np.exp(shifted, out=shifted)    # exponentiated where it lies
         total = np.sum(shifted, axis=self.axis, keepdims=True)
         with np.errstate(divide="ignore"):  # log(0) = -inf: all -inf, or an empty axis
             result = np.log(total)
         result += m
-        output_storage[0][0] = result.reshape(self._out_shape(x.shape))
+        output_storage[0][0] = np.asarray(result).reshape(self._out_shape(x.shape))
 
     def infer_shape(self, node, input_shapes):
         return [self._out_shape(tuple(input_shapes[0]))]

@@ -390,3 +390,11 @@ def test_one_hot_has_no_gradient_and_reuses_its_buffer():
 def test_second_order_gradients(mode, fn):
     value = np.random.default_rng(5).normal(size=(2, 3))
     verify_grad(lambda x: tn.grad((fn(x) ** 2).sum(), x), [value], mode=mode)
+
+
+def test_logsumexp_of_a_scalar_is_the_scalar(mode):
+    # perform once raised TypeError here (np.exp with out= a NumPy scalar).
+    x = tn.scalar("x")
+    f = tn.function([x], tn.logsumexp(x), mode=mode)
+    got = f(np.float64(2.5))
+    assert isinstance(got, np.ndarray) and got.shape == () and got == 2.5

@@ -1,0 +1,426 @@
+"""C code for view ops: ``DimShuffle``, ``Reshape`` and basic ``Subtensor``.
+
+A view step allocates no data: it returns a new array object over its
+input's memory (``base`` set to the input, as NumPy does), with the input's
+dtype and writeability.
+
+What the C linker calls:
+
+- :func:`has_c_code` ``(node) -> bool``: whether :func:`c_function` can handle it.
+- :func:`c_function` ``(node, fname) -> str``: the C definition of
+  ``static PyObject *fname(PyObject **inputs)``.
+- :data:`SUPPORT_CODE`: C helpers the functions need, once per module, after
+  ``#include <Python.h>`` and ``#include <numpy/arrayobject.h>``
+  (include-guarded, so repeating it is harmless).
+- :data:`COMPILE_FLAGS`: none needed.
+
+And for :mod:`.subtensor`, which writes into the same regions:
+:func:`region_function` ``(pattern, fname, what, input_whats, shift) -> str``
+defines
+``static int fname(PyArrayObject *a, PyObject **inputs, npy_intp *dims,
+npy_intp *strides, char **data)``, the region ``a[pattern]`` (the index
+scalars are ``inputs[pos + shift]``) as its shape, strides and first element.
+
+The generated function -- its contract with the caller:
+
+- ``inputs[i]`` is node input ``i`` as the slot holds it (a borrowed
+  reference, never NULL).  The array input must be an ndarray (or a NumPy
+  scalar, for a 0-d one) of the node's dtype and ndim, else ``TypeError``;
+  index scalars may be 0-d integer arrays, NumPy integers or Python ints.
+- Returns a new reference, or NULL with a Python exception set (the caller
+  holds the GIL).  It never writes memory.
+- Semantics are ``perform``'s, to the exception type: ``DimShuffle`` drops
+  only length-1 axes (``ValueError``); new axes have stride 0 as in NumPy.
+  ``Subtensor`` indexes as Python and NumPy do: negative integers count from
+  the end, an integer out of range is an ``IndexError`` naming the input and
+  axis, slices clip as ``slice.indices`` does (negative steps, None bounds,
+  empty results, which like NumPy's start at the first element with step 1),
+  a zero step is a ``ValueError``.  ``Reshape`` is ``np.reshape`` itself
+  (``PyArray_Newshape``: a view whenever NumPy can make one, else a copy),
+  with ``perform``'s checks and ``ValueError`` messages.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tenure.linkers.c.standalone import c_string as _c_string
+from tenure.symbolic.graph import Apply
+from tenure.symbolic.ops.indexing import In, Subtensor
+from tenure.symbolic.ops.shape import DimShuffle, Reshape
+
+__all__ = ["COMPILE_FLAGS", "SUPPORT_CODE", "c_function", "has_c_code", "pattern_supported",
+           "region_function", "typenum"]
+
+COMPILE_FLAGS: tuple[str, ...] = ()
+
+_DTYPES = {"bool", "float32", "float64",
+           *(f"{s}int{b}" for s in ("", "u") for b in (8, 16, 32, 64))}
+
+#: the largest static index printed into C (Python ints are unbounded; beyond
+#: this every index is out of range and every slice bound clips the same way)
+_INTP_MAX = 2 ** 63 - 1
+
+SUPPORT_CODE = r"""
+#ifndef TN_VIEWS_SUPPORT
+#define TN_VIEWS_SUPPORT
+/* `obj` as an array of `typenum` and `nd` dims (a new reference), or NULL with
+ * TypeError naming `what`.  A NumPy scalar stands for a 0-d array (a py step
+ * may return one); it is immutable, so its copy is as good as a view. */
+static PyArrayObject *tn_vw_as_array(PyObject *obj, int typenum, int nd, const char *what)
+{
+    PyArrayObject *a;
+    if (PyArray_Check(obj)) {
+        Py_INCREF(obj);
+        a = (PyArrayObject *)obj;
+    } else if (nd == 0 && PyArray_IsScalar(obj, Generic)) {
+        a = (PyArrayObject *)PyArray_FromScalar(obj, NULL);
+        if (a == NULL)
+            return NULL;
+    } else {
+        PyErr_Format(PyExc_TypeError, "%s: expected a numpy.ndarray, got %s", what,
+                     Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    if (!PyArray_EquivTypenums(PyArray_TYPE(a), typenum) || PyArray_NDIM(a) != nd) {
+        PyArray_Descr *want = PyArray_DescrFromType(typenum);
+        PyErr_Format(PyExc_TypeError, "%s: expected %d dimension(s) of dtype %S, got %d of %S",
+                     what, nd, (PyObject *)want, PyArray_NDIM(a), (PyObject *)PyArray_DESCR(a));
+        Py_XDECREF(want);
+        Py_DECREF(a);
+        return NULL;
+    }
+    return a;
+}
+
+/* An integer of NumPy type `typenum` at `ptr` (any alignment) as an npy_intp;
+ * uint64 values past its range clamp to NPY_MAX_INTP (out of range as an
+ * index, and clipped the same as a slice bound).  -1 when not an integer type. */
+static int tn_vw_read_int(const char *ptr, int typenum, npy_intp *value)
+{
+#define TN_VW_READ(T) { T v; memcpy(&v, ptr, sizeof v); *value = (npy_intp)v; return 0; }
+    switch (typenum) {
+    case NPY_BYTE: TN_VW_READ(npy_byte)
+    case NPY_UBYTE: TN_VW_READ(npy_ubyte)
+    case NPY_SHORT: TN_VW_READ(npy_short)
+    case NPY_USHORT: TN_VW_READ(npy_ushort)
+    case NPY_INT: TN_VW_READ(npy_int)
+    case NPY_UINT: TN_VW_READ(npy_uint)
+    case NPY_LONG: TN_VW_READ(npy_long)
+    case NPY_LONGLONG: TN_VW_READ(npy_longlong)
+    case NPY_ULONG: case NPY_ULONGLONG: {
+        npy_ulonglong v = 0;
+        memcpy(&v, ptr, typenum == NPY_ULONG ? sizeof(npy_ulong) : sizeof(npy_ulonglong));
+        *value = v > (npy_ulonglong)NPY_MAX_INTP ? NPY_MAX_INTP : (npy_intp)v;
+        return 0;
+    }
+    default:
+        return -1;
+    }
+#undef TN_VW_READ
+}
+
+/* An index scalar: a 0-d integer array, a NumPy integer or a Python int. */
+static int tn_vw_scalar(PyObject *obj, const char *what, npy_intp *value)
+{
+    if (PyArray_Check(obj)) {
+        PyArrayObject *a = (PyArrayObject *)obj;
+        if (PyArray_NDIM(a) == 0 && PyArray_ISNOTSWAPPED(a)
+                && tn_vw_read_int(PyArray_BYTES(a), PyArray_TYPE(a), value) == 0)
+            return 0;
+        PyErr_Format(PyExc_TypeError, "%s: expected a 0-d integer array, got %d dimension(s) "
+                     "of %S", what, PyArray_NDIM(a), (PyObject *)PyArray_DESCR(a));
+        return -1;
+    }
+    if (PyArray_IsScalar(obj, Integer) || (PyLong_Check(obj) && !PyBool_Check(obj))) {
+        PyObject *i = PyNumber_Index(obj);
+        int overflow = 0;
+        long long v;
+        if (i == NULL)
+            return -1;
+        v = PyLong_AsLongLongAndOverflow(i, &overflow);
+        Py_DECREF(i);
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        /* Beyond the range every index fails and every bound clips alike. */
+        *value = overflow > 0 ? NPY_MAX_INTP : overflow < 0 ? -NPY_MAX_INTP : (npy_intp)v;
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "%s: expected an integer, got %s", what, Py_TYPE(obj)->tp_name);
+    return -1;
+}
+
+/* Integer index `i` into axis `axis` (length n): moves *data to the element,
+ * or IndexError as NumPy raises it, naming `what`. */
+static int tn_vw_int_index(npy_intp i, PyArrayObject *a, int axis, const char *what,
+                           char **data)
+{
+    const npy_intp n = PyArray_DIM(a, axis);
+    if (i < -n || i >= n) {
+        PyErr_Format(PyExc_IndexError, "%s: index %zd is out of bounds for axis %d, which "
+                     "has length %zd", what, (Py_ssize_t)i, axis, (Py_ssize_t)n);
+        return -1;
+    }
+    *data += (i < 0 ? i + n : i) * PyArray_STRIDE(a, axis);
+    return 0;
+}
+
+/* A slice of axis `axis`: Python's slice.indices, then NumPy's view of it
+ * (an empty result starts at the first element with step 1, as in NumPy).
+ * `has_*` are 0 for None bounds. */
+static int tn_vw_slice(PyArrayObject *a, int axis, int has_start, npy_intp start, int has_stop,
+                       npy_intp stop, int has_step, npy_intp step, const char *what,
+                       char **data, npy_intp *dim, npy_intp *stride)
+{
+    Py_ssize_t first, last, by = has_step ? step : 1, len;
+    if (by == 0) {
+        PyErr_Format(PyExc_ValueError, "%s: slice step cannot be zero", what);
+        return -1;
+    }
+    if (by < -PY_SSIZE_T_MAX)
+        by = -PY_SSIZE_T_MAX;   /* as PySlice_Unpack: -by must not overflow */
+    first = has_start ? start : (by < 0 ? PY_SSIZE_T_MAX : 0);
+    last = has_stop ? stop : (by < 0 ? PY_SSIZE_T_MIN : PY_SSIZE_T_MAX);
+    len = PySlice_AdjustIndices(PyArray_DIM(a, axis), &first, &last, by);
+    if (len <= 0) {
+        len = 0;
+        first = 0;
+        by = 1;
+    }
+    *data += first * PyArray_STRIDE(a, axis);
+    *dim = len;
+    *stride = by * PyArray_STRIDE(a, axis);
+    return 0;
+}
+
+/* A view of `a` (a new reference): `nd` dims and strides from `data`, with
+ * `a`'s dtype and writeability, its base `a` (NumPy collapses the chain). */
+static PyObject *tn_vw_view(PyArrayObject *a, int nd, npy_intp *dims, npy_intp *strides,
+                            char *data)
+{
+    PyArray_Descr *descr = PyArray_DESCR(a);
+    PyArrayObject *v;
+    Py_INCREF(descr);
+    v = (PyArrayObject *)PyArray_NewFromDescr(&PyArray_Type, descr, nd, dims, strides, data,
+                                              PyArray_FLAGS(a) & NPY_ARRAY_WRITEABLE, NULL);
+    if (v == NULL)
+        return NULL;
+    Py_INCREF(a);
+    if (PyArray_SetBaseObject(v, (PyObject *)a) < 0) {   /* steals `a`, even on failure */
+        Py_DECREF(v);
+        return NULL;
+    }
+    PyArray_UpdateFlags(v, NPY_ARRAY_UPDATE_ALL);
+    return (PyObject *)v;
+}
+
+/* A shape as Python prints a tuple: "()", "(3,)", "(2, 3)" (into buf, n bytes). */
+static const char *tn_vw_shape_str(char *buf, size_t n, int nd, const npy_intp *dims)
+{
+    size_t k = (size_t)snprintf(buf, n, "(");
+    for (int d = 0; d < nd && k < n; d++)
+        k += (size_t)snprintf(buf + k, n - k, d ? ", %zd" : "%zd", (Py_ssize_t)dims[d]);
+    if (k < n)
+        snprintf(buf + k, n - k, nd == 1 ? ",)" : ")");
+    return buf;
+}
+#endif /* TN_VIEWS_SUPPORT */
+"""
+
+
+def typenum(dtype) -> str:
+    """NumPy's C type number for ``dtype`` (``NotImplementedError`` without C code)."""
+    name = np.dtype(dtype).name
+    if name not in _DTYPES:
+        raise NotImplementedError(f"no C code for dtype {name}")
+    return f"NPY_{name.upper()}"
+
+
+def has_c_code(node: Apply) -> bool:
+    """Whether :func:`c_function` can handle ``node``."""
+    op = node.op
+    if not isinstance(op, (DimShuffle, Reshape, Subtensor)) or len(node.outputs) != 1:
+        return False
+    if np.dtype(node.inputs[0].dtype).name not in _DTYPES:
+        return False
+    if isinstance(op, Reshape):
+        return np.dtype(node.inputs[1].dtype).kind in "iu" and node.inputs[1].ndim == 1
+    if isinstance(op, Subtensor):
+        return pattern_supported(op.pattern)
+    return True
+
+
+def pattern_supported(pattern) -> bool:
+    """Whether every entry is one :func:`region_function` prints."""
+    for entry in pattern:
+        if entry[0] == "newaxis":
+            continue
+        if entry[0] not in ("int", "slice"):
+            return False
+        for slot in entry[1:]:
+            if not (slot is None or isinstance(slot, (int, In))) or isinstance(slot, bool):
+                return False
+    return True
+
+
+def c_function(node: Apply, fname: str) -> str:
+    """The C definition of ``static PyObject *fname(PyObject **inputs)``."""
+    op = node.op
+    if isinstance(op, DimShuffle):
+        return _dimshuffle(node, fname)
+    if isinstance(op, Reshape):
+        return _reshape(node, fname)
+    if isinstance(op, Subtensor):
+        return _subtensor(node, fname)
+    raise NotImplementedError(f"{op} has no view C code")
+
+
+def _what(node: Apply, i: int) -> str:
+    """The C literal naming input ``i`` of ``node`` in errors."""
+    return _c_string(f"tenure: {node.op}: input {i} ({node.inputs[i]})")
+
+
+def _head(node: Apply, fname: str) -> list[str]:
+    """Start of a view function: `a` is input 0, checked (dtype and ndim)."""
+    x = node.inputs[0]
+    return [f"static PyObject *{fname}(PyObject **in)", "{",
+            f"    PyArrayObject *a = tn_vw_as_array(in[0], {typenum(x.dtype)}, {x.ndim}, "
+            f"{_what(node, 0)});",
+            "    PyObject *r;",
+            "    if (a == NULL) return NULL;"]
+
+
+def _dimshuffle(node: Apply, fname: str) -> str:
+    op = node.op
+    nd = len(op.new_order)
+    lines = _head(node, fname)
+    lines += [f"    npy_intp dims[{max(nd, 1)}], strides[{max(nd, 1)}];",
+              "    char buf[64 * 24];"]
+    # Dropped axes must have length 1 (perform's check and message).
+    for axis in op.drop:
+        msg = _c_string(f"{op}: cannot drop axis {axis} of an array of shape %s: it has "
+                        "length %zd, not 1")
+        lines += [f"    if (PyArray_DIM(a, {axis}) != 1) {{",
+                  f"        PyErr_Format(PyExc_ValueError, {msg}, tn_vw_shape_str(buf, "
+                  f"sizeof buf, PyArray_NDIM(a), PyArray_DIMS(a)), "
+                  f"(Py_ssize_t)PyArray_DIM(a, {axis}));",
+                  "        Py_DECREF(a);", "        return NULL;", "    }"]
+    # Kept axes keep their length and stride; a new axis has stride 0 as in NumPy.
+    for k, e in enumerate(op.new_order):
+        if e == "x":
+            lines.append(f"    dims[{k}] = 1; strides[{k}] = 0;")
+        else:
+            lines.append(f"    dims[{k}] = PyArray_DIM(a, {e}); "
+                         f"strides[{k}] = PyArray_STRIDE(a, {e});")
+    lines += [f"    r = tn_vw_view(a, {nd}, dims, strides, PyArray_BYTES(a));",
+              "    (void)buf;", "    Py_DECREF(a);", "    return r;", "}", ""]
+    return "\n".join(lines)
+
+
+def _reshape(node: Apply, fname: str) -> str:
+    op = node.op
+    nd = op.ndim
+    n = max(nd, 1)
+    shp = _what(node, 1)
+    invalid = _c_string("reshape: invalid shape %s (lengths must be >= 0, with at most one -1)")
+    cannot = _c_string("reshape: cannot reshape an array of shape %s (size %zd) into shape %s")
+    lines = _head(node, fname)
+    lines += [
+        f"    npy_intp dims[{n}];",
+        "    PyArray_Dims newshape = {dims, " + str(nd) + "};",
+        "    PyArrayObject *s;",
+        "    int unknown = 0, bad = 0;",
+        "    char buf[64 * 24], buf2[64 * 24];",
+        "    if (!PyArray_Check(in[1]) || PyArray_NDIM((PyArrayObject *)in[1]) != 1",
+        f"            || PyArray_DIM((PyArrayObject *)in[1], 0) != {nd}",
+        "            || !PyArray_ISINTEGER((PyArrayObject *)in[1])",
+        "            || !PyArray_ISNOTSWAPPED((PyArrayObject *)in[1])) {",
+        f"        PyErr_Format(PyExc_TypeError, \"%s: expected an integer vector of length {nd}\","
+        f" {shp});",
+        "        Py_DECREF(a);", "        return NULL;", "    }",
+        "    s = (PyArrayObject *)in[1];",
+        f"    for (int d = 0; d < {nd}; d++) {{",
+        "        (void)tn_vw_read_int(PyArray_GETPTR1(s, d), PyArray_TYPE(s), &dims[d]);",
+        "        unknown += dims[d] == -1;",
+        "        bad |= dims[d] < -1;",
+        "    }",
+        "    if (bad || unknown > 1) {",
+        f"        PyErr_Format(PyExc_ValueError, {invalid}, "
+        f"tn_vw_shape_str(buf, sizeof buf, {nd}, dims));",
+        "        Py_DECREF(a);", "        return NULL;", "    }",
+        # np.reshape is PyArray_Newshape in C order: the same view-or-copy choice.
+        "    r = PyArray_Newshape(a, &newshape, NPY_CORDER);",
+        "    if (r == NULL && PyErr_ExceptionMatches(PyExc_ValueError)) {",
+        "        PyErr_Clear();",
+        f"        PyErr_Format(PyExc_ValueError, {cannot}, "
+        "tn_vw_shape_str(buf, sizeof buf, PyArray_NDIM(a), PyArray_DIMS(a)), "
+        f"(Py_ssize_t)PyArray_SIZE(a), tn_vw_shape_str(buf2, sizeof buf2, {nd}, dims));",
+        "    }",
+        "    Py_DECREF(a);", "    return r;", "}", ""]
+    return "\n".join(lines)
+
+
+def _subtensor(node: Apply, fname: str) -> str:
+    op = node.op
+    nd = node.outputs[0].ndim
+    n = max(nd, 1)
+    region = region_function(op.pattern, f"{fname}_region", _what(node, 0),
+                             [_what(node, i) for i in range(len(node.inputs))])
+    lines = _head(node, fname)
+    lines += [f"    npy_intp dims[{n}], strides[{n}];",
+              "    char *data;",
+              f"    if ({fname}_region(a, in, dims, strides, &data) < 0) {{",
+              "        Py_DECREF(a);", "        return NULL;", "    }",
+              f"    r = tn_vw_view(a, {nd}, dims, strides, data);",
+              "    Py_DECREF(a);", "    return r;", "}", ""]
+    return region + "\n".join(lines)
+
+
+def _bound(slot) -> tuple[str, str]:
+    """A slot as C: (has-value flag, value expression).  Index inputs were
+    read into ``s<pos>``; static ints are clamped (see ``_INTP_MAX``)."""
+    if slot is None:
+        return "0", "0"
+    if isinstance(slot, In):
+        return "1", f"s{slot.pos}"
+    value = max(-_INTP_MAX, min(_INTP_MAX, int(slot)))
+    return "1", f"(npy_intp){value}LL"
+
+
+def region_function(pattern, fname: str, what: str, input_whats: list[str],
+                    shift: int = 0) -> str:
+    """C for ``static int fname(PyArrayObject *a, PyObject **in, npy_intp
+    *dims, npy_intp *strides, char **data)``: the region ``a[pattern]``
+    (see the module doc).  The pattern's ``In(pos)`` is ``in[pos + shift]``
+    (``shift`` 1 for ``IncSubtensor``, whose value comes before the index
+    inputs); ``what`` names ``a`` in errors, ``input_whats[pos + shift]``
+    that input."""
+    if not pattern_supported(pattern):
+        raise NotImplementedError(f"no C code for the index pattern {pattern}")
+    lines = [f"static int {fname}(PyArrayObject *a, PyObject **in, npy_intp *dims, "
+             "npy_intp *strides, char **data)", "{"]
+    positions = sorted({s.pos for e in pattern for s in e[1:] if isinstance(s, In)})
+    for pos in positions:
+        lines += [f"    npy_intp s{pos};",
+                  f"    if (tn_vw_scalar(in[{pos + shift}], {input_whats[pos + shift]}, &s{pos}) "
+                  "< 0) return -1;"]
+    lines += ["    *data = PyArray_BYTES(a);"]
+    axis = k = 0
+    for entry in pattern:
+        kind = entry[0]
+        if kind == "newaxis":
+            lines.append(f"    dims[{k}] = 1; strides[{k}] = 0;")
+            k += 1
+            continue
+        if kind == "int":
+            _, value = _bound(entry[1])
+            lines.append(f"    if (tn_vw_int_index({value}, a, {axis}, {what}, data) < 0) "
+                         "return -1;")
+        else:
+            args = ", ".join(", ".join(_bound(s)) for s in entry[1:])
+            lines.append(f"    if (tn_vw_slice(a, {axis}, {args}, {what}, data, &dims[{k}], "
+                         f"&strides[{k}]) < 0) return -1;")
+            k += 1
+        axis += 1
+    lines += ["    (void)in; (void)dims; (void)strides;", "    return 0;", "}", ""]
+    return "\n".join(lines)

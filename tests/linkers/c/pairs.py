@@ -1,0 +1,20 @@
+"""The same graph compiled by the Python executor and by the C linker, for the
+C tests that compare the two (each graph compiled once per test run)."""
+
+import tenure as tn
+from tenure.linkers.c.linker import CThunk
+
+C = tn.Mode(linker="c")
+PY = tn.Mode(linker="py")
+
+_FUNCTIONS: dict = {}
+
+
+def both(key, inputs, outputs, **kwargs):
+    """``(f_py, f_c)`` for this graph, compiled the first time ``key`` is seen."""
+    if key not in _FUNCTIONS:
+        f_py = tn.function(inputs, outputs, mode=PY, **kwargs)
+        f_c = tn.function(inputs, outputs, mode=C, **kwargs)
+        assert isinstance(f_c._thunk, CThunk)
+        _FUNCTIONS[key] = f_py, f_c
+    return _FUNCTIONS[key]
