@@ -52,14 +52,31 @@ def cc_or_skip():
     return command
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _private_compiledir_and_reference_linker(tmp_path_factory):
+#: the flags every test starts from (see pytest_configure)
+_REFERENCE_FLAGS = None
+
+
+def pytest_configure(config):
     """C modules the tests compile go to a temporary cache, never the user's.
     Tests that name no mode run on the Python executor (the reference):
     compiling every graph of every such test would take longer than a CI run
     may; the C linker runs where a test asks for it (``mode``,
     ``C_IN_EVERY_RUN``, tests/linkers/c, the docs and the demo, which run in
-    fresh interpreters with the real default)."""
-    with tn.config.change_flags(compiledir=str(tmp_path_factory.mktemp("tenure_cache")),
-                                linker="py"):
-        yield
+    fresh interpreters with the real default).
+
+    Set here, before any test module is imported, because modules build
+    ``tn.Mode(...)`` objects at import time and a Mode without a linker takes
+    ``config.linker`` when it is made (as PyTensor's does)."""
+    import tempfile
+    global _REFERENCE_FLAGS
+    compiledir = tempfile.mkdtemp(prefix="tenure_test_cache_")
+    _REFERENCE_FLAGS = tn.config.change_flags(compiledir=compiledir, linker="py")
+    _REFERENCE_FLAGS.__enter__()
+    config._tenure_compiledir = compiledir
+
+
+def pytest_unconfigure(config):
+    import shutil
+    if _REFERENCE_FLAGS is not None:
+        _REFERENCE_FLAGS.__exit__(None, None, None)
+    shutil.rmtree(getattr(config, "_tenure_compiledir", ""), ignore_errors=True)

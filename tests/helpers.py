@@ -9,7 +9,10 @@ DTYPES = ["bool", "int8", "int32", "int64", "uint8", "float32", "float64", "comp
 # Compiled-function tests take the function-scoped `mode` fixture; it holds no
 # state between examples, so hypothesis may reuse it.
 COMPILED = settings(max_examples=50, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+                    suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                           # a test method runs once per `mode`, each on
+                                           # a fresh (stateless) instance of its class
+                                           HealthCheck.differing_executors])
 
 
 def random_values(seed: int, shape: tuple, dtype: str, scale: float = 1.5) -> np.ndarray:
