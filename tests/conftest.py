@@ -3,6 +3,7 @@
 adding its name to ``LINKERS``."""
 
 import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -16,16 +17,21 @@ _FROM_ENV = [name.strip() for name in os.environ.get("TENURE_TEST_LINKERS", "").
              if name.strip()]
 LINKERS = _FROM_ENV or ["py", "check"]
 
-#: test files that run on the C linker too in every run (the contract suite).
-#: The whole suite passes on it (``TENURE_TEST_LINKERS=c``), but compiling
-#: every graph of every test costs more than a CI run may take (the C
-#: linker's own tests, in tests/linkers/c, run in every run as well).
+#: test files that run on the C linker too in every run, besides the C
+#: linker's own tests (tests/linkers/c): the contract suite here, and every
+#: file of the op suite (tests/symbolic/ops).  The rest of the suite passes on
+#: it too (``TENURE_TEST_LINKERS=c``), but compiling every graph of every test
+#: costs more than a CI run may take.
 C_IN_EVERY_RUN = {"test_contract.py", "test_function.py"}
+C_IN_EVERY_RUN_DIRS = {("symbolic", "ops")}
 
 
 def _linkers_for(path) -> list[str]:
     linkers = list(LINKERS)
-    if not _FROM_ENV and os.path.basename(str(path)) in C_IN_EVERY_RUN:
+    path = pathlib.Path(str(path))
+    on_c = path.name in C_IN_EVERY_RUN or (path.parent.parent.name,
+                                           path.parent.name) in C_IN_EVERY_RUN_DIRS
+    if not _FROM_ENV and on_c:
         linkers.append("c")
     return linkers
 
@@ -56,6 +62,13 @@ def cc_or_skip():
 _REFERENCE_FLAGS = None
 
 
+#: the environment variable that hands the test compiledir to pytest-xdist's
+#: workers (they start after the controller's pytest_configure, with its
+#: environment), so they share one cache: what one worker compiled, another
+#: loads (the cache is safe for several processes).
+_COMPILEDIR_VARIABLE = "TENURE_TEST_COMPILEDIR"
+
+
 def pytest_configure(config):
     """C modules the tests compile go to a temporary cache, never the user's.
     Tests that name no mode run on the Python executor (the reference):
@@ -69,14 +82,31 @@ def pytest_configure(config):
     ``config.linker`` when it is made (as PyTensor's does)."""
     import tempfile
     global _REFERENCE_FLAGS
-    compiledir = tempfile.mkdtemp(prefix="tenure_test_cache_")
+    compiledir = os.environ.get(_COMPILEDIR_VARIABLE)
+    if compiledir is None:
+        compiledir = tempfile.mkdtemp(prefix="tenure_test_cache_")
+        os.environ[_COMPILEDIR_VARIABLE] = compiledir
+        config._tenure_compiledir_to_remove = compiledir
     _REFERENCE_FLAGS = tn.config.change_flags(compiledir=compiledir, linker="py")
     _REFERENCE_FLAGS.__enter__()
-    config._tenure_compiledir = compiledir
 
 
 def pytest_unconfigure(config):
     import shutil
     if _REFERENCE_FLAGS is not None:
         _REFERENCE_FLAGS.__exit__(None, None, None)
-    shutil.rmtree(getattr(config, "_tenure_compiledir", ""), ignore_errors=True)
+    compiledir = getattr(config, "_tenure_compiledir_to_remove", None)
+    if compiledir is not None:
+        os.environ.pop(_COMPILEDIR_VARIABLE, None)
+        shutil.rmtree(compiledir, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``--dist loadgroup``), each file of the C linker's
+    own tests runs on one worker: their module fixtures compile every kernel
+    of a family at once, which two workers would each do again."""
+    c_tests = pathlib.Path(__file__).parent / "linkers" / "c"
+    for item in items:
+        path = pathlib.Path(str(item.path))
+        if path.parent == c_tests:
+            item.add_marker(pytest.mark.xdist_group(path.stem))

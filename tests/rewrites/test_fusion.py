@@ -608,10 +608,10 @@ _BINARY = [tn.add, tn.sub, tn.mul, tn.maximum, tn.minimum, tn.true_divide]
 _CONSTANTS = [2, 0.5, -1.5, 3]
 
 
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(data=st.data())
-def test_random_elementwise_trees_fused_equals_unfused(data, mode):
+def draw_elementwise_tree(data):
+    """A random tree of elementwise ops, `where`s and keepdims reductions over
+    four leaves of different dtypes and broadcast patterns: (leaves, one or two
+    outputs, the leaves' values)."""
     leaves = [tn.matrix("x"), tn.matrix("y", shape=(1, None)),
               tn.matrix("z", dtype="float32", shape=(None, 1)), tn.matrix("i", dtype="int32")]
     rng = np.random.default_rng(data.draw(st.integers(0, 2**16), label="seed"))
@@ -640,6 +640,14 @@ def test_random_elementwise_trees_fused_equals_unfused(data, mode):
     n_out = data.draw(st.integers(1, 2))
     outputs = [pool[-1]] + [pool[data.draw(st.integers(len(leaves), len(pool) - 1))]
                             for _ in range(n_out - 1)]
+    return leaves, outputs, values
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_elementwise_trees_fused_equals_unfused(data, mode):
+    leaves, outputs, values = draw_elementwise_tree(data)
     blocks = data.draw(st.booleans(), label="blocks")
     with small_blocks() if blocks else contextlib.nullcontext():
         _compare(leaves, outputs, values, mode, rtol=1e-4)

@@ -238,8 +238,9 @@ def c_function(node: Apply, fname: str) -> str:
     ndims = [kernel.out_ndim] + [kernel.in_ndims[i] for i in read]
     labels = ["output 0"] + [_input_label(node, i) for i in read]
     nops, name = len(dtypes), _c_string(fname)
-    contiguous, strided = _inner_loops(kernel, read, dtypes)
-    filled, _ = _inner_loops(kernel, read, dtypes, source="rows")
+    # One typed loop serves contiguous rows and filled ones (rows[j] is at[j]
+    # when contiguous): each copy of a vectorized loop costs compile time.
+    typed, strided = _inner_loops(kernel, read, dtypes)
     inner_strides = " ".join(f"const npy_intp s{j} = strides[{j} * NPY_MAXDIMS + nd - 1];"
                              for j in range(nops))
     block_pointers = " ".join(f"at[{j}] = ptr[{j}] + c0 * s{j};" for j in range(nops))
@@ -310,11 +311,9 @@ static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
                 for (npy_intp item = first; item < last; item++) {{
                     const npy_intp c0 = b * bn, m = n - c0 < bn ? n - c0 : bn;
                     {block_pointers}
-                    if (contiguous) {{
-{contiguous}
-                    }} else if (filled) {{
+                    if (contiguous || filled) {{
 {fills}
-{filled}
+{typed}
                     }} else {{
 {strided}
                     }}
@@ -400,17 +399,15 @@ def _table(values) -> str:
     return "{" + ", ".join(values) + "}"
 
 
-def _inner_loops(kernel: _Kernel, read: list[int], dtypes: list,
-                 source: str = "at") -> tuple[str, str]:
-    """The loop over one block (``m`` elements from the pointers ``at``) twice:
-    typed over contiguous aligned operands (the one the compiler vectorizes;
-    their block pointers in ``source``), and over byte strides with memcpy
-    loads."""
+def _inner_loops(kernel: _Kernel, read: list[int], dtypes: list) -> tuple[str, str]:
+    """The loop over one block (``m`` elements) twice: typed over aligned rows
+    (the one the compiler vectorizes; input pointers from ``rows``, the
+    output's from ``at``), and over byte strides with memcpy loads from ``at``."""
     types = [ps.c_type(d) for d in dtypes]
     names = [f"v{i}" for i in read]
     contiguous = _loop(
         [f"{types[0]} *const o0 = ({types[0]} *)at[0];"]
-        + [f"const {types[j]} *const p{j} = (const {types[j]} *){source}[{j}];"
+        + [f"const {types[j]} *const p{j} = (const {types[j]} *)rows[{j}];"
            for j in range(1, len(dtypes))],
         [_load(v, d, f"p{j}[k]") for j, (v, d) in enumerate(zip(names, dtypes[1:]), 1)],
         names, kernel.body, "o0[k] = r;", vectorize=True)
@@ -432,7 +429,7 @@ def _broadcast_fills(dtypes: list) -> str:
     for j, dtype in enumerate(dtypes[1:], 1):
         ctype = ps.c_type(dtype)
         lines += [
-            pad + f"if (s{j} == 0) {{",
+            pad + f"if (!contiguous && s{j} == 0) {{",
             pad + f"    {ctype} value, *row = ({ctype} *)(buffer + (size_t)bn * {width} * {j});",
             pad + "    memcpy(&value, at[" + str(j) + "], sizeof value);",
             pad + "    for (npy_intp k = 0; k < m; k++) row[k] = value;",
