@@ -9,7 +9,6 @@ so each graph is compiled once per run.
 
 from __future__ import annotations
 
-import os
 import tracemalloc
 import warnings
 
