@@ -298,3 +298,28 @@ def test_large_loops_start_threads_and_small_ones_do_not(omp, tmp_path):
     proc = _run_python(code, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["0", "2"]  # libgomp keeps its 2 workers
+
+
+@pytest.mark.parametrize("preset, expected", [(None, "passive"), ("active", "active")])
+def test_openmp_threads_sleep_between_loops_unless_the_environment_says(omp, tmp_path, monkeypatch,
+                                                                        preset, expected):
+    """Spinning OpenMP threads take the cores from the BLAS call after a loop:
+    the policy is set before the OpenMP runtime loads (it reads it then), and
+    a policy the user set is kept."""
+    code = """
+        import os
+        import numpy as np
+        import tenure as tn
+        before = os.environ.get("OMP_WAIT_POLICY")
+        x = tn.vector("x", dtype="float64")
+        with tn.config.change_flags(openmp=True):
+            f = tn.function([x], tn.exp(x) * 2, mode=tn.Mode(linker="c"))
+        f(np.ones(10))
+        print(before, os.environ.get("OMP_WAIT_POLICY"))
+    """
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    if preset is not None:
+        monkeypatch.setenv("OMP_WAIT_POLICY", preset)
+    proc = _run_python(code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(preset), expected]
