@@ -10,6 +10,7 @@ could alias memory they must not; each call then copies exactly those that do.
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tenure import config
+from tenure.linkers.interrupts import commit_depth, enter_commit, leave_commit
 from tenure.rewrites.destroy import DestroyHandler, buffer_roots, destroyers
 from tenure.rewrites.fgraph import FunctionGraph
 from tenure.symbolic.graph import Constant, Variable, ancestors, clone_get_equiv
@@ -237,6 +239,13 @@ class Function:
         self.allow_input_downcast = allow_input_downcast
         self._single = single_output
         self._build_graph(givens, on_unused_input, updates)
+        #: held for the whole of every call: one call at a time uses the
+        #: compiled function's storage
+        self._lock = threading.RLock()
+        # The shared variables' locks, in the one global order (see Container).
+        self._shared_locks = tuple(c.lock for c in sorted(
+            {id(c): c for c in self._containers}.values(), key=lambda c: c.serial))
+        self._locks = (self._lock,) + self._shared_locks
         self._guard_and_rewrite()
         self._analyse_aliasing()
         keep = {i for i, spec in enumerate(self.outputs)
@@ -353,7 +362,7 @@ class Function:
         self._no_reuse = {k for k, r in enumerate(out_roots) if r in upd_roots
                           or r in explicit or r in shared or isinstance(r, Constant)}
 
-    def _make_fast_call(self):
+    def _make_fast_call(self, fallback=None):
         """The C call path (:mod:`tenure.linkers.c.call`) when every call of this
         function can take it: arguments the C gate accepts as they are need no
         conversion, and the call needs none of the Python path's extra work --
@@ -368,10 +377,14 @@ class Function:
         parts = parts()
         if parts is None:
             return None
+        # Compiled code runs holding the GIL, so no other call can come in
+        # between -- unless a step calls Python (a perform), which may let
+        # another thread run: then the call also holds the function's lock.
+        locks = ((self._lock,) if parts.pop("runs_python") else ()) + self._shared_locks
         from tenure.linkers.c.call import fast_caller
         from tenure.linkers.c.compiler import CompileError
         try:
-            return fast_caller(**parts, fallback=self._call,
+            return fast_caller(**parts, locks=locks, fallback=fallback or self._call,
                                types=[spec.variable.type for spec in self.inputs],
                                containers=self._containers,
                                update_containers=self._update_containers,
@@ -415,7 +428,26 @@ class Function:
         return self._call(*args, **kwargs)
 
     def _call(self, *args, **kwargs):
-        """A call through Python: binding, the input gate, the contract's copies."""
+        """A call through Python: binding, the input gate, the contract's copies,
+        as one transaction: holding the function's lock and its shared
+        variables' (in their global order), with Ctrl-C held from the commit
+        point to the assignment of the updates (see
+        :mod:`tenure.linkers.interrupts`)."""
+        locks = self._locks
+        depth = commit_depth()
+        held = 0
+        try:
+            for lock in locks:
+                lock.acquire()
+                held += 1
+            return self._call_holding_locks(args, kwargs)
+        finally:
+            for k in range(held - 1, -1, -1):
+                locks[k].release()
+            # Last: a Ctrl-C held meanwhile is delivered when this call has returned.
+            leave_commit(depth)
+
+    def _call_holding_locks(self, args, kwargs):
         if self.trust_input and not kwargs and len(args) == len(self.inputs):
             values, from_default = list(args), None
         else:
@@ -436,6 +468,10 @@ class Function:
         if self._thunk.kept_slots:
             self._release_kept_aliasing(values, shared_values)
         results = self._thunk(values + shared_values)
+        if self._update_containers:
+            # From here to the last assignment the call must complete (the
+            # thunk entered this already if it wrote shared storage in place).
+            enter_commit()
         outputs, updates = results[:self._n_out], results[self._n_out:]
         if self._any_hazard:
             self._copy_where_needed(outputs, updates, values, shared_values, from_default)

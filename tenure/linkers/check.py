@@ -66,41 +66,34 @@ class CheckThunk(PythonThunk):
     def __init__(self, plan, keep, protected_slots, fgraph=None):
         super().__init__(plan, keep, fgraph)
         self.protected_slots = tuple(protected_slots)
+        self._protected = frozenset(protected_slots)
 
     def __call__(self, input_values: list) -> list:
-        steps = self._entry(input_values)[1] if self.plans_per_signature else self._steps
-        storage = self.storage
-        for slot, value in zip(self._input_slots, input_values):
-            storage[slot] = value
-        protected = [(slot, _snapshot(storage[slot])) for slot in self.protected_slots]
-        aside: dict = {}
-        try:
-            for _, node, ins, outs, frees, takes, stash in steps:
-                cells = [[storage[o]] for o in outs]
-                for k, donor, shape, dtype, size in takes:
-                    buf = take_donor(aside, donor, shape, dtype, size)
-                    if buf is not None:
-                        self._check_donation(node, donor, buf, aside)
-                        cells[k][0] = buf
-                    del buf  # no loop variable may keep a buffer alive
-                self._run_checked(node, ins, outs, cells)
-                for s in stash:
-                    aside[s] = storage[s]
-                for f in frees:
-                    storage[f] = None
-        except Exception:
-            self._clear_intermediates()
-            raise
-        finally:
-            aside.clear()
-        for slot, before in protected:
-            if not _same(storage[slot], before):
-                var = self.plan.variables[slot]
-                raise CheckError(f"protected input {var} was modified by the call")
-        results = [storage[o] for o in self._output_slots]
-        for slot in self._clear_after:
-            storage[slot] = None
+        protected = [(slot, value, _snapshot(value))
+                     for slot, value in zip(self._input_slots, input_values)
+                     if slot in self._protected]
+        results = super().__call__(input_values)
+        for slot, value, before in protected:
+            if not _same(value, before):
+                raise CheckError(f"protected input {self.plan.variables[slot]} was modified "
+                                 "by the call")
         return results
+
+    def _run_steps(self, steps, storage, aside) -> None:
+        """The executor's loop, with every node checked and every hand-on too."""
+        for _, node, ins, outs, frees, takes, stash in steps:
+            cells = [[storage[o]] for o in outs]
+            for k, donor, shape, dtype, size in takes:
+                buf = take_donor(aside, donor, shape, dtype, size)
+                if buf is not None:
+                    self._check_donation(node, donor, buf, aside)
+                    cells[k][0] = buf
+                del buf  # no loop variable may keep a buffer alive
+            self._run_checked(node, ins, outs, cells)
+            for s in stash:
+                aside[s] = storage[s]
+            for f in frees:
+                storage[f] = None
 
     def _check_donation(self, node, donor, buf, aside) -> None:
         """A dead buffer handed to ``node`` must share memory with nothing held."""

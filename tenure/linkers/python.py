@@ -34,9 +34,12 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
+from typing import NamedTuple
 
 import numpy as np
 
+from tenure.linkers.commit import BACKUP, CommitPoint, commit_point
+from tenure.linkers.interrupts import enter_commit
 from tenure.linkers.plan import Plan, make_plan, reuse_possible, step_workspace
 from tenure.rewrites.destroy import view_root
 
@@ -113,6 +116,46 @@ def step_tuples(plan: Plan) -> list[tuple]:
     return result
 
 
+class Entry(NamedTuple):
+    """What a call with one input-shape signature runs."""
+
+    plan: Plan
+    #: the plan's steps as :func:`step_tuples`
+    steps: list
+    #: where the schedule first writes shared storage (None: it never does)
+    commit: CommitPoint | None
+    #: ``commit.mode_for`` these sizes (None: decided per signature at call time)
+    mode: str | None = None
+
+
+def run_steps(steps, storage: list, aside: dict) -> None:
+    """Run step tuples over ``storage`` (the executor's hot loop); a step
+    that raises gets a note naming it."""
+    node = None
+    try:
+        for perform, node, ins, outs, frees, takes, stash in steps:
+            cells = [[storage[o]] for o in outs]
+            if takes:
+                # A taker's slot is empty (an intermediate): None when refused.
+                for k, donor, shape, dtype, size in takes:
+                    cells[k][0] = take_donor(aside, donor, shape, dtype, size)
+            perform(node, [storage[i] for i in ins], cells)
+            for o, cell in zip(outs, cells):
+                storage[o] = cell[0]
+            # No loop variable may keep a buffer alive past its last reader.
+            cell = None
+            if stash:
+                for s in stash:
+                    aside[s] = storage[s]
+            for f in frees:
+                storage[f] = None
+    except BaseException as exc:
+        if node is not None:
+            exc.add_note(f"tenure: raised while computing {node} "
+                         f"(inputs: {', '.join(f'{v} {v.type}' for v in node.inputs)})")
+        raise
+
+
 _NO_SIGNATURE = object()
 
 #: the smallest buffer the ``py`` linker hands on to a later step.  Below it,
@@ -148,8 +191,11 @@ class PythonThunk:
         self.storage: list = [None] * plan.n_slots
         for slot, value in plan.constants.items():
             self.storage[slot] = value
-        # The steps as plain tuples: the loop below is the per-call hot path.
+        # The steps as plain tuples: the loop of run_steps is the per-call hot path.
         self._steps = step_tuples(plan)
+        self._base_entry = self._make_entry(plan)
+        #: signature -> commit mode, for calls of the base plan (see :meth:`_commit_mode`)
+        self._commit_modes: OrderedDict = OrderedDict()
         self._input_slots = plan.inputs
         self._output_slots = plan.outputs
         # Dropped after each call: inputs (the caller's), results handed out,
@@ -167,7 +213,7 @@ class PythonThunk:
                                     and reuse_possible(plan, keep))
         self._plans: OrderedDict = OrderedDict()   # signature -> (plan, step tuples)
         self._last_signature = _NO_SIGNATURE
-        self._last_entry = (plan, self._steps)
+        self._last_entry = self._base_entry
         self._size_model = None                    # built on the first call that needs it
         self._value_inputs: tuple[int, ...] = ()   # 0-d inputs whose values decide sizes
         #: how many plans were made for signatures (a miss of the plan cache)
@@ -215,7 +261,7 @@ class PythonThunk:
         try:
             signature = self._signature(values)
         except AttributeError:  # an input that is not an array: no sizes to plan with
-            return (self.plan, self._steps)
+            return self._base_entry
         if signature == self._last_signature:
             return self._last_entry
         return self._lookup(signature, values)
@@ -232,7 +278,7 @@ class PythonThunk:
                              min_reuse_bytes=self.min_reuse_bytes,
                              workspace_of=self.workspace_of) \
                 if shapes is not None else self.plan
-            entry = (plan, step_tuples(plan))
+            entry = self._make_entry(plan, shapes)
             plans[signature] = entry
             self.plans_made += 1
             while len(plans) > self.max_plans:
@@ -241,6 +287,35 @@ class PythonThunk:
             plans.move_to_end(signature)
         self._last_signature, self._last_entry = signature, entry
         return entry
+
+    def _make_entry(self, plan: Plan, shapes: dict | None = None) -> Entry:
+        """The entry running ``plan``; with ``shapes``, its commit mode for them
+        (raising a shape error of a step after the commit point now, before
+        the call runs anything)."""
+        commit = commit_point(plan, self.fgraph) if self.fgraph is not None else None
+        mode = commit.mode_for(shapes) if commit is not None and shapes is not None else None
+        return Entry(plan, step_tuples(plan) if plan is not self.plan else self._steps,
+                     commit, mode)
+
+    def _commit_mode(self, values, entry: Entry) -> str:
+        """How this call gets past ``entry``'s commit point (see
+        :mod:`tenure.linkers.commit`), decided once per signature."""
+        if entry.mode is not None:
+            return entry.mode
+        if self._size_model is None:
+            self._init_sizes()   # before the signature: it may read 0-d input values
+        try:
+            signature = self._signature(values)
+        except AttributeError:
+            return BACKUP
+        modes = self._commit_modes
+        mode = modes.get(signature)
+        if mode is None:
+            mode = entry.commit.mode_for(self._shapes(values))
+            modes[signature] = mode
+            while len(modes) > self.max_plans:
+                modes.popitem(last=False)
+        return mode
 
     def _init_sizes(self) -> None:
         from tenure.rewrites.sizes import SizeModel
@@ -281,37 +356,48 @@ class PythonThunk:
 
     # -- calling -------------------------------------------------------------------
     def __call__(self, input_values: list) -> list:
-        steps = self._entry(input_values)[1] if self.plans_per_signature else self._steps
+        entry = self._entry(input_values) if self.plans_per_signature else self._base_entry
+        commit = entry.commit
+        mode = self._commit_mode(input_values, entry) if commit is not None else None
         storage = self.storage
         for slot, value in zip(self._input_slots, input_values):
             storage[slot] = value
         aside: dict = {}   # dead buffers waiting for the step that takes them
         try:
-            for perform, node, ins, outs, frees, takes, stash in steps:
-                cells = [[storage[o]] for o in outs]
-                if takes:
-                    # A taker's slot is empty (an intermediate): None when refused.
-                    for k, donor, shape, dtype, size in takes:
-                        cells[k][0] = take_donor(aside, donor, shape, dtype, size)
-                perform(node, [storage[i] for i in ins], cells)
-                for o, cell in zip(outs, cells):
-                    storage[o] = cell[0]
-                # No loop variable may keep a buffer alive past its last reader.
-                cell = None
-                if stash:
-                    for s in stash:
-                        aside[s] = storage[s]
-                for f in frees:
-                    storage[f] = None
-        except Exception as exc:
+            if commit is None:
+                self._run_steps(entry.steps, storage, aside)
+            else:
+                self._run_committing(entry.steps, commit, mode, storage, aside)
+        except BaseException:
+            aside.clear()
             self._clear_intermediates()
-            exc.add_note(f"tenure: raised while computing {node} "
-                         f"(inputs: {', '.join(f'{v} {v.type}' for v in node.inputs)})")
             raise
         results = [storage[o] for o in self._output_slots]
         for slot in self._clear_after:
             storage[slot] = None
         return results
+
+    #: runs step tuples (the checking executor runs them with its checks)
+    _run_steps = staticmethod(run_steps)
+
+    def _run_committing(self, steps, commit: CommitPoint, mode: str, storage, aside) -> None:
+        """The steps before the commit point, then the rest as one unit: Ctrl-C
+        waits for the call to end, and in :data:`BACKUP` mode the shared
+        storage written is restored if a step raises."""
+        self._run_steps(steps[:commit.step], storage, aside)
+        backups = []
+        if mode == BACKUP:
+            for slot in commit.written:
+                value = storage[slot]
+                if isinstance(value, np.ndarray) and value.flags.writeable:
+                    backups.append((value, value.copy()))
+        enter_commit()
+        try:
+            self._run_steps(steps[commit.step:], storage, aside)
+        except BaseException:
+            for value, saved in backups:
+                np.copyto(value, saved)
+            raise
 
     def run_observed(self, input_values: list, observe) -> list:
         """A call that reports every output as it is computed:

@@ -135,6 +135,16 @@ class Op:
     view_map: dict[int, list[int]] = {}
     destroy_map: dict[int, list[int]] = {}
 
+    #: ``check_shapes(node, input_shapes, output_shapes) -> bool``, or None.
+    #: Defined by ops whose only run-time failures come from shapes: it raises
+    #: the ``ValueError`` ``perform`` would raise for inputs of these concrete
+    #: shapes (``output_shapes`` are the planned ones), and returns whether
+    #: the op then cannot fail at all (False: it may still fail on values, e.g.
+    #: integer powers).  A call checks the steps after its first write into
+    #: shared storage with it before running anything (see
+    #: :mod:`tenure.linkers.commit`); None means "may fail on values".
+    check_shapes = None
+
     def make_node(self, *inputs) -> Apply:
         raise NotImplementedError(f"{type(self).__name__}.make_node")
 

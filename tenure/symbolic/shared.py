@@ -15,6 +15,8 @@ The contract (the docs page "Memory aliasing and borrowing" explains it):
 
 from __future__ import annotations
 
+import itertools
+import threading
 import weakref
 
 import numpy as np
@@ -24,13 +26,32 @@ from tenure.symbolic.types import TensorType, python_scalar_dtype
 from tenure.symbolic.variable import TensorMethods
 
 
-class Container:
-    """The storage cell of a shared variable (one value, replaced or updated in place)."""
+_SERIALS = itertools.count()
 
-    __slots__ = ("value", "__weakref__")
+
+class Container:
+    """The storage cell of a shared variable (one value, replaced or updated in place).
+
+    ``lock``: held by every call that reads or updates the value, for the whole
+    call, and by ``get_value`` / ``set_value``: calls are atomic with respect
+    to the shared variables they touch.  A call takes the locks of all its
+    containers in ``serial`` order (creation order), so two calls never wait
+    for each other in a cycle.  Re-entrant: a call made from inside another
+    one's ``perform`` in the same thread does not wait for itself.
+    """
+
+    __slots__ = ("value", "lock", "serial", "__weakref__")
 
     def __init__(self, value):
         self.value = value
+        self.lock = threading.RLock()
+        self.serial = next(_SERIALS)
+
+    def __getstate__(self):
+        return {"value": self.value}
+
+    def __setstate__(self, state):
+        self.__init__(state["value"])
 
 
 # Live shared variables, so that a borrowed value already used as another
@@ -70,10 +91,9 @@ class SharedVariable(TensorMethods, Variable):
         ``return_internal_type=True``: the internal object itself (an ndarray
         on the CPU), with no conversion; a copy of it unless ``borrow``.
         """
-        value = self.container.value
-        if borrow:
-            return value
-        return value.copy()
+        with self.container.lock:
+            value = self.container.value
+            return value if borrow else value.copy()
 
     def set_value(self, value, borrow: bool = False) -> None:
         """Replace the value.  It is copied unless ``borrow=True``, in which case
@@ -82,7 +102,9 @@ class SharedVariable(TensorMethods, Variable):
         The new value must have the same dtype (safe casts of Python values are
         accepted) and number of dimensions; the shape may change.
         """
-        self.container.value = self._filter(value, borrow, what=f"set_value of {self}")
+        value = self._filter(value, borrow, what=f"set_value of {self}")
+        with self.container.lock:
+            self.container.value = value
 
     def _filter(self, value, borrow: bool, what: str) -> np.ndarray:
         if isinstance(value, Variable):

@@ -14,6 +14,10 @@ kept in the C cache) that does the whole call in C when it can:
   ``fallback`` (the Python path, which converts or raises the same clear
   exceptions it always does), so no input, however wrong, reaches the
   compiled graph unchecked;
+- ``locks``: taken (without waiting) before the shared variables' values
+  are read and released after the updates are assigned, so the call is
+  atomic with respect to them; when one is held elsewhere, the call goes to
+  the ``fallback``, which waits for it;
 - the shared variables' values, read from their containers;
 - the shape table of the input-shape signature (``table_for(values) ->
   (table, cacheable)``, kept while the shapes of the values do not change);
@@ -49,7 +53,7 @@ _SOURCE = r"""
 typedef struct {
     PyObject_HEAD
     PyObject *run, *storage, *py_steps, *status, *table_for, *on_error, *fallback;
-    PyObject *containers, *update_containers;    /* tuples */
+    PyObject *containers, *update_containers, *locks;    /* tuples */
     Py_ssize_t n_in, n_out;
     int single;
     int *typenums, *ndims;              /* per explicit input */
@@ -60,6 +64,7 @@ typedef struct {
 } FastCall;
 
 static PyObject *value_attr;            /* "value" */
+static PyObject *acquire_name, *release_name;   /* "acquire", "release" */
 
 static void fc_free_arrays(FastCall *self)
 {
@@ -76,7 +81,7 @@ static int fc_traverse(FastCall *self, visitproc visit, void *arg)
     Py_VISIT(self->run); Py_VISIT(self->storage); Py_VISIT(self->py_steps);
     Py_VISIT(self->status); Py_VISIT(self->table_for); Py_VISIT(self->on_error);
     Py_VISIT(self->fallback); Py_VISIT(self->containers); Py_VISIT(self->update_containers);
-    Py_VISIT(self->last_table);
+    Py_VISIT(self->locks); Py_VISIT(self->last_table);
     return 0;
 }
 
@@ -85,7 +90,7 @@ static int fc_clear(FastCall *self)
     Py_CLEAR(self->run); Py_CLEAR(self->storage); Py_CLEAR(self->py_steps);
     Py_CLEAR(self->status); Py_CLEAR(self->table_for); Py_CLEAR(self->on_error);
     Py_CLEAR(self->fallback); Py_CLEAR(self->containers); Py_CLEAR(self->update_containers);
-    Py_CLEAR(self->last_table);
+    Py_CLEAR(self->locks); Py_CLEAR(self->last_table);
     return 0;
 }
 
@@ -134,17 +139,18 @@ static int fc_read_gate(FastCall *self, PyObject *gate)
 static int fc_init(FastCall *self, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"run", "storage", "py_steps", "status", "table_for", "on_error",
-                            "fallback", "gate", "containers", "update_containers", "n_out",
-                            "single", NULL};
+                            "fallback", "gate", "containers", "update_containers", "locks",
+                            "n_out", "single", NULL};
     PyObject *run, *storage, *py_steps, *status, *table_for, *on_error, *fallback, *gate;
-    PyObject *containers, *update_containers;
+    PyObject *containers, *update_containers, *locks;
     Py_ssize_t n_out;
     int single;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!O!O!OOOO!O!O!np:FastCall", names,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!O!O!OOOO!O!O!O!np:FastCall", names,
                                      &run, &PyList_Type, &storage, &PyTuple_Type, &py_steps,
                                      &PyArray_Type, &status, &table_for, &on_error, &fallback,
                                      &PyTuple_Type, &gate, &PyTuple_Type, &containers,
-                                     &PyTuple_Type, &update_containers, &n_out, &single))
+                                     &PyTuple_Type, &update_containers, &PyTuple_Type, &locks,
+                                     &n_out, &single))
         return -1;
     fc_clear(self);
     fc_free_arrays(self);
@@ -152,7 +158,7 @@ static int fc_init(FastCall *self, PyObject *args, PyObject *kwds)
     FC_SET(run, run); FC_SET(storage, storage); FC_SET(py_steps, py_steps);
     FC_SET(status, status); FC_SET(table_for, table_for); FC_SET(on_error, on_error);
     FC_SET(fallback, fallback); FC_SET(containers, containers);
-    FC_SET(update_containers, update_containers);
+    FC_SET(update_containers, update_containers); FC_SET(locks, locks);
 #undef FC_SET
     self->n_out = n_out;
     self->single = single;
@@ -258,6 +264,38 @@ static PyObject *fc_fallback(FastCall *self, PyObject *args, PyObject *kwargs)
     return PyObject_Call(self->fallback, args, kwargs);
 }
 
+/* Release the first `n` locks, last taken first (an exception set stays set). */
+static void fc_release(FastCall *self, Py_ssize_t n)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+        PyObject *r = PyObject_CallMethodNoArgs(PyTuple_GET_ITEM(self->locks, i), release_name);
+        if (r == NULL)
+            PyErr_Clear();
+        Py_XDECREF(r);
+    }
+    PyErr_Restore(type, value, tb);
+}
+
+/* Take every lock without waiting: 1 when all are held, 0 when one is held
+ * elsewhere (none kept), -1 on an error (none kept). */
+static int fc_acquire(FastCall *self)
+{
+    const Py_ssize_t n = PyTuple_GET_SIZE(self->locks);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyObject_CallMethodOneArg(PyTuple_GET_ITEM(self->locks, i), acquire_name,
+                                                Py_False);
+        int got = r == NULL ? -1 : PyObject_IsTrue(r);
+        Py_XDECREF(r);
+        if (got != 1) {
+            fc_release(self, i);
+            return got;
+        }
+    }
+    return 1;
+}
+
 /* run raised: let on_error see the exception (clear, add the note), then re-raise it. */
 static void fc_report(FastCall *self)
 {
@@ -273,16 +311,35 @@ static void fc_report(FastCall *self)
     PyErr_Restore(type, value, tb);
 }
 
+static PyObject *fc_call_locked(FastCall *self, PyObject *args);
+
 static PyObject *fc_call(FastCall *self, PyObject *args, PyObject *kwargs)
+{
+    PyObject *out;
+    int held;
+    if ((kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0) || PyTuple_GET_SIZE(args) != self->n_in)
+        return fc_fallback(self, args, kwargs);
+    for (Py_ssize_t i = 0; i < self->n_in; i++)
+        if (!fc_accepts(self, i, PyTuple_GET_ITEM(args, i)))
+            return fc_fallback(self, args, kwargs);
+    if (PyTuple_GET_SIZE(self->locks) == 0)
+        return fc_call_locked(self, args);
+    held = fc_acquire(self);
+    if (held < 0)
+        return NULL;
+    if (held == 0)   /* another call holds a lock: wait for it on the Python path */
+        return fc_fallback(self, args, kwargs);
+    out = fc_call_locked(self, args);
+    fc_release(self, PyTuple_GET_SIZE(self->locks));
+    return out;
+}
+
+/* The call itself, with the arguments accepted and the locks held. */
+static PyObject *fc_call_locked(FastCall *self, PyObject *args)
 {
     const Py_ssize_t nargs = PyTuple_GET_SIZE(args);
     const Py_ssize_t n_shared = PyTuple_GET_SIZE(self->containers);
     PyObject *values, *table, *results, *call_args[5], *out;
-    if ((kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0) || nargs != self->n_in)
-        return fc_fallback(self, args, kwargs);
-    for (Py_ssize_t i = 0; i < nargs; i++)
-        if (!fc_accepts(self, i, PyTuple_GET_ITEM(args, i)))
-            return fc_fallback(self, args, kwargs);
     values = PyList_New(nargs + n_shared);
     if (values == NULL)
         return NULL;
@@ -378,7 +435,10 @@ PyMODINIT_FUNC PyInit_tn_fastcall(void)
     PyObject *m;
     import_array();
     value_attr = PyUnicode_InternFromString("value");
-    if (value_attr == NULL || PyType_Ready(&FastCallType) < 0)
+    acquire_name = PyUnicode_InternFromString("acquire");
+    release_name = PyUnicode_InternFromString("release");
+    if (value_attr == NULL || acquire_name == NULL || release_name == NULL
+            || PyType_Ready(&FastCallType) < 0)
         return NULL;
     m = PyModule_Create(&fc_module);
     if (m == NULL)
@@ -417,11 +477,12 @@ def gate_entry(ttype) -> tuple:
 
 
 def fast_caller(*, run, storage, py_steps, status, table_for, on_error, fallback, types,
-                containers, update_containers, n_out: int, single: bool):
-    """A ``FastCall`` (see the module doc); ``types``: the explicit inputs' tensor types."""
+                containers, update_containers, locks, n_out: int, single: bool):
+    """A ``FastCall`` (see the module doc); ``types``: the explicit inputs' tensor
+    types; ``locks``: what each call holds, in the order to take them."""
     return fast_call_type()(run=run, storage=storage, py_steps=py_steps, status=status,
                             table_for=table_for, on_error=on_error, fallback=fallback,
                             gate=tuple(gate_entry(t) for t in types),
                             containers=tuple(containers),
                             update_containers=tuple(update_containers),
-                            n_out=n_out, single=single)
+                            locks=tuple(locks), n_out=n_out, single=single)

@@ -45,6 +45,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from tenure.linkers.commit import BACKUP
+from tenure.linkers.interrupts import enter_commit
 from tenure.linkers.plan import compile_time_order, make_plan, step_workspace
 from tenure.linkers.python import MIN_REUSE_BYTES, PythonLinker, PythonThunk
 
@@ -71,7 +73,11 @@ class CThunk(PythonThunk):
         self._run = run
         self.graph = graph
         self._status = np.full(1, -1, dtype=np.intp)
-        self._py_steps = tuple((s.node.op.perform, s.node) for s in plan.steps)
+        performs = tuple((s.node.op.perform, s.node) for s in plan.steps)
+        # The last entry is the commit hook: the Python call path holds Ctrl-C
+        # from the commit point on; the compiled call path runs no Python there.
+        self._py_steps = performs + (enter_commit,)
+        self._py_steps_compiled = performs + (None,)
         self._tables: OrderedDict = OrderedDict()
         self._last_table_signature = object()
         self._last_table = None
@@ -123,14 +129,18 @@ class CThunk(PythonThunk):
                                   workspace_of=self.workspace_of)
             except Exception:  # noqa: BLE001 -- no hand-on rather than no call
                 sized = None
-        return shape_table(self.graph, self.plan, shapes, sized)
+        table = shape_table(self.graph, self.plan, shapes, sized)
+        commit = self._base_entry.commit
+        if table is not None and commit is not None and commit.mode_for(shapes) == BACKUP:
+            table[0] |= 2
+        return table
 
     def __call__(self, input_values: list) -> list:
         table = self._shape_table(input_values) if self._wants_table else None
         try:
             return self._run(self.storage, input_values if type(input_values) is list
                              else list(input_values), table, self._py_steps, self._status)
-        except Exception as exc:
+        except BaseException as exc:
             self._failed(exc)
             raise
 
@@ -173,6 +183,9 @@ class CThunk(PythonThunk):
         view may hold on to) must not outlive the call."""
         if self._run is None or self.graph is None:
             return None
+        commit = self._base_entry.commit
+        if commit is not None and "py" in self.graph.kinds[commit.step:]:
+            return None   # a perform after the commit point: Ctrl-C needs the Python path
         if self.kept_slots:
             if not self.plan.allow_gc:
                 return None
@@ -180,8 +193,9 @@ class CThunk(PythonThunk):
                         for slot in step.outputs}
             if any(producer.get(slot, "py") == "py" for slot in self.kept_slots):
                 return None
-        return dict(run=self._run, storage=self.storage, py_steps=self._py_steps,
-                    status=self._status, table_for=self._table_for, on_error=self._failed)
+        return dict(run=self._run, storage=self.storage, py_steps=self._py_steps_compiled,
+                    status=self._status, table_for=self._table_for, on_error=self._failed,
+                    runs_python="py" in self.graph.kinds)
 
 
 class CLinker:
@@ -207,7 +221,8 @@ class CLinker:
                          order=compile_time_order(fgraph))
         keep = {plan.outputs[i] for i in keep_outputs}
         thunk = CThunk(plan, keep, fgraph)
-        graph = graph_module(plan, thunk.kept_slots, thunk._clear_after)
+        graph = graph_module(plan, thunk.kept_slots, thunk._clear_after,
+                             thunk._base_entry.commit)
         try:
             module = cache.load_module(graph.name, graph.source, flags=graph.flags,
                                        openmp=compiler.openmp_enabled())

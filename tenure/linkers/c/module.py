@@ -15,17 +15,30 @@ source of a module with one entry::
   between calls (borrowed outputs, and intermediates without ``allow_gc``).
 - ``inputs``: a list of the input values, in ``plan.inputs`` order.
 - ``shapes``: ``None``, or a C-contiguous ``intp`` array for this call's
-  input-shape signature (:func:`shape_table`): ``[0]`` is 1 when the plan
-  hands dead buffers on; at :attr:`GraphModule.shape_offsets` ``[slot]``, per
+  input-shape signature (:func:`shape_table`): ``[0]`` has bit 1 set when
+  the plan hands dead buffers on, and bit 2 when calls of this signature
+  pass the commit point in backup mode (see below); at :attr:`GraphModule.shape_offsets` ``[slot]``, per
   step output, ``[known, donor slot or -1, planned lengths...]``; from
   :attr:`GraphModule.stash_offset`, one flag per slot: its dead buffer is kept
   aside (not dropped) for the later step that takes it.
 - ``py_steps``: a tuple, per step, of ``(perform, node)``; the steps without
   C code call ``perform(node, input_list, output_cells)`` from the C loop,
   with cells pre-filled with the slot's current value as the Python executor
-  does.
+  does.  One more entry at the end: the *commit hook*, called with no
+  arguments at the commit point, or ``None``.
 - ``status``: a writable ``intp`` array; ``status[0]`` is the index of the
   step that raised (or -1), for the caller's error note.
+
+Transactions (see :mod:`tenure.linkers.commit`): before the commit point (the
+first step writing a shared variable's storage) ``run`` checks for Ctrl-C
+after every step (``PyErr_CheckSignals``) and a KeyboardInterrupt ends the
+call with nothing written.  At the commit point it calls the commit hook
+(the Python call path passes :func:`~tenure.linkers.interrupts.enter_commit`;
+the compiled call path, which runs no Python from there to the assignment of
+the updates, passes ``None``) and, in backup mode (bit 2 of ``shapes[0]``,
+or no ``shapes`` at all), copies the storage of the shared variables written
+from there on; if a later step raises, the copies are written back.  After
+the commit point no signal is checked.
 
 A step with a C kernel (elementwise, products, reductions, nnet) gets its output
 buffer as follows: an in-place op's output *is* the destroyed input when that
@@ -68,6 +81,7 @@ from tenure.linkers.c import views
 from tenure.linkers.c.views import _DTYPES
 from tenure.linkers.c.views import typenum as _typenum
 from tenure.linkers.c.elemwise import _c_string, _comment
+from tenure.linkers.commit import CommitPoint
 from tenure.linkers.plan import Plan
 from tenure.symbolic.graph import Apply
 
@@ -385,6 +399,47 @@ static PyArrayObject *tn_cl_take_planned(PyObject **aside, const npy_intp *plann
         return NULL;
     return tn_cl_take(aside, planned[offset + 1], typenum, nd, planned + offset + 2);
 }
+/* The commit point: call the commit hook (the last entry of py_steps, or
+ * None) and, in backup mode (bit 2 of planned[0], or no table), copy the
+ * storage of the shared variables written from here on into `backups`. */
+static int tn_cl_commit(PyObject **S, PyObject *py_steps, Py_ssize_t n_steps,
+                        const npy_intp *planned, const Py_ssize_t *written, Py_ssize_t n_written,
+                        PyObject **backups)
+{
+    PyObject *hook = PyTuple_GET_ITEM(py_steps, n_steps);
+    if (hook != Py_None) {
+        PyObject *r = PyObject_CallNoArgs(hook);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+    }
+    if (planned != NULL && !(planned[0] & 2))
+        return 0;
+    for (Py_ssize_t i = 0; i < n_written; i++) {
+        PyObject *value = S[written[i]];
+        if (!PyArray_Check(value) || !PyArray_ISWRITEABLE((PyArrayObject *)value))
+            continue;
+        backups[i] = PyArray_NewCopy((PyArrayObject *)value, NPY_KEEPORDER);
+        if (backups[i] == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+/* A step after the commit point raised: write the backups back (the
+ * exception stays set). */
+static void tn_cl_restore(PyObject **S, const Py_ssize_t *written, Py_ssize_t n_written,
+                          PyObject **backups)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    for (Py_ssize_t i = 0; i < n_written; i++)
+        if (backups[i] != NULL && PyArray_CopyInto((PyArrayObject *)S[written[i]],
+                                                   (PyArrayObject *)backups[i]) < 0)
+            PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+}
+
 #endif /* TN_CL_RUNTIME */
 """
 
@@ -562,11 +617,13 @@ def _subtensor_step(k: int, step, kind: str, offset: int, label: str) -> tuple[s
     return kernel, code
 
 
-def graph_module(plan: Plan, keep_slots, clear_after) -> GraphModule:
+def graph_module(plan: Plan, keep_slots, clear_after,
+                 commit: CommitPoint | None = None) -> GraphModule:
     """The module running ``plan``'s schedule (see the module doc).
 
     ``keep_slots``: output slots whose buffers are kept between calls;
-    ``clear_after``: the slots emptied when a call returns.
+    ``clear_after``: the slots emptied when a call returns; ``commit``: the
+    schedule's commit point.
     """
     kinds, kernels, step_funcs, calls = [], [], [], []
     # The shape table: [reuse flag], per step output [known, donor, dims...], stash flags.
@@ -580,10 +637,17 @@ def graph_module(plan: Plan, keep_slots, clear_after) -> GraphModule:
     stash = size
     size += plan.n_slots
     used = set()
+    commit_step = commit.step if commit is not None else len(plan.steps)
     for k, step in enumerate(plan.steps):
         node = step.node
         kind = step_kind(node)
         label = str(node)
+        if k == commit_step:
+            calls.append(f"    /* the commit point (tenure.linkers.commit) */\n"
+                         f"    if (tn_cl_commit(S, py_steps, {len(plan.steps)}, planned, "
+                         f"tn_written, {len(commit.written)}, backups) < 0) "
+                         f"{{ status[0] = {k}; goto fail; }}\n"
+                         f"    committed = 1;")
         if kind != "py":
             make_step = {"view": _view_step, "subtensor": _subtensor_step}.get(kind, _c_step)
             try:
@@ -612,6 +676,9 @@ def graph_module(plan: Plan, keep_slots, clear_after) -> GraphModule:
                          f"{{ status[0] = {k}; goto fail; }}")
         for f in step.frees:
             calls.append(f"    tn_cl_free(S, aside, planned, {stash}, {f});")
+        if k < commit_step:
+            # Ctrl-C between steps, until the call has written shared storage.
+            calls.append(f"    if (PyErr_CheckSignals() < 0) {{ status[0] = {k}; goto fail; }}")
 
     support = [elemwise.SUPPORT_CODE]
     flags = list(elemwise.COMPILE_FLAGS)
@@ -640,9 +707,12 @@ def graph_module(plan: Plan, keep_slots, clear_after) -> GraphModule:
         f"    v = S[{s}]; Py_INCREF(v); PyList_SET_ITEM(results, {j}, v);"
         for j, s in enumerate(outputs))
     clears = "\n".join(f"    tn_cl_clear(S, {s});" for s in sorted(clear_after))
+    written = commit.written if commit is not None else ()
     body = f"""
 #define TN_N_INPUTS {len(inputs)}
 static const Py_ssize_t tn_graph_inputs[] = {_slots(inputs)};
+/* input slots of the shared variables written from the commit point on */
+static const Py_ssize_t tn_written[] = {_slots(written)};
 
 {"".join(kernels)}
 {chr(10).join(step_funcs)}
@@ -651,14 +721,16 @@ static PyObject *tn_run(PyObject *self, PyObject *args)
 {{
     PyObject *storage, *inputs, *shapes, *py_steps, *status_obj, *results = NULL, *v, **S;
     PyObject **aside = NULL;     /* dead buffers waiting for the step that takes them */
+    PyObject *backups[{max(len(written), 1)}] = {{NULL}};   /* backup mode: shared storage */
+    int committed = 0;
     const npy_intp *planned = NULL;
     npy_intp *status;
-    (void)self;
+    (void)self; (void)tn_written; (void)committed;
     if (!PyArg_ParseTuple(args, "O!O!OO!O!:run", &PyList_Type, &storage, &PyList_Type, &inputs,
                           &shapes, &PyTuple_Type, &py_steps, &PyArray_Type, &status_obj))
         return NULL;
     if (PyList_GET_SIZE(storage) != {plan.n_slots} || PyList_GET_SIZE(inputs) != {len(inputs)}
-            || PyTuple_GET_SIZE(py_steps) != {n_steps}) {{
+            || PyTuple_GET_SIZE(py_steps) != {n_steps + 1}) {{
         PyErr_SetString(PyExc_ValueError, "run: storage, inputs or py_steps of the wrong length");
         return NULL;
     }}
@@ -679,7 +751,7 @@ static PyObject *tn_run(PyObject *self, PyObject *args)
             return NULL;
         }}
         planned = (const npy_intp *)PyArray_DATA((PyArrayObject *)shapes);
-        if (planned[0] == 1) {{
+        if (planned[0] & 1) {{
             aside = (PyObject **)PyMem_Calloc({plan.n_slots}, sizeof(PyObject *));
             if (aside == NULL)
                 return PyErr_NoMemory();
@@ -695,6 +767,10 @@ static PyObject *tn_run(PyObject *self, PyObject *args)
 {clears}
     (void)v;
 fail:
+    if (results == NULL && committed)
+        tn_cl_restore(S, tn_written, {len(written)}, backups);
+    for (Py_ssize_t i = 0; i < {len(written)}; i++)
+        Py_XDECREF(backups[i]);
     if (aside != NULL) {{
         for (Py_ssize_t i = 0; i < {plan.n_slots}; i++)
             Py_XDECREF(aside[i]);
@@ -756,5 +832,5 @@ def shape_table(module: GraphModule, plan: Plan, shapes: dict | None, sized: Pla
                 if donor is not None and offset is not None and table[offset] == 1:
                     table[offset + 1] = donor
                     table[module.stash_offset + donor] = 1
-                    table[0] = 1
+                    table[0] |= 1
     return table

@@ -118,6 +118,10 @@ class Dot(Op):
         out = TensorType(dtype, dot_shape(a.type.shape, b.type.shape))()
         return Apply(self, [a, b], [out])
 
+    def check_shapes(self, node, input_shapes, output_shapes) -> bool:
+        _check_dot_static(tuple(input_shapes[0]), tuple(input_shapes[1]))
+        return True
+
     def perform(self, node, inputs, output_storage):
         a, b = inputs
         cell = output_storage[0]
@@ -213,6 +217,10 @@ class MatMul(Op):
         shape = matmul_static_shape(a.type.shape, b.type.shape)
         dtype = _output_dtype("matmul", np.matmul, a, b)
         return Apply(self, [a, b], [TensorType(dtype, shape)()])
+
+    def check_shapes(self, node, input_shapes, output_shapes) -> bool:
+        matmul_static_shape(tuple(input_shapes[0]), tuple(input_shapes[1]))
+        return True
 
     def perform(self, node, inputs, output_storage):
         a, b = inputs
@@ -513,6 +521,9 @@ class Outer(Op):
         dtype = _output_dtype("outer", np.outer, a, b)
         shape = (_flat_length(a.type.shape), _flat_length(b.type.shape))
         return Apply(self, [a, b], [TensorType(dtype, shape)()])
+
+    def check_shapes(self, node, input_shapes, output_shapes) -> bool:
+        return True   # any two arrays have an outer product
 
     def perform(self, node, inputs, output_storage):
         a, b = inputs

@@ -159,6 +159,10 @@ class Composite(ps.ScalarOp):
     def params(self) -> tuple:
         return (self.nin, self._key)
 
+    def may_raise(self, kinds: str) -> bool:
+        # The steps' dtypes differ from the inputs': any step that can raise counts.
+        return any(op.may_raise("biuf") for op, _ in self.steps)
+
     # -- dtypes ----------------------------------------------------------------
     def step_dtypes(self, probes) -> tuple[np.dtype, ...]:
         """The dtype of every step for inputs like ``probes`` (arrays, or Python

@@ -195,6 +195,16 @@ class Elemwise(Op):
             result = self.scalar_op.impl(*inputs, out=target)
         cell[0] = result
 
+    def check_shapes(self, node, input_shapes, output_shapes) -> bool:
+        try:
+            np.broadcast_shapes(*input_shapes)
+        except ValueError:
+            raise ValueError(f"{self}: operands of shapes "
+                             f"{', '.join(map(str, input_shapes))} cannot be broadcast "
+                             "together") from None
+        kinds = "".join(v.type.numpy_dtype.kind for v in node.inputs)
+        return not self.scalar_op.may_raise(kinds)
+
     def grad(self, inputs, output_grads):
         # A scalar op may carry its own rule (a Composite differentiates its
         # steps); the table holds the rules of the primitive scalar ops.

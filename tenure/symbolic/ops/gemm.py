@@ -121,6 +121,18 @@ class Gemm(Op):
             what=f"{self}: z {_shape_str(z.type.shape)} and x @ y {_shape_str((m, n))}")
         return Apply(self, [z, alpha, x, y, beta], [TensorType(dtype, shape)()])
 
+    def check_shapes(self, node, input_shapes, output_shapes) -> bool:
+        z, _, x, y, _ = input_shapes
+        if x[1] != y[0]:
+            raise ValueError(f"{self}: x of shape {x} and y of shape {y} are not aligned: x "
+                             f"has {x[1]} column(s), y has {y[0]} row(s)")
+        try:
+            np.broadcast_shapes(tuple(z), (x[0], y[1]))
+        except ValueError:
+            raise ValueError(f"{self}: z of shape {z} cannot be broadcast with x @ y of "
+                             f"shape {(x[0], y[1])}") from None
+        return True
+
     def perform(self, node, inputs, output_storage):
         z, alpha, x, y, beta = inputs
         cell = output_storage[0]

@@ -234,6 +234,14 @@ class Reduce(_AxisReduction):
     def reduced_axes(self, ndim: int) -> tuple[int, ...]:
         return self.axis
 
+    def check_shapes(self, node, input_shapes, output_shapes) -> bool:
+        shape = input_shapes[0]
+        # (``any`` is this module's reduction: the loop is spelled out.)
+        if self.fn_name in ("max", "min") and 0 in [shape[a] for a in self.axis]:
+            raise ValueError(f"{self}: zero-size array to reduction operation "
+                             f"{self.fn_name}imum which has no identity (shape {shape})")
+        return True
+
     def _check_axes(self, ndim: int) -> None:
         for a in self.axis:
             normalize_axis(a, ndim, self.fn_name)
@@ -635,6 +643,13 @@ class SumTo(Op):
         from tenure.symbolic.variable import TensorConstant
         static = tuple(int(d.data) if isinstance(d, TensorConstant) else None for d in dims)
         return Apply(self, [g, *dims], [TensorType(g.dtype, static)()])
+
+    def check_shapes(self, node, input_shapes, output_shapes) -> bool:
+        g, target = tuple(input_shapes[0]), tuple(output_shapes[0])
+        tail = g[len(g) - len(target):]
+        if len(target) > len(g) or [t for h, t in zip(tail, target) if t not in (1, h)]:
+            raise ValueError(f"sum_to: an array of shape {g} does not broadcast from {target}")
+        return True
 
     def perform(self, node, inputs, output_storage):
         g, target = inputs[0], tuple(int(d) for d in inputs[1:])

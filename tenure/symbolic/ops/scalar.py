@@ -32,8 +32,12 @@ class ScalarOp:
     """One scalar function: ``name``, arity ``nin`` and NumPy ``impl``."""
 
     def __init__(self, name: str, nin: int, impl: Callable, doc: str = "", *,
-                 c=None, c_dtypes: Callable | None = None, weak: str = "exact"):
+                 c=None, c_dtypes: Callable | None = None, weak: str = "exact",
+                 raises_for: str = ""):
         self.name = name
+        #: dtype kinds of inputs for which some values make the op raise
+        #: (integer powers with negative exponents)
+        self.raises_for = raises_for
         self.nin = nin
         self.impl = impl
         self.doc = doc
@@ -49,6 +53,10 @@ class ScalarOp:
     def params(self) -> tuple:
         """What distinguishes two ops of the same name (e.g. a cast's dtype)."""
         return ()
+
+    def may_raise(self, kinds: str) -> bool:
+        """Whether some input values of these dtype kinds make the op raise."""
+        return any(k in self.raises_for for k in kinds)
 
     def __eq__(self, other) -> bool:
         return (type(self) is type(other) and self.name == other.name
@@ -588,7 +596,8 @@ floor_divide = _register("floor_divide", 2, np.floor_divide, "x // y",
                          c="tn_floor_divide_{t}({0}, {1})")
 mod = _register("mod", 2, np.remainder, "x % y (sign of y, like Python)", c="tn_mod_{t}({0}, {1})")
 power = _register("power", 2, np.power, "x ** y",
-                  c={"iu": "tn_power_{t}({0}, {1}, &tn_status)", "f": "pow{f}({0}, {1})"})
+                  c={"iu": "tn_power_{t}({0}, {1}, &tn_status)", "f": "pow{f}({0}, {1})"},
+                  raises_for="iu")
 neg = _register("neg", 1, np.negative, "-x", c={"iu": "({T})(0u - ({U}){0})", "f": "-{0}"})
 abs_ = _register("abs", 1, np.absolute, "|x|", c={"bu": "{0}", "i": _ABS_I, "f": "fabs{f}({0})"})
 sign = _register("sign", 1, np.sign, "sign of x",

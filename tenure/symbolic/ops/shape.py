@@ -527,6 +527,14 @@ class DimShuffle(Op):
         out_shape = tuple(1 if e == "x" else x.type.shape[e] for e in self.new_order)
         return Apply(self, [x], [TensorType(x.dtype, out_shape)()])
 
+    def check_shapes(self, node, input_shapes, output_shapes) -> bool:
+        shape = input_shapes[0]
+        for axis in self.drop:
+            if shape[axis] != 1:
+                raise ValueError(f"{self}: cannot drop axis {axis} of an array of shape "
+                                 f"{shape}: it has length {shape[axis]}, not 1")
+        return True
+
     def perform(self, node, inputs, output_storage):
         x = inputs[0]
         for axis in self.drop:

@@ -33,16 +33,10 @@ class CountingFallback:
 
 def counted(inputs, outputs, **kwargs):
     """A C-compiled function whose fast path counts its fallbacks."""
-    from tenure.linkers.c.call import fast_caller
     f = tn.function(inputs, outputs, mode=C, **kwargs)
     assert f._fast_call is not None
     counter = CountingFallback(f)
-    parts = f._thunk.fast_call_parts()
-    f._fast_call = fast_caller(**parts, fallback=counter,
-                               types=[spec.variable.type for spec in f.inputs],
-                               containers=f._containers,
-                               update_containers=f._update_containers,
-                               n_out=f._n_out, single=f._single)
+    f._fast_call = f._make_fast_call(fallback=counter)
     return f, counter
 
 
