@@ -12,13 +12,20 @@ C code calls ``PyErr_CheckSignals`` between steps and inside long loops).  At
 the commit point a linker calls :func:`enter_commit`; the function calls
 :func:`leave_commit` once its updates are assigned (or the call failed).  In
 between, in the main thread (the only thread Python delivers signals to), a
-SIGINT is recorded instead of raised, and delivered again as soon as the call
-has returned: the call completes, and the KeyboardInterrupt arrives in the
-caller's next line.  Only Python's default handler is replaced this way; a
-handler of the user's own stays in place (it decides what Ctrl-C does).
+SIGINT is recorded instead of raised, and delivered again once the call has
+returned (:func:`deliver_interrupt_later`): the call completes, returns its
+results, and the KeyboardInterrupt arrives in the caller's code a moment
+later.  Only Python's default handler is replaced this way; a handler of the
+user's own stays in place (it decides what Ctrl-C does).
 
 Code that runs no Python between the commit point and the assignment (the C
-linker's compiled call path) needs none of this: no handler runs there.
+linker's compiled call path) needs no handler: no handler runs there.  It
+checks for a pending SIGINT once the updates are assigned and hands it to
+:func:`deliver_interrupt_later` too.
+
+Why later, from another thread: CPython acts on a pending signal at its next
+check, and it checks right after every call of a C function -- a flag set
+before returning would raise the KeyboardInterrupt from the call itself.
 """
 
 from __future__ import annotations
@@ -26,8 +33,12 @@ from __future__ import annotations
 import _thread
 import signal
 import threading
+import time
 
-__all__ = ["enter_commit", "leave_commit", "commit_depth"]
+__all__ = ["enter_commit", "leave_commit", "commit_depth", "deliver_interrupt_later"]
+
+#: how long after a call returns a held Ctrl-C is delivered
+REDELIVERY_DELAY_S = 0.002
 
 _MAIN_THREAD_ID = threading.main_thread().ident
 
@@ -73,8 +84,15 @@ def leave_commit(depth: int) -> None:
         _saved = None
         if _pending:
             _pending = False
-            # Trips the flag without handling it here (signal.raise_signal would
-            # raise at once): the interpreter handles it at its next check, in
-            # the caller once this call has returned (nothing after this line
-            # in the call path runs Python code).
-            _thread.interrupt_main(signal.SIGINT)
+            deliver_interrupt_later()
+
+
+def _interrupt_main_soon() -> None:
+    time.sleep(REDELIVERY_DELAY_S)
+    _thread.interrupt_main(signal.SIGINT)
+
+
+def deliver_interrupt_later() -> None:
+    """Raise KeyboardInterrupt in the main thread shortly, once the call that
+    held it has returned."""
+    _thread.start_new_thread(_interrupt_main_soon, ())

@@ -22,7 +22,11 @@ kept in the C cache) that does the whole call in C when it can:
 - the shape table of the input-shape signature (``table_for(values) ->
   (table, cacheable)``, kept while the shapes of the values do not change);
 - the graph's ``run``, then the updates written to their containers and the
-  outputs returned (the one output itself for a single-output function).
+  outputs returned (the one output itself for a single-output function);
+- Ctrl-C: ``run`` acts on it until the call first writes shared storage (see
+  :mod:`tenure.linkers.c.module`); one that arrived after that, in a call
+  with updates, is handed to ``deliver_interrupt`` once the updates are
+  assigned (the call completes; :mod:`tenure.linkers.interrupts`).
 
 When ``run`` raises, ``on_error(exception)`` is called first (it clears the
 intermediates and adds the note naming the step), then the exception
@@ -39,6 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from tenure.linkers.c.standalone import c_string
+from tenure.linkers.interrupts import deliver_interrupt_later
 
 __all__ = ["fast_caller"]
 
@@ -53,6 +58,7 @@ _SOURCE = r"""
 typedef struct {
     PyObject_HEAD
     PyObject *run, *storage, *py_steps, *status, *table_for, *on_error, *fallback;
+    PyObject *deliver_interrupt;
     PyObject *containers, *update_containers, *locks;    /* tuples */
     Py_ssize_t n_in, n_out;
     int single;
@@ -81,7 +87,7 @@ static int fc_traverse(FastCall *self, visitproc visit, void *arg)
     Py_VISIT(self->run); Py_VISIT(self->storage); Py_VISIT(self->py_steps);
     Py_VISIT(self->status); Py_VISIT(self->table_for); Py_VISIT(self->on_error);
     Py_VISIT(self->fallback); Py_VISIT(self->containers); Py_VISIT(self->update_containers);
-    Py_VISIT(self->locks); Py_VISIT(self->last_table);
+    Py_VISIT(self->locks); Py_VISIT(self->deliver_interrupt); Py_VISIT(self->last_table);
     return 0;
 }
 
@@ -90,7 +96,7 @@ static int fc_clear(FastCall *self)
     Py_CLEAR(self->run); Py_CLEAR(self->storage); Py_CLEAR(self->py_steps);
     Py_CLEAR(self->status); Py_CLEAR(self->table_for); Py_CLEAR(self->on_error);
     Py_CLEAR(self->fallback); Py_CLEAR(self->containers); Py_CLEAR(self->update_containers);
-    Py_CLEAR(self->locks); Py_CLEAR(self->last_table);
+    Py_CLEAR(self->locks); Py_CLEAR(self->deliver_interrupt); Py_CLEAR(self->last_table);
     return 0;
 }
 
@@ -140,17 +146,17 @@ static int fc_init(FastCall *self, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"run", "storage", "py_steps", "status", "table_for", "on_error",
                             "fallback", "gate", "containers", "update_containers", "locks",
-                            "n_out", "single", NULL};
+                            "deliver_interrupt", "n_out", "single", NULL};
     PyObject *run, *storage, *py_steps, *status, *table_for, *on_error, *fallback, *gate;
-    PyObject *containers, *update_containers, *locks;
+    PyObject *containers, *update_containers, *locks, *deliver_interrupt;
     Py_ssize_t n_out;
     int single;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!O!O!OOOO!O!O!O!np:FastCall", names,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!O!O!OOOO!O!O!O!Onp:FastCall", names,
                                      &run, &PyList_Type, &storage, &PyTuple_Type, &py_steps,
                                      &PyArray_Type, &status, &table_for, &on_error, &fallback,
                                      &PyTuple_Type, &gate, &PyTuple_Type, &containers,
                                      &PyTuple_Type, &update_containers, &PyTuple_Type, &locks,
-                                     &n_out, &single))
+                                     &deliver_interrupt, &n_out, &single))
         return -1;
     fc_clear(self);
     fc_free_arrays(self);
@@ -159,6 +165,7 @@ static int fc_init(FastCall *self, PyObject *args, PyObject *kwds)
     FC_SET(status, status); FC_SET(table_for, table_for); FC_SET(on_error, on_error);
     FC_SET(fallback, fallback); FC_SET(containers, containers);
     FC_SET(update_containers, update_containers); FC_SET(locks, locks);
+    FC_SET(deliver_interrupt, deliver_interrupt);
 #undef FC_SET
     self->n_out = n_out;
     self->single = single;
@@ -386,6 +393,20 @@ static PyObject *fc_call_locked(FastCall *self, PyObject *args)
             return NULL;
         }
     }
+    if (PyTuple_GET_SIZE(self->update_containers) && PyErr_CheckSignals() < 0) {
+        /* Ctrl-C after the call wrote shared storage: it completes, and the
+         * KeyboardInterrupt comes once it has returned. */
+        PyObject *r;
+        if (!PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+            Py_DECREF(results);
+            return NULL;
+        }
+        PyErr_Clear();
+        r = PyObject_CallNoArgs(self->deliver_interrupt);
+        if (r == NULL)
+            PyErr_Clear();
+        Py_XDECREF(r);
+    }
     if (self->single && self->n_out == 1) {
         out = PyList_GET_ITEM(results, 0);
         Py_INCREF(out);
@@ -485,4 +506,5 @@ def fast_caller(*, run, storage, py_steps, status, table_for, on_error, fallback
                             gate=tuple(gate_entry(t) for t in types),
                             containers=tuple(containers),
                             update_containers=tuple(update_containers),
-                            locks=tuple(locks), n_out=n_out, single=single)
+                            locks=tuple(locks), deliver_interrupt=deliver_interrupt_later,
+                            n_out=n_out, single=single)

@@ -288,6 +288,9 @@ static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
 {_thread_count(par, "size", 8)}
         const npy_intp per_chunk = tn_chunk(items, tn_nthreads);
         const npy_intp chunks = (items + per_chunk - 1) / per_chunk;
+        /* Ctrl-C: the threads stop taking blocks once the caller's thread saw it. */
+        const int interruptible = tn_interruptible && items > TN_CHECK_BLOCKS;
+        volatile int stop = 0;
         if (filled) {{
             row_buffer = (char *)PyMem_Malloc(buffer_size * (size_t)tn_nthreads);
             if (row_buffer == NULL) {{
@@ -308,7 +311,7 @@ static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
                 const npy_intp last = items - first < per_chunk ? items : first + per_chunk;
                 npy_intp b = first % per_row;
                 tn_ew_seek(nd - 1, shape, strides, {nops}, ops, first / per_row, index, ptr);
-                for (npy_intp item = first; item < last; item++) {{
+                for (npy_intp item = first; item < last && !stop; item++) {{
                     const npy_intp c0 = b * bn, m = n - c0 < bn ? n - c0 : bn;
                     {block_pointers}
                     if (contiguous || filled) {{
@@ -321,10 +324,15 @@ static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
                         b = 0;
                         tn_ew_next(nd - 1, shape, strides, {nops}, index, ptr);
                     }}
+                    if (interruptible && tn_tid == 0 && item % TN_CHECK_BLOCKS == 0
+                            && PyErr_CheckSignals() < 0)
+                        stop = 1;
                 }}
             }}
         }}
         PyMem_Free(row_buffer);
+        if (stop)
+            return -1;   /* KeyboardInterrupt (or a handler's error) is set */
     }}
     if (tn_status)
         return tn_ew_fail({name}, tn_status);
@@ -476,6 +484,13 @@ _LOOP_SUPPORT = r"""
 #ifndef TN_ELEMWISE_SUPPORT
 #define TN_ELEMWISE_SUPPORT
 /* Elementwise loop helpers (tenure/linkers/c/elemwise.py). */
+
+/* Whether a loop may stop for Ctrl-C: set by a graph module's run until its
+ * commit point (tenure/linkers/commit.py); 0 elsewhere, so a loop that writes
+ * shared storage always completes.  The calling thread (which holds the GIL)
+ * checks every TN_CHECK_BLOCKS blocks. */
+static int tn_interruptible = 0;
+#define TN_CHECK_BLOCKS 256
 #if defined(__clang__)
 #define TN_IVDEP _Pragma("clang loop vectorize(assume_safety)")
 #elif defined(__GNUC__)

@@ -647,7 +647,8 @@ def graph_module(plan: Plan, keep_slots, clear_after,
                          f"    if (tn_cl_commit(S, py_steps, {len(plan.steps)}, planned, "
                          f"tn_written, {len(commit.written)}, backups) < 0) "
                          f"{{ status[0] = {k}; goto fail; }}\n"
-                         f"    committed = 1;")
+                         f"    committed = 1;\n"
+                         f"    tn_interruptible = 0;")
         if kind != "py":
             make_step = {"view": _view_step, "subtensor": _subtensor_step}.get(kind, _c_step)
             try:
@@ -758,6 +759,7 @@ static PyObject *tn_run(PyObject *self, PyObject *args)
         }}
     }}
     S = PySequence_Fast_ITEMS(storage);
+    tn_interruptible = {int(commit_step > 0)};   /* loops stop for Ctrl-C until the commit point */
 {input_assign}
 {chr(10).join(calls)}
     results = PyList_New({len(outputs)});
@@ -767,6 +769,7 @@ static PyObject *tn_run(PyObject *self, PyObject *args)
 {clears}
     (void)v;
 fail:
+    tn_interruptible = 0;
     if (results == NULL && committed)
         tn_cl_restore(S, tn_written, {len(written)}, backups);
     for (Py_ssize_t i = 0; i < {len(written)}; i++)

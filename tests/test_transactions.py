@@ -1,0 +1,339 @@
+"""A call is a transaction: when it raises -- a shape that does not fit, an
+index out of bounds, an error inside an op, Ctrl-C -- no shared variable has
+changed, and the function keeps working; in-place updates stay in place in
+the calls that succeed.  Calls are atomic with respect to the shared
+variables they touch, from any number of threads.  Every test runs on every
+linker (``mode``)."""
+
+import _thread
+import os
+import subprocess
+import sys
+import threading
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import tenure as tn
+from tenure.symbolic.graph import Apply, Op
+from tenure.symbolic.variable import as_tensor_variable
+
+
+class Trip(Op):
+    """The identity (a copy), running ``action()`` first while ``armed``: an
+    error inside an op, or a Ctrl-C arriving while it runs.  It has no
+    ``check_shapes``: like any op that may fail on values."""
+
+    __props__ = ("tag",)
+
+    def __init__(self, tag, action):
+        self.tag = tag
+        self.action = action
+        self.armed = False
+
+    def make_node(self, x):
+        x = as_tensor_variable(x)
+        return Apply(self, [x], [x.type()])
+
+    def perform(self, node, inputs, output_storage):
+        output_storage[0][0] = inputs[0].copy()
+        if self.armed:
+            # Last: a Ctrl-C simulated here is noticed after the step, not in it.
+            self.armed = False
+            self.action()
+
+    def infer_shape(self, node, input_shapes):
+        return [input_shapes[0]]
+
+
+def _raise_runtime_error():
+    raise RuntimeError("boom inside an op")
+
+
+def _raise_keyboard_interrupt():
+    raise KeyboardInterrupt
+
+
+def _ctrl_c():
+    """What a SIGINT arriving now does: Python's handler runs at its next check."""
+    _thread.interrupt_main(2)
+
+
+def _two_updates(mode, between):
+    """``a <- a + 1`` (in place into ``a``'s buffer), then ``b <- b + sum(between(a + 1))``:
+    the second update reads the first one's in-place result, so it runs after
+    shared storage was written."""
+    a = tn.shared(np.zeros(3), name="a")
+    b = tn.shared(np.zeros(()), name="b")
+    x = tn.vector("x")
+    a1 = a + 1
+    f = tn.function([x], [], updates=[(a, a1), (b, b + between(a1, x).sum())], mode=mode)
+    return f, a, b
+
+
+def _assert_unchanged_then_working(f, a, b, good_args, expect_b):
+    np.testing.assert_array_equal(a.get_value(), np.zeros(3))
+    assert b.get_value() == 0
+    storage = a.get_value(borrow=True)
+    f(*good_args)
+    np.testing.assert_array_equal(a.get_value(), np.ones(3))
+    assert b.get_value() == expect_b
+    # In place where it was before: the update landed in a's own buffer.
+    assert a.get_value(borrow=True) is storage or np.shares_memory(a.get_value(borrow=True),
+                                                                   storage)
+
+
+def test_a_shape_error_after_an_in_place_update_changes_nothing(mode):
+    f, a, b = _two_updates(mode, lambda a1, x: tn.dot(x.reshape((1, -1)), a1))
+    with pytest.raises(ValueError):
+        f(np.ones(4))
+    _assert_unchanged_then_working(f, a, b, (np.ones(3),), 3.0)
+
+
+def test_a_shape_error_in_the_second_in_place_update_changes_nothing(mode):
+    a = tn.shared(np.zeros(3), name="a")
+    b = tn.shared(np.zeros(3), name="b")
+    x = tn.vector("x")
+    f = tn.function([x], [], updates=[(a, a + 1), (b, b + x)], mode=mode)
+    with pytest.raises(ValueError):
+        f(np.ones(4))
+    np.testing.assert_array_equal(a.get_value(), np.zeros(3))
+    np.testing.assert_array_equal(b.get_value(), np.zeros(3))
+    f(np.ones(3))
+    np.testing.assert_array_equal(a.get_value(), np.ones(3))
+    np.testing.assert_array_equal(b.get_value(), np.ones(3))
+
+
+def test_an_index_out_of_bounds_after_an_in_place_update_changes_nothing(mode):
+    a = tn.shared(np.zeros(3), name="a")
+    b = tn.shared(np.zeros(()), name="b")
+    i = tn.scalar("i", dtype="int64")
+    a1 = a + 1
+    f = tn.function([i], [], updates=[(a, a1), (b, b + a1[i])], mode=mode)
+    with pytest.raises(IndexError):
+        f(7)
+    _assert_unchanged_then_working(f, a, b, (2,), 1.0)
+
+
+@pytest.mark.parametrize("action, error", [(_raise_runtime_error, RuntimeError),
+                                           (_raise_keyboard_interrupt, KeyboardInterrupt)])
+def test_an_error_inside_an_op_after_an_in_place_update_changes_nothing(mode, action, error):
+    trip = Trip("after", action)
+    f, a, b = _two_updates(mode, lambda a1, x: trip(a1) * x)
+    trip.armed = True
+    with pytest.raises(error):
+        f(np.ones(3))
+    _assert_unchanged_then_working(f, a, b, (np.ones(3),), 3.0)
+
+
+def test_ctrl_c_before_any_shared_write_stops_the_call(mode):
+    trip = Trip("before", _ctrl_c)
+    a = tn.shared(np.zeros(3), name="a")
+    x = tn.vector("x")
+    f = tn.function([x], [], updates=[(a, a + trip(x))], mode=mode)
+    trip.armed = True
+    with pytest.raises(KeyboardInterrupt):
+        f(np.ones(3))
+    np.testing.assert_array_equal(a.get_value(), np.zeros(3))
+    f(np.ones(3))
+    np.testing.assert_array_equal(a.get_value(), np.ones(3))
+
+
+def test_ctrl_c_after_a_shared_write_lets_the_call_complete(mode):
+    """The call completes (every update assigned) and the KeyboardInterrupt
+    arrives in the caller right after it returned."""
+    trip = Trip("after", _ctrl_c)
+    f, a, b = _two_updates(mode, lambda a1, x: trip(a1) * x)
+    trip.armed = True
+    returned = []
+    with pytest.raises(KeyboardInterrupt):
+        returned.append(f(np.ones(3)))
+        time.sleep(2)   # the interrupt arrives here, after the call returned
+    assert returned == [[]]
+    np.testing.assert_array_equal(a.get_value(), np.ones(3))
+    assert b.get_value() == 3.0
+
+
+def test_the_default_sigint_handler_is_back_after_calls(mode):
+    import signal
+    trip = Trip("after", _raise_runtime_error)
+    f, a, b = _two_updates(mode, lambda a1, x: trip(a1) * x)
+    f(np.ones(3))
+    trip.armed = True
+    with pytest.raises(RuntimeError):
+        f(np.ones(3))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_validated_training_step_takes_no_backup_copy(mode):
+    """A training step's ops after its first in-place update are all checked
+    from the shapes: no copy of the weights is made to undo it."""
+    if mode.linker == "check":
+        pytest.skip("the check linker snapshots every input to verify the ops")
+    rng = np.random.default_rng(0)
+    W = tn.shared(rng.standard_normal((400, 300)), name="W")
+    V = tn.shared(rng.standard_normal((300, 10)), name="V")
+    x, t = tn.matrix("x"), tn.matrix("t")
+    loss = ((tn.relu(x @ W) @ V - t) ** 2).mean()
+    gW, gV = tn.grad(loss, [W, V])
+    f = tn.function([tn.In(x, borrow=True), tn.In(t, borrow=True)], loss,
+                    updates=[(W, W - 0.01 * gW), (V, V - 0.01 * gV)], mode=mode)
+    xv, tv = rng.standard_normal((8, 400)), rng.standard_normal((8, 10))
+    f(xv, tv)
+    w_storage = W.get_value(borrow=True)
+    tracemalloc.start()
+    try:
+        f(xv, tv)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert np.shares_memory(W.get_value(borrow=True), w_storage)   # in place
+    # The gradient of W (the size of W) is needed; a backup would be a second one.
+    assert peak < 1.5 * w_storage.nbytes
+
+
+def test_a_shape_error_is_raised_before_any_step_runs(mode):
+    """Validation works out every planned shape from the input shapes: the
+    error names the node and the shapes."""
+    W = tn.shared(np.ones((3, 2)), name="W")
+    x = tn.matrix("x")
+    f = tn.function([x], [], updates=[(W, W - tn.dot(x.T, tn.dot(x, W)))], mode=mode)
+    with pytest.raises(ValueError, match="cannot be broadcast|not aligned") as info:
+        f(np.ones((2, 4)))
+    assert "refused before the call ran any step" in " ".join(info.value.__notes__)
+    np.testing.assert_array_equal(W.get_value(), np.ones((3, 2)))
+
+
+# ----------------------------------------------------------------------------
+# Threads
+
+
+@pytest.fixture
+def frequent_thread_switches():
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(old)
+
+
+def _run_threads(n_threads, work):
+    errors = []
+
+    def target(k):
+        try:
+            work(k)
+        except BaseException as exc:  # noqa: BLE001 -- reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=target, args=(k,)) for k in range(n_threads)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+
+
+def test_concurrent_calls_lose_no_update(mode, frequent_thread_switches):
+    """The issue's test: two functions that both update ``w <- w + 1``, from
+    four threads (a perform in each call gives other threads a chance to run
+    in the middle of it on every linker)."""
+    w = tn.shared(np.zeros(()), name="w")
+    slow = Trip("slow", lambda: None)
+    inc = tn.function([], [], updates=[(w, slow(w) + 1)], mode=mode)
+    inc_and_read = tn.function([], slow(w) * 1, updates=[(w, w + 1)], mode=mode)
+    calls = 300
+
+    def work(k):
+        f = inc if k % 2 else inc_and_read
+        for _ in range(calls):
+            slow.armed = True
+            f()
+
+    _run_threads(4, work)
+    assert w.get_value() == 4 * calls
+
+
+def test_one_function_called_from_several_threads_at_once(mode, frequent_thread_switches):
+    x = tn.matrix("x")
+    f = tn.function([x], [(tn.exp(x) * 2).sum(axis=0), (x @ x.T).sum()], mode=mode)
+    rng = np.random.default_rng(1)
+    inputs = [rng.standard_normal((5, 5)) for _ in range(4)]
+    expected = [[(np.exp(v) * 2).sum(axis=0), (v @ v.T).sum()] for v in inputs]
+
+    def work(k):
+        for _ in range(200):
+            got = f(inputs[k])
+            np.testing.assert_allclose(got[0], expected[k][0])
+            np.testing.assert_allclose(got[1], expected[k][1])
+
+    _run_threads(4, work)
+
+
+def test_get_value_waits_for_a_call_in_progress(mode):
+    """A call holds its shared variables: ``get_value`` from another thread
+    sees the value before or after the call, never a half-updated one."""
+    w = tn.shared(np.zeros(1000), name="w")
+    started, release = threading.Event(), threading.Event()
+
+    def pause():
+        started.set()
+        release.wait(5)
+
+    trip = Trip("pause", pause)
+    f = tn.function([], [], updates=[(w, trip(w) + 1)], mode=mode)
+    trip.armed = True
+    caller = threading.Thread(target=f)
+    caller.start()
+    assert started.wait(5)
+    seen = []
+    reader = threading.Thread(target=lambda: seen.append(w.get_value()))
+    reader.start()
+    reader.join(0.2)
+    assert reader.is_alive()   # waiting for the call to end
+    release.set()
+    caller.join()
+    reader.join()
+    np.testing.assert_array_equal(seen[0], np.ones(1000))
+
+
+def test_ctrl_c_stops_the_call_at_the_next_step(mode):
+    """A SIGINT arriving during a step is acted on before the next one runs:
+    here the next step would overwrite a buffer the caller gave away."""
+    trip = Trip("before", _ctrl_c)
+    x, m = tn.vector("x"), tn.vector("m")
+    f = tn.function([x, tn.In(m, borrow=True, mutable=True)], trip(x).sum() + m, mode=mode)
+    workspace = np.zeros(3)
+    assert np.shares_memory(f(np.ones(3), workspace), workspace)   # written in place
+    workspace[:] = 0
+    trip.armed = True
+    with pytest.raises(KeyboardInterrupt):
+        f(np.ones(3), workspace)
+    np.testing.assert_array_equal(workspace, np.zeros(3))
+
+
+def test_ctrl_c_stops_a_long_compiled_loop_part_way(mode):
+    """A SIGINT during one long elementwise loop stops it at a coarse grain
+    (every few hundred blocks): the loop, writing in place into a buffer the
+    caller gave away, is left part-way done."""
+    if mode.linker != "c":
+        pytest.skip("the compiled loops' own checks (NumPy's loops have none)")
+    m = tn.vector("m", dtype="float32")
+    f = tn.function([tn.In(m, borrow=True, mutable=True)],
+                    tn.Out(tn.exp(tn.sin(m) * tn.cos(m)) + tn.sqrt(m), borrow=True), mode=mode)
+    small = np.ones(10, dtype=np.float32)
+    assert np.shares_memory(f(small), small)   # computed in place
+    work = np.ones(30_000_000, dtype=np.float32)
+    # From another process, as a terminal's Ctrl-C: a thread of this one
+    # would wait for the GIL, which the compiled call holds.
+    killer = subprocess.Popen(["sh", "-c", f"sleep 0.3; kill -INT {os.getpid()}"])
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            for _ in range(100):   # each call takes a while; the signal comes in one
+                f(work)
+    finally:
+        killer.wait()
+    # Each call maps equal elements to equal ones: two values left means one
+    # call stopped part-way (the first blocks done, the last not).
+    assert len(np.unique(work[::997])) == 2
