@@ -315,7 +315,7 @@ def test_ctrl_c_stops_the_call_at_the_next_step(mode):
 
 def test_ctrl_c_stops_a_long_compiled_loop_part_way(mode):
     """A SIGINT during one long elementwise loop stops it at a coarse grain
-    (every few hundred blocks): the loop, writing in place into a buffer the
+    (every 64 blocks): the loop, writing in place into a buffer the
     caller gave away, is left part-way done."""
     if mode.linker != "c":
         pytest.skip("the compiled loops' own checks (NumPy's loops have none)")
@@ -324,6 +324,14 @@ def test_ctrl_c_stops_a_long_compiled_loop_part_way(mode):
                     tn.Out(tn.exp(tn.sin(m) * tn.cos(m)) + tn.sqrt(m), borrow=True), mode=mode)
     small = np.ones(10, dtype=np.float32)
     assert np.shares_memory(f(small), small)   # computed in place
+    assert any(_interrupted_part_way(f) for _ in range(4))
+
+
+def _interrupted_part_way(f) -> bool:
+    """Whether a SIGINT during calls of ``f`` left its in-place result part
+    done.  (Not always: while the last blocks run on the other thread, the
+    caller's thread has no block left to check on, and the check after the
+    step raises.)"""
     work = np.ones(30_000_000, dtype=np.float32)
     # From another process, as a terminal's Ctrl-C: a thread of this one
     # would wait for the GIL, which the compiled call holds.
@@ -335,5 +343,5 @@ def test_ctrl_c_stops_a_long_compiled_loop_part_way(mode):
     finally:
         killer.wait()
     # Each call maps equal elements to equal ones: two values left means one
-    # call stopped part-way (the first blocks done, the last not).
-    assert len(np.unique(work[::997])) == 2
+    # call stopped part-way.
+    return len(np.unique(work[::997])) == 2

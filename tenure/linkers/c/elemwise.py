@@ -488,9 +488,9 @@ _LOOP_SUPPORT = r"""
 /* Whether a loop may stop for Ctrl-C: set by a graph module's run until its
  * commit point (tenure/linkers/commit.py); 0 elsewhere, so a loop that writes
  * shared storage always completes.  The calling thread (which holds the GIL)
- * checks every TN_CHECK_BLOCKS blocks. */
+ * checks every TN_CHECK_BLOCKS blocks (256K elements). */
 static int tn_interruptible = 0;
-#define TN_CHECK_BLOCKS 256
+#define TN_CHECK_BLOCKS 64
 #if defined(__clang__)
 #define TN_IVDEP _Pragma("clang loop vectorize(assume_safety)")
 #elif defined(__GNUC__)
