@@ -14,6 +14,7 @@ import threading
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -34,17 +35,23 @@ class In:
     """How a function treats one input.
 
     ``borrow=True``: outputs may alias the caller's array (no defensive copy).
-    ``mutable=True`` (needs ``borrow=True``): the caller gives the buffer away;
-    tenure may overwrite it as workspace.  ``value``: the default used when
+    ``mutable=True``: the caller gives the buffer away; tenure may overwrite
+    it as workspace.  ``borrow`` defaults to ``mutable`` (as in PyTensor), and
+    ``mutable=True, borrow=False`` is a ValueError.  ``value``: the default used when
     the argument is not given.  ``name``: the keyword to pass it by (defaults
     to the variable's name).
     """
 
     def __init__(self, variable: Variable, name: str | None = None, value=None,
-                 borrow: bool = False, mutable: bool = False):
+                 borrow: bool | None = None, mutable: bool = False):
         if not isinstance(variable, Variable):
             raise TypeError(f"In(): expected a symbolic variable, got "
                             f"{type(variable).__name__}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"In({variable}): name must be a string (the keyword to pass the "
+                            f"input by) or None, got {type(name).__name__} {name!r}")
+        if borrow is None:  # as in PyTensor: a buffer given away is necessarily lent
+            borrow = mutable
         if mutable and not borrow:
             raise ValueError(f"In({variable}): mutable=True requires borrow=True (a buffer "
                              "tenure may overwrite is necessarily lent to it)")
@@ -220,17 +227,39 @@ class _Hazards:
                     or self.outputs or self.updates)
 
 
+class _Spec(NamedTuple):
+    """What a :class:`Function` was compiled from: :meth:`Function.copy` and
+    unpickling compile it again from this (never from its runtime state)."""
+    inputs: list
+    outputs: list
+    single_output: bool
+    updates: list           # explicit and default updates, checked
+    givens: object
+    mode: Mode
+    allow_input_downcast: bool
+    name: str | None
+
+
 class Function:
     """A compiled function.  Call it with positional or keyword arguments.
 
     Attributes: ``fgraph`` (the compiled graph), ``trust_input`` (skip the
     input gate: the caller promises arrays of exactly the right type),
     ``inputs`` / ``outputs`` (the In / Out specs), ``name``.
+
+    A function pickles (and ``copy.deepcopy`` copies it) on every linker:
+    what is stored is the symbolic graph it was compiled from, with its mode
+    and flags, and loading compiles it again (the C linker loads the module
+    from its disk cache when it is there, without running the compiler).
+    Shared variables pickled in the same ``pickle.dumps`` call stay
+    connected to it.
     """
 
     def __init__(self, inputs: list[In], outputs: list[Out], single_output: bool,
                  updates: list[tuple[SharedVariable, Variable]], givens, mode: Mode,
                  allow_input_downcast: bool, on_unused_input: str, name: str | None):
+        self._spec = _Spec(list(inputs), list(outputs), single_output, list(updates), givens,
+                           mode, allow_input_downcast, name)
         self.inputs = inputs
         self.outputs = outputs
         self.name = name
@@ -523,6 +552,86 @@ class Function:
                       or any(np.may_share_memory(outputs[k], final_shared[j]) for j in h.shared)):
                 outputs[k] = outputs[k].copy()
 
+    # -- copying and pickling ----------------------------------------------------
+    def copy(self, share_memory: bool = False, swap=None, delete_updates: bool = False,
+             name: str | None = None) -> Function:
+        """A new function computing the same, compiled again from the same graph.
+
+        It uses the same shared variables unless ``swap`` (``{old: new}``, both
+        shared variables of the same type, ``old`` one this function uses)
+        replaces them: the copy reads and updates ``new`` where this one reads
+        and updates ``old``.  ``delete_updates=True``: the copy has no updates
+        (explicit or default) and writes no shared variable.  ``name``: the
+        copy's name (default: this one's with ``" copy"`` added).  The copy
+        keeps ``trust_input``.  ``share_memory`` is accepted for PyTensor's
+        sake and has no effect: a copy always has its own intermediate and
+        output storage, so that a call of one never overwrites what the
+        other returned or is computing.
+        """
+        if not isinstance(share_memory, (bool, np.bool_)):
+            raise TypeError(f"{self._label()}.copy(): share_memory must be a bool, got "
+                            f"{type(share_memory).__name__}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"{self._label()}.copy(): name must be a string or None, got "
+                            f"{type(name).__name__} {name!r}")
+        spec = self._spec
+        out_vars = [o.variable for o in spec.outputs]
+        updates = [] if delete_updates else list(spec.updates)
+        givens = spec.givens
+        if swap:
+            swap = self._check_swap(swap)
+            from tenure.symbolic.graph import clone_replace
+            targets = out_vars + [expr for _, expr in updates]
+            if givens:  # givens first, as when this function was compiled
+                targets = _apply_givens(targets, givens, [i.variable for i in spec.inputs])
+                givens = None
+            targets = clone_replace(targets, swap)
+            out_vars, exprs = targets[:len(out_vars)], targets[len(out_vars):]
+            updates = [(swap.get(var, var), expr) for (var, _), expr in zip(updates, exprs)]
+        outputs = [o if o.variable is v else Out(v, borrow=o.borrow)
+                   for o, v in zip(spec.outputs, out_vars)]
+        if name is None and self.name:
+            name = self.name + " copy"
+        copied = Function(list(spec.inputs), outputs, spec.single_output,
+                          _check_updates(updates), givens, spec.mode,
+                          spec.allow_input_downcast, "ignore", name)
+        copied.trust_input = self.trust_input
+        return copied
+
+    def _check_swap(self, swap) -> dict:
+        from collections.abc import Mapping
+        if not isinstance(swap, Mapping):
+            raise TypeError(f"{self._label()}.copy(): swap must be a dict {{old shared "
+                            f"variable: new shared variable}}, got {type(swap).__name__}")
+        for old, new in swap.items():
+            for what, var in (("key", old), ("value", new)):
+                if not isinstance(var, SharedVariable):
+                    raise TypeError(f"{self._label()}.copy(): every {what} of swap must be a "
+                                    f"shared variable, got {type(var).__name__} {var}")
+            if new.type != old.type:
+                raise TypeError(f"{self._label()}.copy(): swap replaces {old} (type "
+                                f"{old.type}) with {new} of another type, {new.type}; the "
+                                "replacement must have the same type")
+            if old not in self.shared_vars:
+                raise ValueError(f"{self._label()}.copy(): swap names {old}, which this "
+                                 "function does not use (its shared variables: "
+                                 f"{', '.join(map(str, self.shared_vars)) or 'none'})")
+        return dict(swap)
+
+    def __copy__(self) -> Function:
+        return self.copy()
+
+    def __reduce__(self):
+        # The symbolic specs, the mode and the flags: never the compiled state
+        # (thunks, C modules, buffers, locks), which loading builds again.
+        return (_restore_function, (self._spec, self.trust_input))
+
+    def dprint(self, **kwargs):
+        """Print the compiled graph: :func:`tenure.printing.debugprint` of this
+        function (same keywords)."""
+        from tenure.printing import debugprint
+        return debugprint(self, **kwargs)
+
     def free(self) -> None:
         """Release the buffers this function keeps between calls (borrowed outputs)."""
         self._thunk.free()
@@ -572,6 +681,14 @@ class Function:
 
 
 _MISSING = object()
+
+
+def _restore_function(spec: _Spec, trust_input: bool) -> Function:
+    """A pickled :class:`Function`, compiled again (see :meth:`Function.__reduce__`)."""
+    f = Function(list(spec.inputs), list(spec.outputs), spec.single_output, list(spec.updates),
+                 spec.givens, spec.mode, spec.allow_input_downcast, "ignore", spec.name)
+    f.trust_input = trust_input
+    return f
 
 
 # ----------------------------------------------------------------------------
@@ -647,9 +764,12 @@ def _as_out(item, i) -> Out:
 
 
 def _check_updates(updates) -> list[tuple[SharedVariable, Variable]]:
-    from tenure.symbolic.variable import as_tensor_variable
     if updates is None:
         return []
+    if isinstance(updates, (set, frozenset)):
+        raise TypeError("updates: expected a list of (shared variable, expression) pairs or "
+                        f"a dict, got a {type(updates).__name__}, which has no order (the "
+                        "compiled function would depend on it: write a list)")
     items = list(updates.items()) if isinstance(updates, dict) else list(updates)
     checked = []
     seen = set()
@@ -665,21 +785,78 @@ def _check_updates(updates) -> list[tuple[SharedVariable, Variable]]:
         if var in seen:
             raise ValueError(f"updates: {var} is updated twice")
         seen.add(var)
-        expr = as_tensor_variable(expr)
-        if isinstance(expr, Constant) and expr.type != var.type:
-            expr = var.type.make_constant(expr.data)
-        if not (isinstance(expr.type, TensorType) and expr.dtype == var.dtype
-                and expr.ndim == var.ndim and var.type.is_compatible_replacement(expr.type)):
-            raise TypeError(f"updates: the new value of {var} has type {expr.type}, but {var} "
-                            f"has type {var.type} (cast it with .astype({var.dtype!r}) or "
-                            "reshape it)")
-        checked.append((var, expr))
+        checked.append((var, _check_update(var, expr, "updates: the new value of")))
     return checked
+
+
+def _check_update(var: SharedVariable, expr, what: str) -> Variable:
+    """``expr`` as the new value of ``var``, or a TypeError: same dtype and
+    ndim, no contradicting static length, and no static length 1 where
+    ``var``'s length can change (PyTensor refuses that too: there a static
+    length 1 means broadcastable, and an update must not make a variable
+    broadcastable; here it usually means a reduction kept a dimension)."""
+    from tenure.symbolic.variable import as_tensor_variable
+    expr = as_tensor_variable(expr)
+    if isinstance(expr, Constant) and expr.type != var.type:
+        expr = var.type.make_constant(expr.data)
+    if not (isinstance(expr.type, TensorType) and expr.dtype == var.dtype
+            and expr.ndim == var.ndim and var.type.is_compatible_replacement(expr.type)):
+        raise TypeError(f"{what} {var} has type {expr.type}, but {var} has type {var.type} "
+                        f"(cast it with .astype({var.dtype!r}) or reshape it)")
+    ones = [axis for axis, (mine, its) in enumerate(zip(var.type.shape, expr.type.shape))
+            if mine is None and its == 1]
+    if ones:
+        raise TypeError(
+            f"{what} {var} has type {expr.type}, statically of length 1 in axis "
+            f"{', '.join(map(str, ones))}, where {var} ({var.type}) has a length that can "
+            f"change; as PyTensor does, tenure refuses an update that would make a variable "
+            f"of any length broadcastable.  If the length is meant to be 1, give the shared "
+            f"variable that static length (shared(value, shape=...)); if the value should "
+            f"take {var}'s shape, broadcast it: tn.broadcast_to(expr, {var}.shape)")
+    return expr
+
+
+def _with_default_updates(updates, out_specs, in_specs, givens, no_default_updates):
+    """``updates`` and the default updates: ``(s, s.default_update)`` for every
+    shared variable ``s`` the outputs or the updates (these included) read
+    that has one, is not updated explicitly and not excluded by
+    ``no_default_updates`` (True: none; a list: not those)."""
+    if isinstance(no_default_updates, (bool, np.bool_)):
+        if no_default_updates:
+            return updates
+        excluded = set()
+    elif isinstance(no_default_updates, (list, tuple, set, frozenset)):
+        for var in no_default_updates:
+            if not isinstance(var, SharedVariable):
+                raise TypeError(f"no_default_updates: expected shared variables, got "
+                                f"{type(var).__name__} {var}")
+        excluded = set(no_default_updates)
+    else:
+        raise TypeError(f"no_default_updates: expected a bool or a list of shared variables, "
+                        f"got {type(no_default_updates).__name__}")
+    in_vars = [spec.variable for spec in in_specs]
+    updated = {var for var, _ in updates}
+    updates = list(updates)
+    frontier = [spec.variable for spec in out_specs] + [expr for _, expr in updates]
+    while frontier:  # default updates may read more shared variables with default updates
+        if givens:
+            frontier = _apply_givens(frontier, givens, in_vars)
+        found = []
+        for var in ancestors(frontier, blockers=in_vars):
+            if (isinstance(var, SharedVariable) and var not in updated and var not in excluded
+                    and getattr(var, "default_update", None) is not None):
+                updated.add(var)
+                found.append((var, _check_update(var, var.default_update,
+                                                 "the default_update of")))
+        updates += found
+        frontier = [expr for _, expr in found]
+    return updates
 
 
 def function(inputs: Sequence = (), outputs=None, updates=None, givens=None, mode=None,
              allow_input_downcast: bool = False, on_unused_input: str = "raise",
-             name: str | None = None) -> Function:
+             name: str | None = None, no_default_updates=False,
+             trust_input: bool = False) -> Function:
     """Compile a function from ``inputs`` to ``outputs``.
 
     ``inputs``: variables or :class:`In` specs.  ``outputs``: a variable or
@@ -689,10 +866,17 @@ def function(inputs: Sequence = (), outputs=None, updates=None, givens=None, mod
     ``givens``: ``{variable: replacement}`` substituted into the graph.
     ``allow_input_downcast``: accept arguments that need a lossy cast.
     ``on_unused_input``: ``"raise"``, ``"warn"`` or ``"ignore"``.
+    ``no_default_updates``: the shared variables the graph reads that have a
+    ``default_update`` (and no explicit update) are updated with it, unless
+    this is True (none are) or a list of those that are not.
+    ``trust_input``: sets :attr:`Function.trust_input`.
     """
     if isinstance(inputs, (Variable, In)):
         raise TypeError("function(): inputs must be a list (e.g. [x]), got a single "
                         f"{type(inputs).__name__}")
+    if not isinstance(inputs, (list, tuple)):
+        raise TypeError(f"function(): inputs must be a list or a tuple (their order is the "
+                        f"order of the arguments), got a {type(inputs).__name__}")
     in_specs = [_as_in(item, i) for i, item in enumerate(inputs)]
     seen = set()
     for spec in in_specs:
@@ -710,5 +894,9 @@ def function(inputs: Sequence = (), outputs=None, updates=None, givens=None, mod
         raise TypeError(f"function(): outputs must be a variable, Out, a list or None, got "
                         f"{type(outputs).__name__}")
     out_specs = [_as_out(item, i) for i, item in enumerate(out_items)]
-    return Function(in_specs, out_specs, single, _check_updates(updates), givens,
-                    _as_mode(mode), allow_input_downcast, on_unused_input, name)
+    all_updates = _with_default_updates(_check_updates(updates), out_specs, in_specs, givens,
+                                        no_default_updates)
+    f = Function(in_specs, out_specs, single, all_updates, givens, _as_mode(mode),
+                 allow_input_downcast, on_unused_input, name)
+    f.trust_input = bool(trust_input)
+    return f

@@ -22,7 +22,8 @@ LINKERS = _FROM_ENV or ["py", "check"]
 #: file of the op suite (tests/symbolic/ops).  The rest of the suite passes on
 #: it too (``TENURE_TEST_LINKERS=c``), but compiling every graph of every test
 #: costs more than a CI run may take.
-C_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_transactions.py"}
+C_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_transactions.py",
+                  "test_pytensor_idioms.py", "test_pickle.py"}
 C_IN_EVERY_RUN_DIRS = {("symbolic", "ops")}
 
 

@@ -275,7 +275,7 @@ class TestInMutable:
     def test_mutable_without_borrow_is_a_value_error(self):
         x = tn.vector("x")
         with pytest.raises(ValueError, match="mutable=True requires borrow=True"):
-            In(x, mutable=True)
+            In(x, mutable=True, borrow=False)
 
     def test_mutable_buffer_is_used_as_workspace(self, mode):
         x = tn.vector("x")

@@ -70,7 +70,17 @@ def _aliases_other_shared(value: np.ndarray, owner: SharedVariable | None) -> bo
 
 
 class SharedVariable(TensorMethods, Variable):
-    """A tensor with a persistent value, usable by every function that mentions it."""
+    """A tensor with a persistent value, usable by every function that mentions it.
+
+    ``default_update``: None, or an expression (of this variable's type) that
+    every function reading this variable assigns to it after each call, as
+    if ``(self, default_update)`` were among its ``updates`` -- unless the
+    function updates it explicitly or is compiled with
+    ``no_default_updates`` (PyTensor's rule; random generators use it).
+    """
+
+    #: the update functions apply when they have no explicit one (None: none)
+    default_update = None
 
     def __init__(self, type: TensorType, value, name: str | None = None,
                  borrow: bool = False):
@@ -82,6 +92,11 @@ class SharedVariable(TensorMethods, Variable):
 
     def clone(self, name=None):
         raise TypeError(f"shared variable {self} cannot be cloned; its storage is unique")
+
+    def __setstate__(self, state):
+        # Unpickled (or deep-copied): a live shared variable like any other.
+        self.__dict__.update(state)
+        _LIVE.add(self)
 
     def get_value(self, borrow: bool = False, return_internal_type: bool = False):
         """The current value.

@@ -1,0 +1,236 @@
+"""PyTensor code ported unchanged: the function-level idioms it relies on.
+
+``In(x, mutable=True)``, ``default_update`` / ``no_default_updates``,
+``Function.copy``, ``trust_input=``, ``f.dprint()``, and the errors PyTensor
+raises for unordered inputs or updates, non-string input names and updates
+that would make a variable broadcastable.  (Pickling: tests/test_pickle.py.)
+
+The graphs are small and shared between asserts: this file runs on the C
+linker in every run (conftest.C_IN_EVERY_RUN), where each new graph compiles.
+"""
+
+import copy
+
+import numpy as np
+import pytest
+
+import tenure as tn
+from tenure import In, Out
+
+
+def counter(name="n", start=0.0):
+    """A shared float64 scalar that counts the calls of every function reading it."""
+    n = tn.shared(np.float64(start), name=name)
+    n.default_update = n + 1
+    return n
+
+
+# -- 1. In(x, mutable=True) ------------------------------------------------------
+
+
+class TestInMutable:
+    def test_mutable_implies_borrow(self, mode):
+        x = tn.vector("x")
+        spec = In(x, mutable=True)
+        assert spec.mutable and spec.borrow
+        assert not In(x).borrow and In(x, borrow=True).borrow and not In(x, borrow=True).mutable
+        f = tn.function([spec], x * 2 + 1, mode=mode)
+        np.testing.assert_array_equal(f(np.arange(3.0)), [1.0, 3.0, 5.0])
+        with pytest.raises(ValueError, match="mutable=True requires borrow=True"):
+            In(x, mutable=True, borrow=False)  # an explicit contradiction stays an error
+
+
+# -- 2. default_update and no_default_updates --------------------------------------
+
+
+class TestDefaultUpdates:
+    def test_attribute_defaults_to_none(self, mode):
+        assert tn.shared(np.zeros(2)).default_update is None
+
+    def test_applied_to_every_shared_variable_read(self, mode):
+        x = tn.scalar("x")
+        n = counter()
+        f = tn.function([x], x + n, mode=mode)
+        assert f(10.0) == 10.0 and f(10.0) == 11.0
+        assert n.get_value() == 2.0
+        g = tn.function([x], x + n, mode=mode)  # another function: the same rule
+        assert g(0.0) == 2.0 and n.get_value() == 3.0
+
+    def test_explicit_update_wins(self, mode):
+        x = tn.scalar("x")
+        n, m = counter("n"), counter("m")
+        f = tn.function([x], x + n + m, updates=[(n, n + 10)], mode=mode)
+        f(0.0)
+        assert (n.get_value(), m.get_value()) == (10.0, 1.0)
+
+    def test_no_default_updates(self, mode):
+        x = tn.scalar("x")
+        n, m = counter("n"), counter("m")
+        off = tn.function([x], x + n + m, no_default_updates=True, mode=mode)
+        assert off(0.0) == 0.0 and off(0.0) == 0.0
+        assert n.get_value() == 0.0 and m.get_value() == 0.0
+        only_m = tn.function([x], x + n + m, no_default_updates=[n], mode=mode)
+        only_m(0.0)
+        assert n.get_value() == 0.0 and m.get_value() == 1.0
+        with pytest.raises(TypeError, match="no_default_updates: expected a bool or a list"):
+            tn.function([x], x + n, no_default_updates="n", mode=mode)
+
+    def test_shared_variables_reached_through_updates(self, mode):
+        # PyMC's pattern: a generator's default update reads another state.
+        x = tn.scalar("x")
+        step = counter("step")
+        acc = tn.shared(np.float64(0.0), name="acc")
+        acc.default_update = acc + step  # only this default update reads `step`
+        explicit = tn.shared(np.float64(0.0), name="explicit")
+        f = tn.function([x], x + acc, updates=[(explicit, explicit + step)], mode=mode)
+        assert f(0.0) == 0.0
+        assert (acc.get_value(), step.get_value(), explicit.get_value()) == (0.0, 1.0, 0.0)
+        assert f(0.0) == 0.0
+        assert (acc.get_value(), step.get_value(), explicit.get_value()) == (1.0, 2.0, 1.0)
+
+    def test_not_applied_to_variables_not_read(self, mode):
+        x = tn.scalar("x")
+        n, unread = counter("n"), counter("unread")
+        tn.function([x], x + n, mode=mode)(1.0)
+        assert (n.get_value(), unread.get_value()) == (1.0, 0.0)
+
+    def test_type_checked_like_an_explicit_update(self, mode):
+        x = tn.scalar("x")
+        w = tn.shared(np.zeros(3), name="w")
+        w.default_update = w.astype("float32")
+        with pytest.raises(TypeError, match="the default_update of w has type float32"):
+            tn.function([x], x + w.sum(), mode=mode)
+        w.default_update = w.sum(keepdims=True)
+        with pytest.raises(TypeError, match="the default_update of w .* statically of length 1"):
+            tn.function([x], x + w.sum(), mode=mode)
+
+
+# -- 3. Function.copy ----------------------------------------------------------------
+
+
+class TestCopy:
+    @staticmethod
+    def accumulate(mode):
+        x = tn.vector("x")
+        w = tn.shared(np.zeros(2), name="w")
+        f = tn.function([x], Out(w * 2), updates=[(w, w * 2 + x)], mode=mode, name="acc")
+        return f, x, w
+
+    def test_copy_uses_the_same_shared_variables(self, mode):
+        f, _, w = self.accumulate(mode)
+        f.trust_input = True
+        g = f.copy()
+        assert g is not f and g.name == "acc copy" and g.trust_input
+        assert f.copy(name="other").name == "other"
+        np.testing.assert_array_equal(g(np.ones(2)), [0.0, 0.0])
+        np.testing.assert_array_equal(w.get_value(), [1.0, 1.0])
+        np.testing.assert_array_equal(f(np.ones(2)), [2.0, 2.0])
+        np.testing.assert_array_equal(w.get_value(), [3.0, 3.0])
+        h = copy.copy(f)  # PyTensor: copy.copy(f) is f.copy()
+        np.testing.assert_array_equal(h(np.zeros(2)), [6.0, 6.0])
+        np.testing.assert_array_equal(w.get_value(), [6.0, 6.0])
+
+    def test_copies_have_their_own_storage(self, mode):
+        x = tn.vector("x")
+        f = tn.function([In(x, borrow=True)], Out(tn.exp(x) + 1, borrow=True), mode=mode)
+        for share_memory in (False, True):
+            g = f.copy(share_memory=share_memory)
+            a = f(np.zeros(2))
+            kept = a.copy()
+            g(np.ones(2))
+            np.testing.assert_array_equal(a, kept)  # g's call did not write f's result
+
+    def test_swap(self, mode):
+        f, _, w = self.accumulate(mode)
+        w2 = tn.shared(np.full(2, 5.0), name="w2")
+        g = f.copy(swap={w: w2})
+        np.testing.assert_array_equal(g(np.ones(2)), [10.0, 10.0])
+        np.testing.assert_array_equal(w2.get_value(), [11.0, 11.0])
+        np.testing.assert_array_equal(w.get_value(), [0.0, 0.0])
+        assert w2 in g.shared_vars and w not in g.shared_vars
+
+    def test_swap_is_checked(self, mode):
+        f, _, w = self.accumulate(mode)
+        for other in (tn.shared(np.zeros(2, dtype="float32")), tn.shared(np.zeros((2, 2)))):
+            with pytest.raises(TypeError, match="replacement must have the same type"):
+                f.copy(swap={w: other})
+        with pytest.raises(TypeError, match="every value of swap must be a shared variable"):
+            f.copy(swap={w: tn.vector("v")})
+        with pytest.raises(ValueError, match="does not use"):
+            f.copy(swap={tn.shared(np.zeros(2), name="unused"): w})
+
+    def test_delete_updates(self, mode):
+        # The output and the update are one node, which the original computes
+        # in place in w's buffer; the copy must not write w at all.
+        w = tn.shared(np.ones(3), name="w")
+        n = counter()
+        f = tn.function([], w * 2 + n, updates=[(w, w * 2 + n)], mode=mode)
+        g = f.copy(delete_updates=True)
+        for _ in range(2):
+            np.testing.assert_array_equal(g(), [2.0, 2.0, 2.0])
+        np.testing.assert_array_equal(w.get_value(), [1.0, 1.0, 1.0])
+        assert n.get_value() == 0.0  # default updates are deleted too
+        np.testing.assert_array_equal(f(), [2.0, 2.0, 2.0])
+        np.testing.assert_array_equal(w.get_value(), [2.0, 2.0, 2.0])
+        assert n.get_value() == 1.0
+
+
+# -- 5. trust_input= and dprint --------------------------------------------------------
+
+
+class TestTrustInputAndDprint:
+    def test_trust_input_keyword(self, mode):
+        x = tn.vector("x")
+        assert not tn.function([x], x * 2 + 1, mode=mode).trust_input
+        f = tn.function([x], x * 2 + 1, mode=mode, trust_input=True)
+        assert f.trust_input
+        np.testing.assert_array_equal(f(np.arange(3.0)), [1.0, 3.0, 5.0])
+
+    def test_dprint(self, mode, capsys):
+        x = tn.vector("x")
+        w = tn.shared(np.zeros(3), name="w")
+        f = tn.function([x], x * 2 + 1, updates=[(w, w + x)], mode=mode)
+        text = f.dprint(file="str")
+        assert text == tn.debugprint(f, file="str") and "update of w" in text
+        assert f.dprint() is None
+        assert capsys.readouterr().out == text
+
+
+# -- 6. refusals ------------------------------------------------------------------------
+
+
+class TestRefusals:
+    def test_unordered_inputs(self, mode):
+        x, y = tn.scalar("x"), tn.scalar("y")
+        for inputs in ({x, y}, frozenset([x]), {x: 1}, (v for v in [x])):
+            with pytest.raises(TypeError, match="inputs must be a list or a tuple .* got a"):
+                tn.function(inputs, x + y, mode=mode)
+
+    def test_input_name_must_be_a_string(self, mode):
+        x = tn.scalar("x")
+        for name in (3, b"x", x):
+            with pytest.raises(TypeError, match=r"In\(x\): name must be a string"):
+                In(x, name=name)
+
+    def test_updates_as_a_set(self, mode):
+        w = tn.shared(np.zeros(2), name="w")
+        with pytest.raises(TypeError, match="updates: expected a list .* got a set"):
+            tn.function([], [], updates={(w, w + 1)}, mode=mode)
+
+    def test_update_of_static_length_one_for_a_variable_of_any_length(self, mode):
+        w = tn.shared(np.zeros((2, 2)), name="w")
+        x1 = tn.matrix("x1", shape=(1, 1))
+        for expr in (x1, w.sum(keepdims=True), w.sum(axis=0, keepdims=True)):
+            with pytest.raises(TypeError, match=r"new value of w has type float64\(1, .*"
+                                                r"statically of length 1 in axis 0.*"
+                                                r"shared\(value, shape=...\).*broadcast_to"):
+                tn.function([x1], [], updates=[(w, expr)], mode=mode,
+                            on_unused_input="ignore")
+        # What the message suggests works, and other static lengths are accepted.
+        one = tn.shared(np.zeros((1, 1)), shape=(1, 1), name="one")
+        x3 = tn.matrix("x3", shape=(3, 3))
+        f = tn.function([x1, x3], [], mode=mode,
+                        updates=[(one, x1), (w, x3), (tn.shared(np.zeros((2, 2))),
+                                                      tn.broadcast_to(x1, w.shape))])
+        f(np.ones((1, 1)), np.ones((3, 3)))
+        assert one.get_value().shape == (1, 1) and w.get_value().shape == (3, 3)
