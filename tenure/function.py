@@ -462,6 +462,11 @@ class Function:
         variables' (in their global order), with Ctrl-C held from the commit
         point to the assignment of the updates (see
         :mod:`tenure.linkers.interrupts`)."""
+        if not self._shared_locks:
+            # No shared variable, so no update and no commit point: only the
+            # function's own buffers to guard.
+            with self._lock:
+                return self._call_holding_locks(args, kwargs)
         locks = self._locks
         depth = commit_depth()
         held = 0

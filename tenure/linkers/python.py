@@ -211,7 +211,7 @@ class PythonThunk:
         #: whether plans are made per input-shape signature
         self.plans_per_signature = (fgraph is not None and plan.allow_gc
                                     and reuse_possible(plan, keep))
-        self._plans: OrderedDict = OrderedDict()   # signature -> (plan, step tuples)
+        self._plans: OrderedDict = OrderedDict()   # signature -> Entry
         self._last_signature = _NO_SIGNATURE
         self._last_entry = self._base_entry
         self._size_model = None                    # built on the first call that needs it
