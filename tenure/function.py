@@ -19,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tenure import config
-from tenure.linkers.interrupts import commit_depth, enter_commit, leave_commit
+from tenure.linkers.interrupts import begin_call, end_call, mark_committed
 from tenure.rewrites.destroy import DestroyHandler, buffer_roots, destroyers
 from tenure.rewrites.fgraph import FunctionGraph
 from tenure.symbolic.graph import Constant, Variable, ancestors, clone_get_equiv
@@ -468,7 +468,7 @@ class Function:
             with self._lock:
                 return self._call_holding_locks(args, kwargs)
         locks = self._locks
-        depth = commit_depth()
+        token = begin_call() if self._update_containers else -1
         held = 0
         try:
             for lock in locks:
@@ -479,7 +479,7 @@ class Function:
             for k in range(held - 1, -1, -1):
                 locks[k].release()
             # Last: a Ctrl-C held meanwhile is delivered when this call has returned.
-            leave_commit(depth)
+            end_call(token)
 
     def _call_holding_locks(self, args, kwargs):
         if self.trust_input and not kwargs and len(args) == len(self.inputs):
@@ -504,8 +504,8 @@ class Function:
         results = self._thunk(values + shared_values)
         if self._update_containers:
             # From here to the last assignment the call must complete (the
-            # thunk entered this already if it wrote shared storage in place).
-            enter_commit()
+            # thunk marked this already if it wrote shared storage in place).
+            mark_committed()
         outputs, updates = results[:self._n_out], results[self._n_out:]
         if self._any_hazard:
             self._copy_where_needed(outputs, updates, values, shared_values, from_default)

@@ -345,3 +345,17 @@ def _interrupted_part_way(f) -> bool:
     # Each call maps equal elements to equal ones: two values left means one
     # call stopped part-way.
     return len(np.unique(work[::997])) == 2
+
+
+def test_ctrl_c_works_as_usual_after_a_memory_report(mode):
+    """A report runs the thunk on its own, outside any call: it must leave no
+    call's Ctrl-C handling behind."""
+    import signal
+    f, a, b = _two_updates(mode, lambda a1, x: a1 * x)
+    f.memory_report(np.ones(3), print_report=False)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt):
+        _ctrl_c()
+        time.sleep(1)
+    f(np.ones(3))
+    np.testing.assert_array_equal(a.get_value(), np.ones(3))

@@ -23,7 +23,7 @@ signature:
   later step raises.  This costs one copy of those variables, only in calls
   of such graphs.
 
-Ctrl-C: the linkers call :func:`~tenure.linkers.interrupts.enter_commit` at
+Ctrl-C: the linkers call :func:`~tenure.linkers.interrupts.mark_committed` at
 the commit point (see :mod:`tenure.linkers.interrupts`).  Running out of
 memory after the commit point of a validated schedule is the one failure
 neither way covers.

@@ -6,22 +6,25 @@ any moment and nothing the caller sees has changed; from there on it must
 run to its end, through the assignment of the updates.  So a KeyboardInterrupt
 is welcome before the commit point and must wait after it.
 
-Before the commit point the executors check for a pending SIGINT at every
-step boundary (the Python executor simply lets Python's own handler raise;
-C code calls ``PyErr_CheckSignals`` between steps and inside long loops).  At
-the commit point a linker calls :func:`enter_commit`; the function calls
-:func:`leave_commit` once its updates are assigned (or the call failed).  In
-between, in the main thread (the only thread Python delivers signals to), a
-SIGINT is recorded instead of raised, and delivered again once the call has
-returned (:func:`deliver_interrupt_later`): the call completes, returns its
-results, and the KeyboardInterrupt arrives in the caller's code a moment
-later.  Only Python's default handler is replaced this way; a handler of the
-user's own stays in place (it decides what Ctrl-C does).
+A call through Python of a function with updates runs between
+:func:`begin_call` and :func:`end_call`.  In the main thread (the only thread
+Python delivers signals to) they put a handler of ours in place of Python's
+default one: until the call reaches its commit point it raises
+KeyboardInterrupt just as the default handler does; after it (a linker calls
+:func:`mark_committed` there, and the function once more before assigning
+the updates), it records the SIGINT instead, and :func:`end_call` delivers it
+again once the call has returned (:func:`deliver_interrupt_later`): the call
+completes, returns its results, and the KeyboardInterrupt arrives in the
+caller's code a moment later.  A handler of the user's own stays in place
+(it decides what Ctrl-C does).  A thunk called on its own (a memory report's
+measured run) marks nothing: :func:`mark_committed` outside a call is a no-op.
 
-Code that runs no Python between the commit point and the assignment (the C
-linker's compiled call path) needs no handler: no handler runs there.  It
-checks for a pending SIGINT once the updates are assigned and hands it to
-:func:`deliver_interrupt_later` too.
+Before the commit point the executors let the handler act between steps
+(the Python executor runs Python between steps anyway; C code calls
+``PyErr_CheckSignals`` between steps and inside long loops).  Code that runs
+no Python from the commit point to the assignment (the C linker's compiled
+call path) needs no handler at all: it checks for a pending SIGINT once the
+updates are assigned and hands it to :func:`deliver_interrupt_later` too.
 
 Why later, from another thread: CPython acts on a pending signal at its next
 check, and it checks right after every call of a C function -- a flag set
@@ -35,51 +38,61 @@ import signal
 import threading
 import time
 
-__all__ = ["enter_commit", "leave_commit", "commit_depth", "deliver_interrupt_later"]
+__all__ = ["begin_call", "end_call", "mark_committed", "deliver_interrupt_later"]
 
 #: how long after a call returns a held Ctrl-C is delivered
 REDELIVERY_DELAY_S = 0.002
 
 _MAIN_THREAD_ID = threading.main_thread().ident
 
-#: calls of the main thread in their commit phase (nested calls: a perform
-#: calling another function)
+#: calls in progress in the main thread (a perform may call another function)
 _depth = 0
-#: the handler replaced while ``_depth > 0`` (None: nothing replaced)
+#: the depth of the outermost call that passed its commit point (0: none)
+_committed_at = 0
+#: the default handler, while ours is in place (None: ours is not)
 _saved = None
-#: a SIGINT arrived during a commit phase
+#: a SIGINT arrived after a commit point
 _pending = False
 
 
-def _record_interrupt(signum, frame) -> None:
+def _on_sigint(signum, frame) -> None:
     global _pending
-    _pending = True
+    if _committed_at:
+        _pending = True   # the call must complete first
+    else:
+        raise KeyboardInterrupt
 
 
-def commit_depth() -> int:
-    """The current depth, to hand back to :func:`leave_commit` (0 outside the main thread)."""
-    return _depth if threading.get_ident() == _MAIN_THREAD_ID else 0
-
-
-def enter_commit() -> None:
-    """From now on this call must complete: hold SIGINT until it has."""
+def begin_call() -> int:
+    """A call with updates starts; returns the token for :func:`end_call`."""
     global _depth, _saved
     if threading.get_ident() != _MAIN_THREAD_ID:
-        return
+        return -1
     if _depth == 0 and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _record_interrupt)
+        signal.signal(signal.SIGINT, _on_sigint)
         _saved = signal.default_int_handler
     _depth += 1
+    return _depth - 1
 
 
-def leave_commit(depth: int) -> None:
-    """Back to ``depth`` (from :func:`commit_depth` before the call): at 0, put
-    the default handler back and deliver a SIGINT that arrived meanwhile."""
-    global _depth, _saved, _pending
-    if threading.get_ident() != _MAIN_THREAD_ID or _depth <= depth:
+def mark_committed() -> None:
+    """The running call passed its commit point: hold SIGINT until it ends."""
+    global _committed_at
+    if _depth and not _committed_at and threading.get_ident() == _MAIN_THREAD_ID:
+        _committed_at = _depth
+
+
+def end_call(token: int) -> None:
+    """The call that :func:`begin_call` returned ``token`` for has ended (or
+    failed): at the outermost one, the default handler is back and a SIGINT
+    held meanwhile is delivered."""
+    global _depth, _committed_at, _saved, _pending
+    if token < 0:
         return
-    _depth = depth
-    if depth == 0 and _saved is not None:
+    _depth = token
+    if _committed_at > token:
+        _committed_at = 0
+    if token == 0 and _saved is not None:
         signal.signal(signal.SIGINT, _saved)
         _saved = None
         if _pending:

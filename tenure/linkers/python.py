@@ -39,7 +39,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tenure.linkers.commit import BACKUP, CommitPoint, commit_point
-from tenure.linkers.interrupts import enter_commit
+from tenure.linkers.interrupts import mark_committed
 from tenure.linkers.plan import Plan, make_plan, reuse_possible, step_workspace
 from tenure.rewrites.destroy import view_root
 
@@ -391,7 +391,7 @@ class PythonThunk:
                 value = storage[slot]
                 if isinstance(value, np.ndarray) and value.flags.writeable:
                     backups.append((value, value.copy()))
-        enter_commit()
+        mark_committed()
         try:
             self._run_steps(steps[commit.step:], storage, aside)
         except BaseException:

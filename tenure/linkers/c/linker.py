@@ -46,7 +46,7 @@ from collections import OrderedDict
 import numpy as np
 
 from tenure.linkers.commit import BACKUP
-from tenure.linkers.interrupts import enter_commit
+from tenure.linkers.interrupts import mark_committed
 from tenure.linkers.plan import compile_time_order, make_plan, step_workspace
 from tenure.linkers.python import MIN_REUSE_BYTES, PythonLinker, PythonThunk
 
@@ -76,7 +76,7 @@ class CThunk(PythonThunk):
         performs = tuple((s.node.op.perform, s.node) for s in plan.steps)
         # The last entry is the commit hook: the Python call path holds Ctrl-C
         # from the commit point on; the compiled call path runs no Python there.
-        self._py_steps = performs + (enter_commit,)
+        self._py_steps = performs + (mark_committed,)
         self._py_steps_compiled = performs + (None,)
         self._tables: OrderedDict = OrderedDict()
         self._last_table_signature = object()

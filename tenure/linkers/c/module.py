@@ -33,7 +33,7 @@ Transactions (see :mod:`tenure.linkers.commit`): before the commit point (the
 first step writing a shared variable's storage) ``run`` checks for Ctrl-C
 after every step (``PyErr_CheckSignals``) and a KeyboardInterrupt ends the
 call with nothing written.  At the commit point it calls the commit hook
-(the Python call path passes :func:`~tenure.linkers.interrupts.enter_commit`;
+(the Python call path passes :func:`~tenure.linkers.interrupts.mark_committed`;
 the compiled call path, which runs no Python from there to the assignment of
 the updates, passes ``None``) and, in backup mode (bit 2 of ``shapes[0]``,
 or no ``shapes`` at all), copies the storage of the shared variables written
