@@ -29,6 +29,9 @@ updates are assigned and hands it to :func:`deliver_interrupt_later` too.
 Why later, from another thread: CPython acts on a pending signal at its next
 check, and it checks right after every call of a C function -- a flag set
 before returning would raise the KeyboardInterrupt from the call itself.
+And the thread needs the GIL, which a long compiled call holds: so the next
+call through :func:`begin_call` delivers it first thing, whichever comes
+first (a loop of calls stops at the start of the next one, nothing done).
 """
 
 from __future__ import annotations
@@ -53,6 +56,9 @@ _committed_at = 0
 _saved = None
 #: a SIGINT arrived after a commit point
 _pending = False
+#: one entry per held SIGINT handed on to be raised again (a list: its
+#: ``pop`` is atomic, so the thread and the next call never both raise it)
+_redeliver: list = []
 
 
 def _on_sigint(signum, frame) -> None:
@@ -68,6 +74,8 @@ def begin_call() -> int:
     global _depth, _saved
     if threading.get_ident() != _MAIN_THREAD_ID:
         return -1
+    if _depth == 0 and _take_redelivery():
+        raise KeyboardInterrupt   # held by the last call: this one does not start
     if _depth == 0 and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_sigint)
         _saved = signal.default_int_handler
@@ -100,12 +108,22 @@ def end_call(token: int) -> None:
             deliver_interrupt_later()
 
 
+def _take_redelivery() -> bool:
+    try:
+        _redeliver.pop()
+    except IndexError:
+        return False
+    return True
+
+
 def _interrupt_main_soon() -> None:
     time.sleep(REDELIVERY_DELAY_S)
-    _thread.interrupt_main(signal.SIGINT)
+    if _take_redelivery():
+        _thread.interrupt_main(signal.SIGINT)
 
 
 def deliver_interrupt_later() -> None:
     """Raise KeyboardInterrupt in the main thread shortly, once the call that
-    held it has returned."""
+    held it has returned (or at the start of the next call, if sooner)."""
+    _redeliver.append(True)
     _thread.start_new_thread(_interrupt_main_soon, ())
