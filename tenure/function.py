@@ -24,7 +24,7 @@ from tenure.rewrites.destroy import DestroyHandler, buffer_roots, destroyers
 from tenure.rewrites.fgraph import FunctionGraph
 from tenure.symbolic.graph import Constant, Variable, ancestors, clone_get_equiv
 from tenure.symbolic.shared import SharedVariable
-from tenure.symbolic.types import TensorType
+from tenure.symbolic.types import TensorType, is_same_memory
 
 
 class UnusedInputError(ValueError):
@@ -296,7 +296,7 @@ class Function:
         array changed after compiling must not change the default)."""
         value = spec.variable.type.filter(spec.value, allow_downcast=self.allow_input_downcast,
                                           what=f"default value of input {spec.name}")
-        return value.copy() if value is spec.value else value
+        return value.copy() if is_same_memory(value, spec.value) else value
 
     def _build_graph(self, givens, on_unused_input, updates) -> None:
         in_vars = [spec.variable for spec in self.inputs]

@@ -23,7 +23,8 @@ LINKERS = _FROM_ENV or ["py", "check"]
 #: it too (``TENURE_TEST_LINKERS=c``), but compiling every graph of every test
 #: costs more than a CI run may take.
 C_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_transactions.py",
-                  "test_pytensor_idioms.py", "test_pickle.py"}
+                  "test_pytensor_idioms.py", "test_pickle.py", "test_array_types.py",
+                  "test_leaks.py"}
 C_IN_EVERY_RUN_DIRS = {("symbolic", "ops")}
 
 

@@ -60,6 +60,34 @@ class TestCalling:
         g = tn.function([x], x * 1, mode=mode, allow_input_downcast=True)
         assert g(np.ones(2)).dtype == np.float32
 
+    def test_allow_input_downcast_casts_python_numbers_as_arrays(self, mode):
+        # The same values give the same result as a Python int, a list or an
+        # ndarray: NumPy's C cast (wrap), as PyTensor's np.asarray(...) of an array.
+        s = tn.scalar("s", dtype="int8")
+        v = tn.vector("v", dtype="uint8")
+        h = tn.vector("h", dtype="float32")
+        outputs = [s * 1, v * 1, h * 1]
+        f = tn.function([s, v, h], outputs, mode=mode, allow_input_downcast=True)
+        as_arrays = f(np.array(300), np.array([300, -1, 7]), np.array([0.1, 2.5]))
+        as_python = f(300, [300, -1, 7], [0.1, 2.5])
+        for a, p, want in zip(as_arrays, as_python, [44, [44, 255, 7], [0.1, 2.5]]):
+            assert a.dtype == p.dtype
+            np.testing.assert_array_equal(a, p)
+            np.testing.assert_array_equal(a, np.asarray(want).astype(a.dtype))
+        wrapped, floored, _ = f(-129, [1.9, 3.2], [1])
+        assert wrapped == 127
+        np.testing.assert_array_equal(floored, [1, 3])
+        with pytest.raises(ValueError, match="input 's': .* does not fit in int8"):
+            f(2**70, [1], [1.0])  # no NumPy integer holds it: nothing to cast
+        # without allow_input_downcast both are refused, as before
+        g = tn.function([s, v, h], outputs, mode=mode)
+        with pytest.raises(ValueError, match="input 's': 300 does not fit in int8"):
+            g(300, [1], [1.0])
+        with pytest.raises(ValueError, match="input 'v': .* does not fit in uint8"):
+            g(1, [300], [1.0])
+        with pytest.raises(TypeError, match="input 's': expected dtype int8, got int64"):
+            g(np.array(300), [1], [1.0])
+
     def test_trust_input_skips_the_gate(self, mode):
         x = tn.vector("x")
         f = tn.function([x], x * 2, mode=mode)

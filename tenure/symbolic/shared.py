@@ -22,7 +22,8 @@ import weakref
 import numpy as np
 
 from tenure.symbolic.graph import Variable
-from tenure.symbolic.types import TensorType, python_scalar_dtype
+from tenure.symbolic.types import (TensorType, base_ndarray, is_same_memory,
+                                   python_scalar_dtype)
 from tenure.symbolic.variable import TensorMethods
 
 
@@ -83,8 +84,14 @@ class SharedVariable(TensorMethods, Variable):
     default_update = None
 
     def __init__(self, type: TensorType, value, name: str | None = None,
-                 borrow: bool = False):
+                 borrow: bool = False, strict: bool = False, allow_downcast=None):
         super().__init__(type, name=name)
+        #: ``set_value`` takes only ndarrays of exactly this type (no conversion)
+        self.strict = bool(strict)
+        #: whether values may be cast with loss of precision: True (any cast, as
+        #: NumPy's ``astype``), False (none, Python floats included) or None
+        #: (the default rules: safe casts, and Python floats into any float dtype)
+        self.allow_downcast = None if allow_downcast is None else bool(allow_downcast)
         self.container = Container(None)
         self.container.value = self._filter(value, borrow,
                                             what=f"shared() value for {name or 'shared'}")
@@ -117,17 +124,21 @@ class SharedVariable(TensorMethods, Variable):
         The new value must have the same dtype (safe casts of Python values are
         accepted) and number of dimensions; the shape may change.
         """
-        value = self._filter(value, borrow, what=f"set_value of {self}")
+        value = self._filter(value, borrow, what=f"set_value of {self}", strict=self.strict)
         with self.container.lock:
             self.container.value = value
 
-    def _filter(self, value, borrow: bool, what: str) -> np.ndarray:
+    def _filter(self, value, borrow: bool, what: str, strict: bool = False) -> np.ndarray:
         if isinstance(value, Variable):
             raise TypeError(f"{what}: expected a value, got symbolic variable {value} "
                             "(use updates= to assign an expression)")
-        arr = self.type.filter(value, what=what)
-        if arr is not value:
+        arr = self.type.filter(value, strict=strict, allow_downcast=bool(self.allow_downcast),
+                               what=what)
+        if self.allow_downcast is False and not isinstance(value, np.ndarray):
+            _check_exact(arr, value, what)
+        if not is_same_memory(arr, value):
             return arr  # converted: already a fresh array of our own
+        # (an ndarray subclass arrives here as a plain view of the caller's memory)
         # The caller's own array: keep it only when lent and lending is safe
         # (writeable, so updates may go in place; not another shared's storage).
         if not borrow or not arr.flags.writeable or _aliases_other_shared(arr, self):
@@ -138,8 +149,20 @@ class SharedVariable(TensorMethods, Variable):
         return self.name if self.name is not None else f"<shared {self.type}>"
 
 
+def _check_exact(arr: np.ndarray, value, what: str) -> None:
+    """With ``allow_downcast=False`` a Python value must convert exactly (Python
+    floats are otherwise accepted into any float dtype, rounded)."""
+    natural = np.asarray(value)
+    if natural.dtype.kind in "fc" and natural.dtype != arr.dtype \
+            and not np.array_equal(arr, natural, equal_nan=True):
+        raise TypeError(f"{what}: {value!r} cannot be stored exactly as {arr.dtype} (it "
+                        f"would be {arr!r}) and this shared variable has "
+                        "allow_downcast=False; cast the value yourself")
+
+
 def shared(value, name: str | None = None, borrow: bool = False,
-           dtype=None, shape=None) -> SharedVariable:
+           dtype=None, shape=None, strict: bool = False,
+           allow_downcast=None) -> SharedVariable:
     """A shared variable holding ``value``.
 
     ``value`` is copied unless ``borrow=True``, which lets tenure keep the very
@@ -148,9 +171,24 @@ def shared(value, name: str | None = None, borrow: bool = False,
     floats become ``config.floatX``, unless ``dtype`` is given) and its number
     of dimensions; lengths are not static unless ``shape`` says so, so
     ``set_value`` can change them.
+
+    The storage is always a plain ``np.ndarray``: another ndarray subclass
+    (``np.matrix``, ``np.memmap``, ...) is stored as a base-class array (a
+    view of the same memory when borrowed), and a masked array is refused
+    (pass ``.filled(...)`` or ``.data``).
+
+    ``strict=True``: ``set_value`` takes only ndarrays of exactly the
+    variable's dtype (no conversion at all).  ``allow_downcast``: whether
+    ``set_value`` (and an explicit ``dtype``) may cast with loss of precision:
+    ``True`` any cast (NumPy's ``astype``), ``False`` none (not even Python
+    floats that do not fit exactly), ``None`` (default) the usual rules:
+    safe casts, and Python floats into any float dtype.
     """
     if isinstance(value, Variable):
         raise TypeError(f"shared(): expected a value, got symbolic variable {value}")
+    if isinstance(value, np.ma.MaskedArray):
+        # Refused by the input gate too, but np.asarray below would drop the mask.
+        base_ndarray(value, what=f"shared() value for {name or 'shared'}")
     if isinstance(value, (np.ndarray, np.generic)):
         natural = np.asarray(value)
     else:
@@ -170,4 +208,5 @@ def shared(value, name: str | None = None, borrow: bool = False,
         dtype = natural.dtype
     if shape is None:
         shape = (None,) * natural.ndim
-    return SharedVariable(TensorType(dtype, shape), value, name=name, borrow=borrow)
+    return SharedVariable(TensorType(dtype, shape), value, name=name, borrow=borrow,
+                          strict=strict, allow_downcast=allow_downcast)

@@ -126,13 +126,26 @@ class TensorType:
         The input gate of every function.  Lists and Python scalars convert
         (as NumPy would, weakly typed); arrays are accepted when their dtype
         casts *safely* to this dtype, or any numeric cast when
-        ``allow_downcast``.  ndim and static lengths must match.  With
-        ``strict`` the value must already be an ndarray of exactly this dtype.
-        The result is ``value`` itself when no conversion was needed.
+        ``allow_downcast`` (NumPy's C cast: out-of-range integers wrap,
+        floats round, for arrays and Python numbers alike).  ndim and static
+        lengths must match.  With ``strict`` the value must already be an
+        ndarray of exactly this dtype.
+
+        Array types: a masked array (``np.ma.MaskedArray``) is refused with a
+        TypeError (its mask would be ignored; pass ``.filled(...)`` or
+        ``.data``).  Any other ndarray subclass (``np.matrix``, ``np.memmap``,
+        user subclasses) is taken as a plain ``np.ndarray`` view of the same
+        memory, so every linker computes on the same kind of array.
+
+        The result is ``value`` itself when no conversion was needed, or for a
+        subclass a base-class view of it; :func:`is_same_memory` tells both
+        apart from a converted copy.
         """
         target = self.numpy_dtype
         if isinstance(value, np.ndarray):
             arr = value
+            if type(arr) is not np.ndarray:
+                arr = base_ndarray(arr, what)
             if arr.dtype != target:
                 if strict:
                     raise TypeError(f"{what}: expected dtype {self.dtype}, got {arr.dtype} "
@@ -180,11 +193,21 @@ class TensorType:
                             f"{type(value).__name__} holding {natural.dtype}")
         if natural.dtype == target:
             return natural
+        if allow_downcast:
+            # Any cast, and the same one as for an array of these values
+            # (NumPy's C cast: out-of-range ints wrap, floats round), so that
+            # f(300) and f(np.array(300)) agree.  Only ints no NumPy integer
+            # dtype holds (object arrays here) cannot be cast.
+            try:
+                return natural.astype(target)
+            except (OverflowError, TypeError, ValueError) as exc:
+                raise ValueError(f"{what}: {value!r} does not fit in {self.dtype} "
+                                 f"({exc})") from None
         # Python numbers are weakly typed: like NumPy 2, a float fits any float
         # dtype and an int any int dtype it is in range of; changing kind
         # (float to int, complex to float, numbers to bool) is a downcast.
         same_or_higher_kind = same_kind_ints or _kind_rank(natural.dtype) <= _kind_rank(target)
-        if not (same_or_higher_kind or allow_downcast):
+        if not same_or_higher_kind:
             raise TypeError(f"{what}: expected {self.dtype}, got {type(value).__name__} "
                             f"holding {natural.dtype} values; converting would lose "
                             "information (pass allow_input_downcast=True to allow it)")
@@ -193,7 +216,7 @@ class TensorType:
                 converted = np.asarray(value, dtype=target)
         except (OverflowError, FloatingPointError, ValueError) as exc:
             raise ValueError(f"{what}: {value!r} does not fit in {self.dtype} ({exc})") from None
-        if (not allow_downcast and target.kind in "iu" and not same_kind_ints
+        if (target.kind in "iu" and not same_kind_ints
                 and not np.array_equal(converted, natural)):
             raise ValueError(f"{what}: {value!r} does not fit in {self.dtype}")
         return converted
@@ -215,6 +238,26 @@ class TensorType:
             text = np.array2string(data, separator=", ", threshold=8)
             return text.replace("\n", "")
         return f"Constant{{{self}}}"
+
+
+def base_ndarray(value: np.ndarray, what: str) -> np.ndarray:
+    """An ndarray subclass as a plain ndarray view of the same memory; masked
+    arrays are refused (no linker would honour the mask)."""
+    if isinstance(value, np.ma.MaskedArray):
+        raise TypeError(
+            f"{what}: got a masked array (numpy.ma.MaskedArray), which is not accepted: "
+            "its mask would be ignored; pass value.filled(fill_value) to replace the "
+            "masked entries, or value.data to use the underlying data as it is")
+    return value.view(np.ndarray)
+
+
+def is_same_memory(result: np.ndarray, value) -> bool:
+    """Whether ``result``, what :meth:`TensorType.filter` returned for
+    ``value``, is the caller's own array (``value`` itself, or the base-class
+    view of an ndarray subclass) rather than a converted copy: the caller of
+    ``filter`` must then decide about copies."""
+    return result is value or (isinstance(value, np.ndarray)
+                               and np.may_share_memory(result, value))
 
 
 def _all_python_ints(value) -> bool:

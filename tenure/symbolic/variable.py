@@ -14,7 +14,7 @@ import numbers
 import numpy as np
 
 from tenure.symbolic.graph import Constant, Variable
-from tenure.symbolic.types import TensorType, python_scalar_dtype
+from tenure.symbolic.types import TensorType, base_ndarray, python_scalar_dtype
 
 
 def _ops():
@@ -119,6 +119,13 @@ class TensorMethods:
         if len(axes) == 1 and not isinstance(axes[0], numbers.Integral):
             axes = axes[0]  # x.transpose((1, 0)) or x.transpose(None)
         return _ops().transpose(self, axes if axes else None)
+    def dimshuffle(self, *pattern):
+        """PyTensor's ``x.dimshuffle(1, 'x', 0)`` (or one tuple/list): reorder axes,
+        add length-1 axes ('x') and drop axes of static length 1 (a view)."""
+        from tenure.symbolic.ops.shape import dimshuffle
+        if len(pattern) == 1 and isinstance(pattern[0], (list, tuple)):
+            pattern = pattern[0]
+        return dimshuffle(self, pattern)
     def flatten(self, ndim=1): return _ops().flatten(self, ndim=ndim)
     def squeeze(self, axis=None): return _ops().squeeze(self, axis=axis)
     def clip(self, min, max): return _ops().clip(self, min, max)
@@ -187,6 +194,8 @@ def constant(value, name: str | None = None, dtype=None, shape=None) -> TensorCo
     """
     if isinstance(value, Variable):
         raise TypeError(f"constant(): expected a value, got symbolic variable {value}")
+    if isinstance(value, np.ma.MaskedArray):
+        base_ndarray(value, what=f"constant() value{'' if name is None else ' ' + name}")
     if dtype is None:
         if isinstance(value, (np.ndarray, np.generic)):
             dtype = value.dtype

@@ -75,3 +75,79 @@ class TestErrors:
     def test_clone_is_refused(self):
         with pytest.raises(TypeError, match="cannot be cloned"):
             tn.shared(np.zeros(2), name="w").clone()
+
+
+class TestStrictAndAllowDowncast:
+    """PyTensor's ``shared(..., strict=, allow_downcast=)``: the rules ``set_value`` follows."""
+
+    def test_defaults(self):
+        w = tn.shared(np.zeros(3), name="w")
+        assert w.strict is False and w.allow_downcast is None
+
+    def test_strict_takes_only_ndarrays_of_the_exact_dtype(self):
+        w = tn.shared(np.zeros(3), name="w", strict=True)
+        with pytest.raises(TypeError, match="set_value of w: expected dtype float64, got "
+                                            "float32 \\(strict input\\)"):
+            w.set_value(np.ones(3, dtype="float32"))  # a safe cast, but not exact
+        with pytest.raises(TypeError, match="set_value of w: expected an ndarray of dtype "
+                                            "float64, got list"):
+            w.set_value([1.0, 2.0, 3.0])
+        with pytest.raises(TypeError, match="strict"):
+            w.set_value(np.arange(3))  # int64: a safe cast, but not exact
+        np.testing.assert_array_equal(w.get_value(), np.zeros(3))
+        w.set_value(np.ones(4))  # exact dtype: fine (lengths may change)
+        np.testing.assert_array_equal(w.get_value(), np.ones(4))
+        # the initial value follows shared()'s usual conversion
+        assert tn.shared([1.0, 2.0], strict=True).get_value().dtype == np.float64
+
+    def test_not_strict_converts(self):
+        w = tn.shared(np.zeros(3), name="w")
+        w.set_value(np.ones(3, dtype="float32"))
+        assert w.get_value().dtype == np.float64
+        w.set_value([1, 2, 3])
+        np.testing.assert_array_equal(w.get_value(), [1.0, 2.0, 3.0])
+
+    def test_allow_downcast_true_casts_as_numpy(self):
+        w = tn.shared(np.zeros(3, dtype="float32"), name="w", allow_downcast=True)
+        w.set_value(np.array([0.1, 2.5, 1e10]))  # float64 into float32: rounds
+        assert w.get_value().dtype == np.float32
+        np.testing.assert_array_equal(w.get_value(),
+                                      np.array([0.1, 2.5, 1e10]).astype("float32"))
+        b = tn.shared(np.zeros(2, dtype="int8"), name="b", allow_downcast=True)
+        b.set_value(np.array([300, -1]))  # int64 into int8: wraps, as astype
+        np.testing.assert_array_equal(b.get_value(), [44, -1])
+        b.set_value([300, 1.7])           # Python values: the same cast
+        np.testing.assert_array_equal(b.get_value(), [44, 1])
+        # and an explicit dtype for the initial value may downcast too
+        c = tn.shared(np.array([1.5, 2.5]), dtype="int32", allow_downcast=True)
+        np.testing.assert_array_equal(c.get_value(), [1, 2])
+
+    def test_allow_downcast_none_and_false_refuse_lossy_array_casts(self):
+        for allow in (None, False):
+            w = tn.shared(np.zeros(3, dtype="float32"), name="w", allow_downcast=allow)
+            with pytest.raises(TypeError, match="set_value of w: expected dtype float32, got "
+                                                "float64"):
+                w.set_value(np.ones(3))
+            b = tn.shared(np.zeros(2, dtype="int8"), name="b", allow_downcast=allow)
+            with pytest.raises(ValueError, match="does not fit in int8"):
+                b.set_value([300, 1])
+        with pytest.raises(TypeError, match="could lose information"):
+            tn.shared(np.array([1.5, 2.5]), dtype="int32")
+
+    def test_allow_downcast_none_takes_python_floats_into_floatx(self):
+        with tn.config.change_flags(floatX="float32"):
+            w = tn.shared(np.zeros(2, dtype="float32"), name="w")
+            w.set_value([0.1, 0.2])  # rounded to float32, as PyTensor does for None
+            np.testing.assert_array_equal(w.get_value(),
+                                          np.array([0.1, 0.2], dtype="float32"))
+            w.set_value(0.1 * np.ones(2, dtype="float32"))
+
+    def test_allow_downcast_false_refuses_inexact_python_floats(self):
+        w = tn.shared(np.zeros(2, dtype="float32"), name="w", allow_downcast=False)
+        with pytest.raises(TypeError, match=r"set_value of w: \[0.1, 0.25\] cannot be stored "
+                                            r"exactly as float32.*allow_downcast=False"):
+            w.set_value([0.1, 0.25])
+        np.testing.assert_array_equal(w.get_value(), np.zeros(2))
+        w.set_value([0.5, 0.25])  # exact in float32: fine
+        np.testing.assert_array_equal(w.get_value(), [0.5, 0.25])
+        w.set_value(np.array([0.1, 0.2], dtype="float32"))  # arrays: the usual rules

@@ -47,6 +47,9 @@ from tenure.symbolic.variable import TensorConstant, as_tensor_variable, constan
 
 #: the dtypes Gemm computes in (those BLAS's sgemm / dgemm take)
 GEMM_DTYPES = ("float32", "float64")
+#: the same as NumPy dtypes, for the per-call test (``dtype.name`` builds a new
+#: string on every access, which showed up as growth under tracemalloc)
+_GEMM_NP_DTYPES = tuple(np.dtype(d) for d in GEMM_DTYPES)
 
 
 def _shape_str(shape) -> str:
@@ -274,7 +277,7 @@ def accumulate(target: np.ndarray, alpha, x: np.ndarray, y: np.ndarray, beta) ->
     """
     m, k, n = x.shape[0], x.shape[1], y.shape[1]
     if (target.shape != (m, n) or target.size == 0 or k == 0 or alpha == 0 or beta == 0
-            or target.dtype.name not in GEMM_DTYPES):
+            or target.dtype not in _GEMM_NP_DTYPES):
         _numpy_into(target, alpha, x, y, beta)
         return
     if target.flags.c_contiguous:

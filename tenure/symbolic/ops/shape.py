@@ -564,6 +564,41 @@ class DimShuffle(Op):
         return [DimShuffle(len(self.new_order), order)(gz)]
 
 
+def dimshuffle(x, pattern):
+    """``x.dimshuffle(*pattern)``, PyTensor's idiom: output axis ``k`` is input
+    axis ``pattern[k]``, or a new length-1 axis where ``pattern[k] == 'x'``.
+
+    Input axes left out of ``pattern`` are dropped; as in PyTensor they must be
+    known to have length 1 (static length 1: ``tn.specify_shape`` or
+    ``shape=`` gives it), else a ValueError.  The result is a view of ``x``.
+    """
+    x = as_tensor_variable(x)
+    pattern = tuple(pattern)
+    order = []
+    for k, e in enumerate(pattern):
+        if isinstance(e, str) and e == "x":
+            order.append("x")
+        elif isinstance(e, (numbers.Integral, np.integer)) and not isinstance(e, (bool, np.bool_)):
+            if not 0 <= e < x.ndim:
+                raise ValueError(f"dimshuffle{pattern}: entry {k} ({e}) is not an axis of {x} "
+                                 f"({x.type}, axes 0 to {x.ndim - 1})")
+            order.append(int(e))
+        else:
+            raise TypeError(f"dimshuffle{pattern}: entry {k} must be an axis (an int) or 'x', "
+                            f"got {e!r}")
+    if len(set(a for a in order if a != "x")) != len([a for a in order if a != "x"]):
+        raise ValueError(f"dimshuffle{pattern}: an axis of {x} appears more than once")
+    for axis in range(x.ndim):
+        length = x.type.shape[axis]
+        if axis not in order and length != 1:
+            has = "unknown length" if length is None else f"length {length}"
+            raise ValueError(
+                f"dimshuffle{pattern}: cannot drop a non-broadcastable dimension: axis {axis} "
+                f"of {x} ({x.type}) has {has}; only axes of static length 1 can be dropped "
+                "(tn.specify_shape can declare it)")
+    return DimShuffle(x.ndim, order)(x)
+
+
 def _axis_tuple(axis, ndim: int, fn: str) -> tuple:
     axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
     normalized = tuple(normalize_axis(a, ndim, fn) for a in axes)
@@ -616,3 +651,115 @@ def squeeze(x, axis=None):
                 raise ValueError(f"squeeze: cannot squeeze axis {a} of {x} ({x.type}): its "
                                  f"length is {length}, not 1")
     return DimShuffle(x.ndim, tuple(a for a in range(x.ndim) if a not in drop))(x)
+
+
+# --------------------------------------------------------------------------
+# SpecifyShape
+
+
+class SpecifyShape(Op):
+    """``x`` itself (a view), with a shape the user asserts: the output's static
+    shape has the lengths given as ints, and ``perform`` checks the runtime
+    shape against every given length (ints and symbolic ones).
+
+    ``spec`` has one entry per axis: ``None`` (not specified), an int (a
+    static length) or ``"?"`` (a symbolic length: the next 0-d int64 input
+    after ``x``).
+    """
+
+    __props__ = ("spec",)
+    view_map = {0: [0]}
+
+    def __init__(self, spec):
+        self.spec = tuple(e if e is None or e == "?" else operator.index(e) for e in spec)
+
+    def __str__(self) -> str:
+        return "SpecifyShape{" + ", ".join("?" if e is None else "sym" if e == "?" else str(e)
+                                           for e in self.spec) + "}"
+
+    def make_node(self, x, *dims):
+        x = as_tensor_variable(x)
+        if x.ndim != len(self.spec):
+            raise ValueError(f"specify_shape: {x} ({x.type}) has {x.ndim} dimension(s) and can "
+                             f"never have a shape of length {len(self.spec)}")
+        if len(dims) != sum(e == "?" for e in self.spec):
+            raise TypeError(f"{self}: expected {sum(e == '?' for e in self.spec)} symbolic "
+                            f"length(s), got {len(dims)}")
+        dims = [as_tensor_variable(d) for d in dims]
+        for d in dims:
+            if d.type != TensorType("int64", ()):
+                raise TypeError(f"{self}: symbolic lengths must be 0-d int64, got {d} ({d.type})")
+        out_shape = []
+        for axis, (have, want) in enumerate(zip(x.type.shape, self.spec)):
+            if isinstance(want, int) and have is not None and have != want:
+                raise ValueError(f"specify_shape: {x} has static shape {_shape_str(x.type.shape)}, "
+                                 f"which contradicts the specified length {want} of axis {axis}")
+            out_shape.append(have if have is not None else want if isinstance(want, int) else None)
+        return Apply(self, [x, *dims], [TensorType(x.dtype, out_shape)()])
+
+    def _expected(self, dims) -> tuple:
+        values = iter(dims)
+        return tuple(int(next(values)) if e == "?" else e for e in self.spec)
+
+    def perform(self, node, inputs, output_storage):
+        x, *dims = inputs
+        expected = self._expected(dims)
+        if x.ndim != len(expected) or any(e is not None and e != got
+                                          for e, got in zip(expected, x.shape)):
+            raise ValueError(f"specify_shape: expected shape {_shape_str(expected)}, got an "
+                             f"array of shape {x.shape}")
+        output_storage[0][0] = x.view()
+
+    def infer_shape(self, node, input_shapes):
+        values = iter(node.inputs[1:])
+        return [tuple(d if e is None else next(values) if e == "?" else e
+                      for d, e in zip(input_shapes[0], self.spec))]
+
+    def grad(self, inputs, output_grads):
+        (gz,) = output_grads
+        # The values pass through unchanged, and so does the gradient; the
+        # lengths are integers, with no gradient.
+        return [gz] + [None] * (len(inputs) - 1)
+
+
+def specify_shape(x, shape):
+    """``x`` with a shape the user asserts (PyTensor's ``specify_shape``).
+
+    ``shape`` has one entry per axis of ``x``: ``None`` (unspecified), an int,
+    or a 0-d integer tensor; a single entry may be given bare, and a 1-d
+    integer tensor of static length gives one entry per element.  The result
+    has the int entries as static lengths (so later ops, ``dimshuffle`` or a
+    C kernel can rely on them), and running the function checks every
+    specified length, raising a ValueError that names the expected and the
+    actual shape.  When the static shape of ``x`` already says it all, ``x``
+    itself is returned.
+    """
+    from tenure.symbolic.ops.indexing import getitem
+    x = as_tensor_variable(x)
+    if isinstance(shape, Variable) and shape.ndim == 1:
+        vec = as_tensor_variable(shape)
+        if vec.type.shape[0] is None:
+            raise ValueError(f"specify_shape: the shape vector {vec} ({vec.type}) must have a "
+                             "static length")
+        shape = [getitem(vec, i) for i in range(vec.type.shape[0])]
+    elif not isinstance(shape, (tuple, list)):
+        shape = (shape,)
+    if len(shape) != x.ndim:
+        raise ValueError(f"specify_shape: {x} ({x.type}) has {x.ndim} dimension(s) and can "
+                         f"never have a shape of length {len(shape)} ({shape!r})")
+    spec, dims = [], []
+    for i, entry in enumerate(shape):
+        if entry is None:
+            spec.append(None)
+            continue
+        dim = as_dim(entry, what=f"specify_shape: shape entry {i}")
+        if isinstance(dim, int):
+            if dim < 0:
+                raise ValueError(f"specify_shape: shape entry {i} must be >= 0, got {dim}")
+            spec.append(dim)
+        else:
+            spec.append("?")
+            dims.append(dim)
+    if not dims and all(e is None or e == s for e, s in zip(spec, x.type.shape)):
+        return x  # nothing the type does not already say
+    return SpecifyShape(spec)(x, *dims)
