@@ -24,6 +24,7 @@ from tenure.rewrites.destroy import DestroyHandler, buffer_roots, destroyers
 from tenure.rewrites.fgraph import FunctionGraph
 from tenure.symbolic.graph import Constant, Variable, ancestors, clone_get_equiv
 from tenure.symbolic.shared import SharedVariable
+from tenure.symbolic.ops.shape import specify_shape
 from tenure.symbolic.types import TensorType, is_same_memory
 
 
@@ -818,6 +819,11 @@ def _check_update(var: SharedVariable, expr, what: str) -> Variable:
             f"of any length broadcastable.  If the length is meant to be 1, give the shared "
             f"variable that static length (shared(value, shape=...)); if the value should "
             f"take {var}'s shape, broadcast it: tn.broadcast_to(expr, {var}.shape)")
+    if any(mine is not None and its is None
+           for mine, its in zip(var.type.shape, expr.type.shape)):
+        # The variable's static lengths hold for every value it will have: a
+        # call whose new value has others raises (before anything is written).
+        expr = specify_shape(expr, var.type.shape)
     return expr
 
 

@@ -359,3 +359,19 @@ def test_ctrl_c_works_as_usual_after_a_memory_report(mode):
         time.sleep(1)
     f(np.ones(3))
     np.testing.assert_array_equal(a.get_value(), np.ones(3))
+
+
+def test_an_update_keeps_the_static_shape_of_its_shared_variable(mode):
+    """A shared variable of static shape (1, 1) updated from a value of any
+    shape: a call whose value has another shape raises and changes nothing."""
+    s = tn.shared(np.zeros((1, 1)), name="s", shape=(1, 1))
+    a = tn.shared(np.zeros(3), name="a")
+    x = tn.matrix("x")
+    f = tn.function([x], [], updates=[(a, a + 1), (s, x * 2)], mode=mode)
+    with pytest.raises(ValueError, match=r"expected shape \(1, 1\)"):
+        f(np.ones((2, 2)))
+    assert s.get_value().shape == (1, 1) and s.get_value()[0, 0] == 0
+    np.testing.assert_array_equal(a.get_value(), np.zeros(3))
+    f(np.ones((1, 1)))
+    assert s.get_value()[0, 0] == 2
+    np.testing.assert_array_equal(a.get_value(), np.ones(3))

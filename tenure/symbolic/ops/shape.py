@@ -701,6 +701,14 @@ class SpecifyShape(Op):
         values = iter(dims)
         return tuple(int(next(values)) if e == "?" else e for e in self.spec)
 
+    def check_shapes(self, node, input_shapes, output_shapes) -> bool:
+        # The planned output shape holds the specified lengths, symbolic ones too.
+        got, expected = tuple(input_shapes[0]), tuple(output_shapes[0])
+        if [e for e, g, w in zip(self.spec, got, expected) if e is not None and g != w]:
+            raise ValueError(f"specify_shape: expected shape {_shape_str(expected)}, got an "
+                             f"array of shape {got}")
+        return True
+
     def perform(self, node, inputs, output_storage):
         x, *dims = inputs
         expected = self._expected(dims)
