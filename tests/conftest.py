@@ -22,7 +22,8 @@ LINKERS = _FROM_ENV or ["py", "check"]
 #: file of the op suite (tests/symbolic/ops).  The rest of the suite passes on
 #: it too (``TENURE_TEST_LINKERS=c``), but compiling every graph of every test
 #: costs more than a CI run may take.
-C_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_array_types.py", "test_leaks.py"}
+C_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_array_types.py",
+                  "test_leaks.py"}
 C_IN_EVERY_RUN_DIRS = {("symbolic", "ops")}
 
 
