@@ -57,12 +57,16 @@ def test_single_output_is_returned_itself():
     assert np.ndim(f(np.ones(4))) == 0 and f(np.ones(4)) == 12.0
 
 
+class _Subclass(np.ndarray):
+    """An ndarray subclass: the C gate takes exact ndarrays only."""
+
+
 @pytest.mark.parametrize("call", [
     lambda f: f(x=np.ones(3)),                        # keyword
     lambda f: f([1.0, 1.0, 1.0]),                     # a list
     lambda f: f(np.ones(3, dtype=np.int32)),          # another dtype (safe cast)
     lambda f: f(np.ones(3, dtype=">f8")),             # byte-swapped
-    lambda f: f(np.ma.masked_array(np.ones(3))),      # a subclass
+    lambda f: f(np.ones(3).view(_Subclass)),          # a subclass
 ])
 def test_other_arguments_take_the_python_path(call):
     x = tn.vector("x")
