@@ -375,3 +375,28 @@ def test_an_update_keeps_the_static_shape_of_its_shared_variable(mode):
     f(np.ones((1, 1)))
     assert s.get_value()[0, 0] == 2
     np.testing.assert_array_equal(a.get_value(), np.ones(3))
+
+
+def test_ctrl_c_stops_a_long_compiled_reduction_part_way(mode):
+    """The same for a reduction, which checks every 64 rows: stopped, it has
+    written part of its borrowed output (last call's buffer, which the test
+    still holds) and not the rest."""
+    if mode.linker != "c":
+        pytest.skip("the compiled loops' own checks (NumPy's loops have none)")
+    X = tn.matrix("X", dtype="float32")
+    f = tn.function([tn.In(X, borrow=True)],
+                    tn.Out(tn.exp(tn.sin(X) * tn.cos(X)).sum(axis=1), borrow=True), mode=mode)
+    assert any(_reduction_interrupted_part_way(f) for _ in range(4))
+
+
+def _reduction_interrupted_part_way(f) -> bool:
+    zeros, ones = np.zeros((25_000, 1_000), np.float32), np.ones((25_000, 1_000), np.float32)
+    held = f(zeros)   # every element 1000.0; the next calls write into this buffer
+    killer = subprocess.Popen(["sh", "-c", f"sleep 0.3; kill -INT {os.getpid()}"])
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            for k in range(200):
+                f(ones if k % 2 == 0 else zeros)
+    finally:
+        killer.wait()
+    return len(np.unique(held)) == 2

@@ -99,7 +99,8 @@ import numpy as np
 
 from tenure.linkers.c.elemwise import (
     _HEADERS, _IDENTIFIER, _NPY_TYPES, COMPILE_FLAGS, _c_string, _comment, _input_label, _kernel,
-    _load, _no_contract, _omp_for, _parallel_region, _table, _thread_count, parallel_settings)
+    _load, _no_contract, _omp_for, _parallel_region, _table, _thread_count, _thread_id,
+    parallel_settings)
 from tenure.linkers.c.elemwise import SUPPORT_CODE as _EW_SUPPORT_CODE
 from tenure.linkers.c.standalone import module_text
 from tenure.symbolic.graph import Apply
@@ -476,14 +477,22 @@ static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
 {_thread_count(par, "(split < 0 ? 0 : count * PyArray_SIZE(ops[0]))", 8)}
         const npy_intp per_chunk = tn_chunk(units, tn_nthreads);
         const npy_intp chunks = (units + per_chunk - 1) / per_chunk;
+        /* Ctrl-C (see elemwise.py's tn_interruptible): the caller's thread
+         * checks every TN_CHECK_BLOCKS rows; the threads then stop. */
+        const int interruptible = tn_interruptible;
+        volatile int stop = 0;
 {_parallel_region(par, 8)}
         {{
+{_thread_id(par, 12)}
+            npy_intp visits = 0;
 {_omp_for(par, 12)}
             for (npy_intp chunk = 0; chunk < chunks; chunk++) {{
                 const npy_intp first = chunk * per_chunk;
                 const npy_intp last = units - first < per_chunk ? units : first + per_chunk;
                 npy_intp box[NPY_MAXDIMS], index[NPY_MAXDIMS];
                 char *ptr[{nops}];
+                if (stop)
+                    continue;
                 tn_rd_box({nops}, ops, nd, shape, strides, split, unit, first, last, box, index,
                           ptr);
                 do {{
@@ -491,9 +500,14 @@ static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
                         {helper}_row(ptr, s, box[nd - 1], contiguous, &tn_status);
                     else
                         {helper}_kept(ptr, s, box[nd - 1], contiguous, &tn_status);
-                }} while (tn_ew_next(nd - 1, box, strides, {nops}, index, ptr));
+                    if (interruptible && tn_tid == 0 && ++visits % TN_CHECK_BLOCKS == 0
+                            && PyErr_CheckSignals() < 0)
+                        stop = 1;
+                }} while (!stop && tn_ew_next(nd - 1, box, strides, {nops}, index, ptr));
             }}
         }}
+        if (stop)
+            return -1;   /* KeyboardInterrupt (or a handler's error) is set */
     }}{final}
     if (tn_status)
         return tn_ew_fail({name}, tn_status);
