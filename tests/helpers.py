@@ -1,6 +1,10 @@
-"""Helpers shared by the op test files."""
+"""Helpers shared by the test files."""
+
+import importlib
+import os
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, settings
 
 #: dtypes the op suites run over
@@ -54,3 +58,27 @@ def eval_dims(dims, inputs, values, mode):
     fn = tn.function(inputs, symbolic, mode=mode, on_unused_input="ignore")
     results = iter(fn(*values) if symbolic else [])
     return tuple(d if isinstance(d, int) else int(next(results)) for d in dims)
+
+
+#: Set by ``.ci/run``, which installs every optional tool (Chromium, Graphviz,
+#: matplotlib, PyTorch, JAX): there a test that needs one fails when it is
+#: missing instead of skipping, so CI cannot pass by skipping them.
+REQUIRE_OPTIONAL = os.environ.get("TENURE_REQUIRE_OPTIONAL", "") not in ("", "0")
+
+
+def need(available: bool, what: str) -> None:
+    """Skip the calling test, with ``what`` as the reason, unless ``available``;
+    under ``TENURE_REQUIRE_OPTIONAL=1`` (CI) fail instead."""
+    if available:
+        return
+    if REQUIRE_OPTIONAL:
+        pytest.fail(f"{what} (TENURE_REQUIRE_OPTIONAL is set: CI installs it)")
+    pytest.skip(what)
+
+
+def need_module(name: str, how: str):
+    """``import name``, or :func:`need`'s skip/failure naming ``how`` to install it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        need(False, f"{name} is not installed ({how})")
