@@ -18,5 +18,7 @@ from tenure.symbolic.ops import *  # noqa: F401,F403
 from tenure.symbolic.grad import DisconnectedInputError, grad, stop_gradient  # noqa: F401
 from tenure.function import Function, In, Mode, Out, UnusedInputError, function  # noqa: F401
 from tenure.printing import debugprint  # noqa: F401
+from tenure.memory_plot import plot_memory  # noqa: F401
+from tenure.memory_html import memory_html  # noqa: F401
 
 __version__ = "0.1.0"

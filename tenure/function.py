@@ -20,6 +20,8 @@ import numpy as np
 
 from tenure import config
 from tenure.linkers.interrupts import begin_call, end_call, mark_committed
+from tenure.linkers.report import MemoryReport, memory_report
+from tenure.linkers.timeline import Timeline
 from tenure.rewrites.destroy import DestroyHandler, buffer_roots, destroyers
 from tenure.rewrites.fgraph import FunctionGraph
 from tenure.symbolic.graph import Constant, Variable, ancestors, clone_get_equiv
@@ -642,7 +644,7 @@ class Function:
         """Release the buffers this function keeps between calls (borrowed outputs)."""
         self._thunk.free()
 
-    def memory_report(self, *args, print_report: bool = True, **kwargs):
+    def memory_report(self, *args, print_report: bool = True, **kwargs) -> MemoryReport:
         """Run the function on these arguments and report its memory, node by node.
 
         Prints (unless ``print_report=False``) and returns a
@@ -655,7 +657,6 @@ class Function:
         copies of the arguments and of shared values and assign no updates:
         nothing visible changes.
         """
-        from tenure.linkers.report import memory_report
         values, _ = self._bind(args, kwargs)
         values = [spec.variable.type.filter(v, allow_downcast=self.allow_input_downcast,
                                             what=f"input {self._input_label(i)}")
@@ -664,6 +665,19 @@ class Function:
         if print_report:
             print(report)
         return report
+
+    def memory_timeline(self, *args, **kwargs) -> Timeline:
+        """Run the function on these arguments (as :meth:`memory_report` does:
+        nothing visible changes) and return its memory timeline: every buffer
+        as a band over the schedule, coloured by how it is held (see
+        :mod:`tenure.linkers.timeline`).  :func:`tenure.plot_memory` and
+        :func:`tenure.memory_html` draw it."""
+        report = self.memory_report(*args, print_report=False, **kwargs)
+        input_kinds = ["borrowed input" if spec.borrow else "input" for spec in self.inputs]
+        input_kinds += ["shared variable"] * len(self._containers)
+        output_kinds = ["lent output" if spec.borrow else "output" for spec in self.outputs]
+        output_kinds += [""] * (len(self.fgraph.outputs) - len(output_kinds))
+        return report.timeline(input_kinds, output_kinds, self.name or "")
 
     # -- naming -------------------------------------------------------------
     def _label(self) -> str:

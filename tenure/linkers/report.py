@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tenure.linkers.plan import Plan
+from tenure.linkers.timeline import Timeline, build_timeline
+
 #: the ``source`` of a buffer kept from the previous call
 LAST_CALL = "last call"
 
@@ -58,10 +61,19 @@ class MemoryReport:
     measured_peak: int = 0
     held_between_calls: int = 0
     predicted_by_step: list[int] = field(default_factory=list)
+    #: the plan observed, and the slots it found allocated before the call
+    #: (what :func:`~tenure.linkers.timeline.build_timeline` draws from)
+    plan: Plan | None = field(default=None, repr=False, compare=False)
+    held: frozenset = field(default=frozenset(), repr=False, compare=False)
 
     def rows(self) -> list[dict]:
         """The records as plain dicts (for tests, benchmarks, DataFrames)."""
         return [dict(r.__dict__) for r in self.records]
+
+    def timeline(self, input_kinds, output_kinds, title: str = "") -> Timeline:
+        """The bands of this call (see :mod:`tenure.linkers.timeline`)."""
+        return build_timeline(self.plan, self.held, self.predicted_by_step, self.measured_peak,
+                              input_kinds, output_kinds, title)
 
     def __str__(self) -> str:
         lines = [f"{'step':>4}  {'op':<34} {'shape':<16} {'dtype':<8} {'bytes':>12}  buffer"]
@@ -171,7 +183,7 @@ def memory_report(function, input_values: list) -> MemoryReport:
     records = observe_call(thunk, _private(input_values), plan)
     held = held_slots(thunk, plan)
     report = MemoryReport(records=records, predicted_peak=plan.peak(held),
-                          predicted_by_step=plan.step_peaks(held))
+                          predicted_by_step=plan.step_peaks(held), plan=plan, held=held)
     measured_inputs = _private(input_values)
     thunk.prepare(measured_inputs)   # what a call with new shapes sets up is not the call's
     tracemalloc.start()
