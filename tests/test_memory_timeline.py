@@ -149,6 +149,25 @@ class TestKinds:
         assert set(f.memory_timeline(*args).kinds()) <= set(KINDS)
 
 
+def test_a_backup_copy_is_a_band(mode):
+    """A call that keeps a copy of shared storage to undo a failure after its
+    commit point draws it (see tenure/linkers/commit.py)."""
+    a = tn.shared(np.zeros(100_000), name="a")
+    b = tn.shared(np.zeros(()), name="b")
+    i = tn.scalar("i", dtype="int64")
+    a1 = a + 1
+    f = tn.function([i], [], updates=[(a, a1), (b, b + a1[i])], mode=mode)
+    report = f.memory_report(3, print_report=False)
+    timeline = f.memory_timeline(3)
+    backups = [band for band in timeline.bands if band.segments[0].kind == "backup"]
+    assert sorted((band.name, band.nbytes) for band in backups) == \
+        [("backup of a", 800_000), ("backup of b", 8)]
+    for band in backups:
+        assert (band.start, band.stop) == (report.backups[0], len(timeline.steps) - 1)
+    assert [timeline.height(s) for s in range(len(timeline.steps))] == \
+        list(report.predicted_by_step)
+
+
 class TestBudgets:
     def test_a_budget_lowers_the_drawn_peak(self, mode):
         (f, args), (g, _) = training_step(mode, batch=2048), training_step(mode, 0.0, 2048)

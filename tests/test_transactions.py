@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import tenure as tn
+from tenure.linkers.commit import commit_point
 from tenure.symbolic.graph import Apply, Op
 from tenure.symbolic.variable import as_tensor_variable
 
@@ -192,6 +193,47 @@ def test_a_validated_training_step_takes_no_backup_copy(mode):
     assert np.shares_memory(W.get_value(borrow=True), w_storage)   # in place
     # The gradient of W (the size of W) is needed; a backup would be a second one.
     assert peak < 1.5 * w_storage.nbytes
+
+
+def test_a_budgeted_training_step_takes_no_backup_copy(mode):
+    """With an activation-memory budget, shape arithmetic (Shape, constant
+    Subtensor, Alloc) runs after the first in-place update: those ops are
+    checked from the shapes too, so no copy of the weights is taken."""
+    if mode.linker == "check":
+        pytest.skip("the check linker snapshots every input to verify the ops")
+    rng = np.random.default_rng(0)
+    W = tn.shared(rng.standard_normal((64, 256)), name="W")
+    V = tn.shared(rng.standard_normal((256, 4)), name="V")
+    x, t = tn.matrix("x"), tn.matrix("t")
+    loss = ((tn.relu(x @ W) @ V - t) ** 2).mean()
+    gW, gV = tn.grad(loss, [W, V])
+    f = tn.function([x, t], loss, updates=[(W, W - 0.01 * gW), (V, V - 0.01 * gV)],
+                    mode=tn.Mode(linker=mode.linker, activation_memory_budget=0.0))
+    args = rng.standard_normal((512, 64)), rng.standard_normal((512, 4))
+    report = f.memory_report(*args, print_report=False)
+    commit = commit_point(report.plan, f.fgraph)
+    after = {type(node.op).__name__ for node in commit.nodes}
+    assert {"Shape", "Subtensor", "Alloc"} & after, f"no shape arithmetic after the commit: {after}"
+    assert report.backups[1] == {}
+    assert abs(report.measured_peak - report.predicted_peak) <= 0.015 * report.predicted_peak
+
+
+def test_a_backup_copy_is_predicted(mode):
+    """A graph indexing by a value after its in-place update keeps a copy of
+    the shared storage: the report's prediction counts it."""
+    if mode.linker == "check":
+        pytest.skip("the check linker snapshots every input to verify the ops")
+    a = tn.shared(np.zeros(1_000_000), name="a")
+    b = tn.shared(np.zeros(()), name="b")
+    i = tn.scalar("i", dtype="int64")
+    a1 = a + 1
+    f = tn.function([i], [], updates=[(a, a1), (b, b + a1[i])], mode=mode)
+    report = f.memory_report(3, print_report=False)
+    step, copies = report.backups
+    assert sorted(copies.values()) == [b.get_value(borrow=True).nbytes,
+                                       a.get_value(borrow=True).nbytes]
+    assert report.predicted_peak >= 8_000_000
+    assert abs(report.measured_peak - report.predicted_peak) <= 0.015 * report.predicted_peak
 
 
 def test_a_shape_error_is_raised_before_any_step_runs(mode):

@@ -38,7 +38,7 @@ import numpy as np
 from tenure.symbolic.graph import Apply, Constant
 from tenure.symbolic.shared import SharedVariable
 
-__all__ = ["CommitPoint", "commit_point", "VALIDATED", "BACKUP"]
+__all__ = ["CommitPoint", "commit_point", "planned_backups", "VALIDATED", "BACKUP"]
 
 #: how a signature's calls get past the commit point safely
 VALIDATED, BACKUP = "validated", "backup"
@@ -105,3 +105,19 @@ def commit_point(plan, fgraph) -> CommitPoint | None:
     if first is None:
         return None
     return CommitPoint(first, tuple(written), tuple(s.node for s in plan.steps[first:]))
+
+
+def planned_backups(plan, fgraph) -> tuple[int, dict[int, int]]:
+    """``(commit step, {shared input slot: bytes})``: the copies a call of
+    ``plan`` (a sized plan) makes of shared storage at its commit point, alive
+    to the end of the call; ``{}`` when it makes none (no commit point, or a
+    validated one).  Memory reports count them."""
+    commit = commit_point(plan, fgraph)
+    if commit is None:
+        return len(plan.steps), {}
+    shapes = ({var: shape for var, shape in zip(plan.variables, plan.shapes)}
+              if plan.shapes is not None else None)
+    if commit.mode_for(shapes) != BACKUP:
+        return commit.step, {}
+    return commit.step, {slot: plan.nbytes[slot] for slot in commit.written
+                         if plan.nbytes and plan.nbytes[slot]}

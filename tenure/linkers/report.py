@@ -10,7 +10,9 @@ calls (``source`` is ``"last call"``).
 The predicted peak comes from the plan alone: the planned sizes of the
 buffers alive at each step (:class:`~tenure.rewrites.sizes.SizeModel`, not
 an observed run) plus the temporaries the step's op makes
-(``Op.workspace_bytes``).  The measured peak is :mod:`tracemalloc`'s during
+(``Op.workspace_bytes``), plus, from the commit point on, the copies of
+shared storage that a call in backup mode keeps to undo a failure (see
+:mod:`tenure.linkers.commit`).  The measured peak is :mod:`tracemalloc`'s during
 another call.
 """
 
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tenure.linkers.commit import planned_backups
 from tenure.linkers.plan import Plan
 from tenure.linkers.timeline import Timeline, build_timeline
 
@@ -65,6 +68,8 @@ class MemoryReport:
     #: (what :func:`~tenure.linkers.timeline.build_timeline` draws from)
     plan: Plan | None = field(default=None, repr=False, compare=False)
     held: frozenset = field(default=frozenset(), repr=False, compare=False)
+    #: ``(commit step, {shared slot: bytes})`` of the call's backup copies
+    backups: tuple = field(default=(0, {}), repr=False, compare=False)
 
     def rows(self) -> list[dict]:
         """The records as plain dicts (for tests, benchmarks, DataFrames)."""
@@ -73,7 +78,7 @@ class MemoryReport:
     def timeline(self, input_kinds, output_kinds, title: str = "") -> Timeline:
         """The bands of this call (see :mod:`tenure.linkers.timeline`)."""
         return build_timeline(self.plan, self.held, self.predicted_by_step, self.measured_peak,
-                              input_kinds, output_kinds, title)
+                              input_kinds, output_kinds, title, self.backups)
 
     def __str__(self) -> str:
         lines = [f"{'step':>4}  {'op':<34} {'shape':<16} {'dtype':<8} {'bytes':>12}  buffer"]
@@ -182,8 +187,12 @@ def memory_report(function, input_values: list) -> MemoryReport:
     plan = thunk.plan_for(input_values)
     records = observe_call(thunk, _private(input_values), plan)
     held = held_slots(thunk, plan)
-    report = MemoryReport(records=records, predicted_peak=plan.peak(held),
-                          predicted_by_step=plan.step_peaks(held), plan=plan, held=held)
+    commit_step, backups = planned_backups(plan, thunk.fgraph)
+    by_step = [peak + (sum(backups.values()) if step >= commit_step else 0)
+               for step, peak in enumerate(plan.step_peaks(held))]
+    report = MemoryReport(records=records, predicted_peak=max(by_step, default=0),
+                          predicted_by_step=by_step, plan=plan, held=held,
+                          backups=(commit_step, backups))
     measured_inputs = _private(input_values)
     thunk.prepare(measured_inputs)   # what a call with new shapes sets up is not the call's
     tracemalloc.start()

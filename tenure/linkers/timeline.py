@@ -20,7 +20,9 @@ and the plan it observed, with no drawing library involved.  Its contract:
   which steps, and how it came to: its kind (:data:`KINDS`).  A view costs no
   bytes and makes no segment; an op writing in place starts an ``"in place"``
   segment of the buffer it overwrites; a dead buffer the plan hands on is
-  ``"held aside"`` until the step that takes it, then ``"reused"``.
+  ``"held aside"`` until the step that takes it, then ``"reused"``.  A
+  call that keeps copies of shared storage to undo a failure after its commit
+  point (see :mod:`tenure.linkers.commit`) has a ``"backup"`` band for each.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ KINDS: dict[str, str] = {
     "output": "#e15759",              # a fresh array returned to the caller
     "lent output": "#b07aa1",         # Out(borrow=True): the next call overwrites it
     "workspace": "#edc948",           # an op's planned temporaries
+    "backup": "#76b7b2",              # a copy of shared storage, to undo a failed call
 }
 
 BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
@@ -153,18 +156,24 @@ class _OpenBand:
 
 
 def build_timeline(plan, held, predicted_by_step, measured_peak: int,
-                   input_kinds, output_kinds, title: str = "") -> Timeline:
+                   input_kinds, output_kinds, title: str = "", backups=(0, {})) -> Timeline:
     """The timeline of ``plan`` (a sized :class:`~tenure.linkers.plan.Plan`)
     with the slots in ``held`` already allocated when the call starts.
 
     ``input_kinds``: one of :data:`INPUT_KINDS` per input of the plan;
     ``output_kinds``: one of :data:`OUTPUT_KINDS` per output of the plan.
+    ``backups``: ``(commit step, {shared slot: bytes})``, the copies of
+    shared storage a call in backup mode keeps from its commit point on
+    (:func:`~tenure.linkers.commit.planned_backups`).
     """
     if not plan.sized:
         raise ValueError("build_timeline: the plan has no sizes (plan it for input shapes)")
     builder = _Builder(plan, frozenset(held), dict(zip(plan.outputs, output_kinds)))
     builder.open_held(input_kinds)
+    commit_step, backup_bytes = backups
     for index, step in enumerate(plan.steps):
+        if index == commit_step:
+            builder.open_backups(index, backup_bytes)
         builder.run_step(index, step)
     bands = builder.close_all()
     return Timeline(tuple(str(step.node.op) for step in plan.steps), bands,
@@ -205,6 +214,13 @@ class _Builder:
                 if slot in self.held:
                     self._new_band(slot, nbytes, "held", 0).switch(
                         "kept from last call", self._name(slot), "", 0)
+
+    def open_backups(self, index: int, backup_bytes: dict[int, int]) -> None:
+        """The copies of shared storage taken at the commit point."""
+        for slot, nbytes in backup_bytes.items():
+            band = _OpenBand(f"backup of {self._name(slot)}", nbytes, "call", index)
+            band.switch("backup", band.name, "", index)
+            self.order.append(band)
 
     def run_step(self, index: int, step) -> None:
         plan = self.plan

@@ -70,6 +70,19 @@ class Alloc(Op):
                                  f"be broadcast to {_shape_str(static)}")
         return Apply(self, [value, *dims], [TensorType(value.dtype, static)()])
 
+    def check_shapes(self, node, input_shapes, output_shapes) -> bool:
+        dims = tuple(output_shapes[0])
+        if any(d < 0 for d in dims):
+            raise ValueError(f"alloc: negative dimensions are not allowed, got shape {dims}")
+        try:
+            fits = np.broadcast_shapes(tuple(input_shapes[0]), dims) == dims
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ValueError(f"alloc: value of shape {tuple(input_shapes[0])} cannot be "
+                             f"broadcast to {dims}")
+        return True
+
     def perform(self, node, inputs, output_storage):
         value, dims = inputs[0], tuple(int(d) for d in inputs[1:])
         out_dtype = node.outputs[0].type.numpy_dtype

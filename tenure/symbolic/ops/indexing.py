@@ -208,6 +208,18 @@ class Subtensor(Op):
         # it, NumPy returns a 0-d view where `a[1, 2]` would give a scalar copy.
         return index_tuple(self.pattern, scalars) + (...,)
 
+    def check_shapes(self, node, input_shapes, output_shapes) -> bool:
+        """Slices never fail; constant integers fail only out of range, which
+        the shape tells (left to ``perform``'s IndexError: False); integers
+        given as inputs may fail on their values."""
+        if self.n_scalars:
+            return False
+        axes = [entry for entry in self.pattern if entry[0] != "newaxis"]
+        for entry, length in zip(axes, input_shapes[0]):
+            if entry[0] == "int" and not -length <= entry[1] < length:
+                return False
+        return True
+
     def perform(self, node, inputs, output_storage):
         x, *scalars = inputs
         output_storage[0][0] = x[self._index(scalars)]
