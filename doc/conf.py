@@ -27,9 +27,11 @@ extensions = [
     "sphinx.ext.doctest",
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
+    # figures drawn by the doc build from real compiled functions (seeing.rst)
+    "matplotlib.sphinxext.plot_directive",
 ]
 
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "_generated"]
 templates_path = []
 nitpicky = False
 
@@ -58,3 +60,34 @@ html_theme_options = {
     "description": "Symbolic tensors, built around memory",
     "fixed_sidebar": True,
 }
+
+# -- figures -----------------------------------------------------------------
+plot_include_source = True
+plot_html_show_source_link = False
+plot_html_show_formats = False
+plot_formats = [("png", 100)]
+plot_rcparams = {"savefig.bbox": "tight"}
+
+# The interactive memory page of the demo's training step, written by every
+# build into _generated/ and published next to the pages (seeing.rst links it).
+GENERATED = os.path.join(os.path.dirname(__file__), "_generated")
+os.makedirs(GENERATED, exist_ok=True)
+html_extra_path = ["_generated"]
+
+
+def write_demo_memory_page(app) -> None:
+    import numpy as np
+    from tenure import demo
+    X, y = demo.make_spirals(np.random.default_rng(0), 342)
+    steps = []
+    for budget in (None, 0.5):
+        _, train, _ = demo.build_model(np.random.default_rng(0), 2, 512, 3, 0.1,
+                                       mode=tenure.Mode(activation_memory_budget=budget))
+        steps.append(train)
+    tenure.memory_html(steps, [X[:1024], y[:1024]], os.path.join(GENERATED, "demo_memory.html"),
+                       labels=["no budget", "activation_memory_budget=0.5"],
+                       title="tenure: the demo's training step, one call")
+
+
+def setup(app):
+    app.connect("builder-inited", write_demo_memory_page)

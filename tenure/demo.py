@@ -75,6 +75,10 @@ def main(argv=None) -> int:
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--samples", type=int, default=1000, help="training samples per class")
+    parser.add_argument("--memory-picture", metavar="PATH",
+                        help="after training, draw the memory timeline of one training step "
+                             "to PATH (.png, .svg or .pdf with matplotlib; .html: an "
+                             "interactive page)")
     args = parser.parse_args(argv)
     for name in ("epochs", "batch_size", "hidden", "samples"):
         if getattr(args, name) < 1:
@@ -115,7 +119,20 @@ def main(argv=None) -> int:
     again = predict(X_test)
     print(f"predict() returns Out(borrow=True): the second call reused the first's buffer: "
           f"{first.ctypes.data == again.ctypes.data}")
+    if args.memory_picture:
+        draw_step_memory(train, X_train[:args.batch_size], y_train[:args.batch_size],
+                         args.memory_picture)
     return 0
+
+
+def draw_step_memory(train, X, y, path: str) -> None:
+    """The memory timeline of one training step on this batch, to ``path``."""
+    if path.lower().endswith((".html", ".htm")):
+        tn.memory_html(train, [X, y], path, title="tenure demo: one training step")
+    else:
+        tn.plot_memory(train, [X, y], path, labels=["tenure demo: one training step"])
+    print(f"memory timeline of one training step (predicted peak "
+          f"{train.memory_timeline(X, y).predicted_peak:,} bytes) written to {path}")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,9 @@ from tenure.linkers.timeline import (KINDS, Timeline, band_polygons, byte_limits
 #: what a picture is written as, by the path's suffix
 FORMATS = (".png", ".svg", ".pdf")
 
+#: inches (the op names along the axis take the lower third)
+FIGURE_HEIGHT = 6.5
+
 #: at most this many op names along one axis (every k-th step past it)
 MAX_STEP_LABELS = 60
 
@@ -82,7 +85,7 @@ def picture_format(path) -> str:
     return suffix
 
 
-def plot_memory(functions, inputs=None, path=None, *, labels=None):
+def plot_memory(functions, inputs=None, path=None, *, labels=None, figure=None):
     """Draw the memory timeline of one call of each function, side by side.
 
     ``functions``: a compiled function, a :class:`Timeline`, or a list of
@@ -91,7 +94,10 @@ def plot_memory(functions, inputs=None, path=None, *, labels=None):
     change nothing visible, as :meth:`~tenure.function.Function.memory_report`).
     ``path``: write the figure there, as PNG, SVG or PDF by its suffix.
     ``labels``: panel titles (default: each function's name and mode).
-    Returns the ``matplotlib.figure.Figure``.
+    ``figure``: an empty matplotlib figure to draw into (say
+    ``plt.figure()``, to show it with pyplot), resized to fit the panels;
+    by default a new ``Figure`` outside pyplot.
+    Returns the figure.
     """
     suffix = picture_format(path) if path is not None else None
     require_matplotlib()
@@ -99,8 +105,12 @@ def plot_memory(functions, inputs=None, path=None, *, labels=None):
 
     timelines = timelines_of(functions, inputs)
     titles = _titles(functions, timelines, labels)
-    width = sum(_panel_width(len(t.steps)) for t in timelines)
-    figure = Figure(figsize=(width, 5.5), layout="constrained")
+    size = (sum(_panel_width(len(t.steps)) for t in timelines), FIGURE_HEIGHT)
+    if figure is None:
+        figure = Figure(figsize=size, layout="constrained")
+    else:
+        figure.set_size_inches(size)
+        figure.set_layout_engine("constrained")
     axes = figure.subplots(1, len(timelines), sharey=True, squeeze=False)[0]
     limits = byte_limits(timelines)
     for ax, timeline, title in zip(axes, timelines, titles):
@@ -130,7 +140,8 @@ def _titles(functions, timelines, labels) -> list[str]:
 
 
 def _panel_width(n_steps: int) -> float:
-    return min(max(4.0, 0.22 * n_steps + 2.0), 24.0)
+    """Inches: room for the op names, within reason."""
+    return min(max(4.0, 0.12 * n_steps + 2.0), 14.0)
 
 
 def draw_timeline(ax, timeline: Timeline, title: str = "", limits=None) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 import tenure as tn
 from tenure import demo
+from tests.helpers import need_module
 
 
 def test_demo_trains_an_accurate_classifier(capsys):
@@ -44,3 +45,18 @@ def test_demo_runs_as_a_module():
                            "--samples", "50"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "final test accuracy" in proc.stdout
+
+
+@pytest.mark.parametrize("suffix", [".html", ".png"])
+def test_demo_draws_the_memory_of_a_training_step(suffix, tmp_path, capsys):
+    if suffix == ".png":
+        need_module("matplotlib", 'pip install "tenure[plot]"')
+    path = tmp_path / f"step{suffix}"
+    assert demo.main(["--epochs", "1", "--samples", "60", "--memory-picture", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"written to {path}" in out
+    data = path.read_bytes()
+    if suffix == ".png":
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    else:
+        assert data.count(b'class="band"') > 3 and b"tenure demo: one training step" in data
