@@ -5,6 +5,7 @@ import pytest
 
 import tenure as tn
 from tenure import In, Out
+from tenure.linkers.c.elemwise import planned_row
 
 PLAIN = tn.Mode(rewrites="none")
 #: the models of ``perform``'s temporaries are the Python executor's
@@ -242,3 +243,41 @@ def test_predicted_peak_within_10_percent_on_the_benchmark_workloads(name):
     ratio = report.predicted_peak / report.measured_peak
     assert 0.9 <= ratio <= 1.1, f"{name}: predicted {report.predicted_peak:,} bytes, " \
                                 f"measured {report.measured_peak:,} ({ratio:.3f})\n{report}"
+
+
+# ----------------------------------------------------------------------------
+# The C linker's elementwise loops copy an input that repeats one element
+# along the loop's innermost axis into a row buffer per thread: the plan
+# counts those buffers (tenure/linkers/c/elemwise.py, row_buffer_bytes).
+
+ROW_BUFFERS = {
+    # a fused loop over a (1024, 256) array with two 0-d inputs: one flat row
+    "scalars": lambda h, t: tn.grad(((h - t) ** 2).mean(), h),
+    # a column broadcast along rows: rows of 256
+    "column": lambda h, t: h * t[:, :1] + t,
+}
+
+
+@pytest.mark.parametrize("name", list(ROW_BUFFERS))
+def test_c_row_buffers_within_1_5_percent(name, cc_or_skip):
+    h, t = tn.matrix("h"), tn.matrix("t")
+    f = tn.function([In(h, borrow=True), In(t, borrow=True)], ROW_BUFFERS[name](h, t),
+                    mode=tn.Mode(linker="c"))
+    rng = np.random.default_rng(0)
+    report = f.memory_report(rng.normal(size=(1024, 256)), rng.normal(size=(1024, 256)),
+                             print_report=False)
+    assert any(record.workspace for record in report.records), str(report)
+    error = abs(report.measured_peak - report.predicted_peak) / report.predicted_peak
+    assert error <= 0.015, f"{name}: {error:.2%}\n{report}"
+
+
+@pytest.mark.parametrize("out, ins, expected", [
+    ((1024, 256), [(), (1024, 256), ()], (262144, True)),   # merged into one row
+    ((1024, 256), [(1024, 256), (1024, 256)], (262144, False)),   # the flat path
+    ((1024, 256), [(1024, 1), (1024, 256)], (256, True)),   # a column repeats along rows
+    ((1024, 256), [(256,), (1024, 256)], (256, False)),     # a row: contiguous inside
+    ((4, 5, 6), [(4, 1, 6), (4, 5, 6), ()], (6, True)),
+    ((4, 1, 6), [(4, 1, 6), ()], (24, True)),               # length-1 axes drop out
+])
+def test_planned_row(out, ins, expected):
+    assert planned_row(out, ins) == expected

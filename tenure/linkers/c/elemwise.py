@@ -77,6 +77,7 @@ without ``errno`` sqrt vectorizes, without trapping math the NaN-aware selects
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -339,6 +340,76 @@ static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
     return 0;
 }}
 """)
+
+
+def row_buffer_bytes(node: Apply, in_shapes: list, out_shape: tuple | None) -> int:
+    """Bytes of the row buffers :func:`c_function`'s loop allocates for these
+    (planned) shapes: where an input repeats one element along the innermost
+    axis of the loop (after ``tn_ew_layout`` merged the axes it can), each
+    thread copies it out into a buffer of one block of every operand, so that
+    the typed loop still runs.  The plan sees C-contiguous arrays; other
+    layouts may take another path, without the buffer."""
+    if not out_shape:
+        return 0
+    kernel = _kernel(node)
+    read = [i for i, d in enumerate(kernel.in_dtypes) if d is not None]
+    shapes = [in_shapes[i] for i in read]
+    if any(shape is None for shape in shapes):
+        return 0
+    n, repeated = planned_row(tuple(out_shape), [tuple(shape) for shape in shapes])
+    if not repeated or n <= 1:
+        return 0
+    width = max(d.itemsize for d in [kernel.out_dtype] + [kernel.in_dtypes[i] for i in read])
+    return min(n, BLOCK) * width * (1 + len(read)) * loop_threads(int(np.prod(out_shape)))
+
+
+def planned_row(out_shape: tuple, in_shapes: list[tuple]) -> tuple[int, bool]:
+    """``(n, repeated)`` as ``tn_ew_layout`` works them out for C-contiguous
+    operands: the length of the loop's innermost axis once axes that every
+    operand steps through as one are merged, and whether some input repeats
+    one element along it (stride 0)."""
+    if all(shape == out_shape for shape in in_shapes):
+        return int(np.prod(out_shape)), False      # the flat path: one row
+    axes = [d for d, length in enumerate(out_shape) if length != 1]
+    if not axes:
+        return 1, False
+    strides = [_element_strides(out_shape, out_shape, axes)]
+    strides += [_element_strides(shape, out_shape, axes) for shape in in_shapes]
+    lengths = [out_shape[axes[0]]]
+    inner = [s[0] for s in strides]
+    for k in range(1, len(axes)):
+        length = out_shape[axes[k]]
+        if all(s[k - 1] == s[k] * length for s in strides):
+            lengths[-1] *= length
+        else:
+            lengths.append(length)
+        inner = [s[k] for s in strides]
+    return lengths[-1], any(stride == 0 for stride in inner[1:])
+
+
+def _element_strides(shape: tuple, out_shape: tuple, axes: list[int]) -> list[int]:
+    """Strides in elements of a C-contiguous array of ``shape`` over the
+    output's ``axes`` (0 where it is broadcast)."""
+    offset = len(out_shape) - len(shape)
+    step, own = 1, {}
+    for d in range(len(shape) - 1, -1, -1):
+        own[d + offset] = step if shape[d] != 1 else 0
+        step *= shape[d]
+    return [own.get(d, 0) for d in axes]
+
+
+def loop_threads(size: int) -> int:
+    """The threads a generated loop over ``size`` elements runs on (see
+    :func:`_thread_count`): OpenMP's default is ``OMP_NUM_THREADS`` or the
+    CPUs this process may run on."""
+    par = parallel_settings()
+    if par is None or size < par.minsize:
+        return 1
+    if par.threads:
+        return par.threads
+    requested = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return int(requested) if requested.isdigit() and int(requested) > 0 \
+        else len(os.sched_getaffinity(0))
 
 
 @dataclass(frozen=True)

@@ -45,10 +45,12 @@ from collections import OrderedDict
 
 import numpy as np
 
+from tenure.linkers.c import elemwise
 from tenure.linkers.commit import BACKUP
 from tenure.linkers.interrupts import mark_committed
 from tenure.linkers.plan import compile_time_order, make_plan, step_workspace
 from tenure.linkers.python import MIN_REUSE_BYTES, PythonLinker, PythonThunk
+from tenure.symbolic.ops.elemwise import Elemwise
 
 __all__ = ["CLinker", "CThunk", "CLinkerWarning"]
 
@@ -150,9 +152,14 @@ class CThunk(PythonThunk):
             self._shape_table(input_values)
 
     def workspace_of(self, node, shapes) -> int:
-        """A step's temporaries: a C kernel's are a row or a block at most
-        (counted as none), a ``perform``'s are the op's model."""
+        """A step's temporaries: an elementwise C loop's row buffers (see
+        :func:`~tenure.linkers.c.elemwise.row_buffer_bytes`), none for other
+        C kernels (a row or a block at most), the op's model for a
+        ``perform``."""
         if self._c_nodes is not None and node in self._c_nodes:
+            if isinstance(node.op, Elemwise):
+                return elemwise.row_buffer_bytes(node, [shapes.get(v) for v in node.inputs],
+                                                 shapes.get(node.outputs[0]))
             return 0
         return step_workspace(node, shapes)
 
