@@ -47,6 +47,10 @@ doctest_global_setup = """
 import numpy as np
 import tenure as tn
 from tenure import In, Out
+try:  # examples with PyTorch are skipped where it is not installed
+    import torch
+except ImportError:
+    torch = None
 """
 # Outputs are compared exactly (no whitespace normalisation) and exception
 # messages are checked too: the error texts shown in the docs are part of

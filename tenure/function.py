@@ -393,18 +393,24 @@ class Function:
         # shared storage (the next call would then write into a shared value).
         self._no_reuse = {k for k, r in enumerate(out_roots) if r in upd_roots
                           or r in explicit or r in shared or isinstance(r, Constant)}
+        #: mutable inputs the call may overwrite or make shared storage: a
+        #: read-only argument for one (a JAX array, a read-only ndarray) is
+        #: copied first, so the caller's memory is never written
+        self._writable_inputs = sorted(set(self._destroyed_inputs) | {
+            explicit[r] for r in upd_roots if r in explicit and self.inputs[explicit[r]].mutable})
 
     def _make_fast_call(self, fallback=None):
         """The C call path (:mod:`tenure.linkers.c.call`) when every call of this
         function can take it: arguments the C gate accepts as they are need no
         conversion, and the call needs none of the Python path's extra work --
         no result that might have to be copied to keep the contract, no
-        mutable input to separate from the others it overlaps, and kept
+        mutable input to separate from the others it overlaps or to copy
+        when read-only (one the graph overwrites or an update adopts), and kept
         buffers only where the compiled code itself refuses to write into one
         that an argument overlaps.  Any other call falls back to :meth:`_call`.
         """
         parts = getattr(self._thunk, "fast_call_parts", None)
-        if parts is None or self._destroyed_inputs or self._any_hazard:
+        if parts is None or self._writable_inputs or self._any_hazard:
             return None
         parts = parts()
         if parts is None:
@@ -499,6 +505,9 @@ class Function:
             # A default is the function's own data: never hand it out to be written.
             values = [v.copy() if d and self.inputs[i].mutable else v
                       for i, (v, d) in enumerate(zip(values, from_default))]
+        for i in self._writable_inputs:
+            if not values[i].flags.writeable:
+                values[i] = values[i].copy()
         shared_values = [c.value for c in self._containers]
         if self._destroyed_inputs:
             self._separate_destroyed_inputs(values, shared_values)

@@ -24,7 +24,8 @@ LINKERS = _FROM_ENV or ["py", "check"]
 #: costs more than a CI run may take.
 C_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_transactions.py",
                   "test_pytensor_idioms.py", "test_pickle.py", "test_array_types.py",
-                  "test_leaks.py", "test_memory_timeline.py"}
+                  "test_leaks.py", "test_memory_timeline.py",
+                  "test_foreign_arrays.py"}
 C_IN_EVERY_RUN_DIRS = {("symbolic", "ops")}
 
 

@@ -22,8 +22,8 @@ import weakref
 import numpy as np
 
 from tenure.symbolic.graph import Variable
-from tenure.symbolic.types import (TensorType, base_ndarray, is_same_memory,
-                                   python_scalar_dtype)
+from tenure.symbolic.types import (TensorType, base_ndarray, foreign_ndarray,
+                                   is_foreign_array, is_same_memory, python_scalar_dtype)
 from tenure.symbolic.variable import TensorMethods
 
 
@@ -120,6 +120,9 @@ class SharedVariable(TensorMethods, Variable):
     def set_value(self, value, borrow: bool = False) -> None:
         """Replace the value.  It is copied unless ``borrow=True``, in which case
         tenure may adopt ``value`` as its storage (so don't keep writing it).
+        ``value`` may be another library's CPU array (a PyTorch tensor, a JAX
+        array: anything with ``__dlpack__`` or the array interface); borrowed,
+        its memory is adopted when it is writeable (a JAX array is copied).
 
         The new value must have the same dtype (safe casts of Python values are
         accepted) and number of dimensions; the shape may change.
@@ -134,11 +137,13 @@ class SharedVariable(TensorMethods, Variable):
                             "(use updates= to assign an expression)")
         arr = self.type.filter(value, strict=strict, allow_downcast=bool(self.allow_downcast),
                                what=what)
-        if self.allow_downcast is False and not isinstance(value, np.ndarray):
+        if (self.allow_downcast is False and not isinstance(value, np.ndarray)
+                and not is_foreign_array(value)):
             _check_exact(arr, value, what)
         if not is_same_memory(arr, value):
             return arr  # converted: already a fresh array of our own
-        # (an ndarray subclass arrives here as a plain view of the caller's memory)
+        # (an ndarray subclass, or another library's array -- a PyTorch tensor,
+        # a JAX array -- arrives here as a plain view of the caller's memory)
         # The caller's own array: keep it only when lent and lending is safe
         # (writeable, so updates may go in place; not another shared's storage).
         if not borrow or not arr.flags.writeable or _aliases_other_shared(arr, self):
@@ -175,7 +180,11 @@ def shared(value, name: str | None = None, borrow: bool = False,
     The storage is always a plain ``np.ndarray``: another ndarray subclass
     (``np.matrix``, ``np.memmap``, ...) is stored as a base-class array (a
     view of the same memory when borrowed), and a masked array is refused
-    (pass ``.filled(...)`` or ``.data``).
+    (pass ``.filled(...)`` or ``.data``).  Another library's CPU array (a
+    PyTorch tensor, a JAX array: anything with ``__dlpack__`` or the array
+    interface) keeps its dtype, like an ndarray, and is stored as a copy, or
+    when borrowed and writeable as an ndarray view of its memory (a read-only
+    one, such as a JAX array, is copied).
 
     ``strict=True``: ``set_value`` takes only ndarrays of exactly the
     variable's dtype (no conversion at all).  ``allow_downcast``: whether
@@ -191,6 +200,10 @@ def shared(value, name: str | None = None, borrow: bool = False,
         base_ndarray(value, what=f"shared() value for {name or 'shared'}")
     if isinstance(value, (np.ndarray, np.generic)):
         natural = np.asarray(value)
+    elif is_foreign_array(value):
+        # Strongly typed, like an ndarray; taken without a copy (the filter
+        # below copies it unless borrowed).
+        natural = value = foreign_ndarray(value, what=f"shared() value for {name or 'shared'}")
     else:
         try:
             natural = np.asarray(value)

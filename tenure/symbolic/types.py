@@ -129,7 +129,8 @@ class TensorType:
         ``allow_downcast`` (NumPy's C cast: out-of-range integers wrap,
         floats round, for arrays and Python numbers alike).  ndim and static
         lengths must match.  With ``strict`` the value must already be an
-        ndarray of exactly this dtype.
+        array of exactly this dtype (an ndarray, or another library's array,
+        which needs no conversion either).
 
         Array types: a masked array (``np.ma.MaskedArray``) is refused with a
         TypeError (its mask would be ignored; pass ``.filled(...)`` or
@@ -137,15 +138,23 @@ class TensorType:
         user subclasses) is taken as a plain ``np.ndarray`` view of the same
         memory, so every linker computes on the same kind of array.
 
+        Arrays of other libraries (PyTorch CPU tensors, JAX CPU arrays, any
+        object with ``__dlpack__`` or the array interface) are taken as an
+        ndarray view of the same memory too, without a copy (see
+        :func:`foreign_ndarray`), and are then checked and cast like an
+        ndarray (strongly typed; ``strict`` accepts them when the dtype is
+        exact).  Arrays in device memory are refused with a TypeError.
+
         The result is ``value`` itself when no conversion was needed, or for a
-        subclass a base-class view of it; :func:`is_same_memory` tells both
-        apart from a converted copy.
+        subclass or another library's array a plain view of its memory;
+        :func:`is_same_memory` tells these apart from a converted copy.
         """
         target = self.numpy_dtype
-        if isinstance(value, np.ndarray):
-            arr = value
-            if type(arr) is not np.ndarray:
-                arr = base_ndarray(arr, what)
+        if isinstance(value, np.ndarray) or is_foreign_array(value):
+            if isinstance(value, np.ndarray):
+                arr = value if type(value) is np.ndarray else base_ndarray(value, what)
+            else:
+                arr = foreign_ndarray(value, what)
             if arr.dtype != target:
                 if strict:
                     raise TypeError(f"{what}: expected dtype {self.dtype}, got {arr.dtype} "
@@ -222,7 +231,7 @@ class TensorType:
         return converted
 
     def is_valid_value(self, value) -> bool:
-        """Whether ``value`` is already an ndarray of exactly this type (strict filter)."""
+        """Whether ``value`` is already an array of exactly this type (strict filter)."""
         try:
             self.filter(value, strict=True)
         except (TypeError, ValueError):
@@ -253,11 +262,111 @@ def base_ndarray(value: np.ndarray, what: str) -> np.ndarray:
 
 def is_same_memory(result: np.ndarray, value) -> bool:
     """Whether ``result``, what :meth:`TensorType.filter` returned for
-    ``value``, is the caller's own array (``value`` itself, or the base-class
-    view of an ndarray subclass) rather than a converted copy: the caller of
-    ``filter`` must then decide about copies."""
-    return result is value or (isinstance(value, np.ndarray)
-                               and np.may_share_memory(result, value))
+    ``value``, is the caller's own array (``value`` itself, the base-class
+    view of an ndarray subclass, or the view of another library's array)
+    rather than a converted copy: the caller of ``filter`` must then decide
+    about copies."""
+    if result is value:
+        return True
+    if isinstance(value, np.ndarray):
+        return np.may_share_memory(result, value)
+    if is_foreign_array(value):
+        try:
+            source = foreign_ndarray(value, "value")
+        except TypeError:
+            return True  # cannot tell: say it is, so that the caller copies
+        return np.may_share_memory(result, source)
+    return False
+
+
+# --------------------------------------------------------------------------
+# Arrays of other libraries: DLPack and the array interface
+
+#: DLPack device types whose memory is host memory NumPy reads in place:
+#: kDLCPU, and the pinned host memory of CUDA and ROCm.
+DLPACK_HOST_DEVICES = {1: "CPU", 3: "CUDA host (pinned)", 11: "ROCm host (pinned)"}
+
+#: names of the other DLPack device types, for error messages
+_DLPACK_DEVICE_NAMES = {2: "CUDA", 4: "OpenCL", 7: "Vulkan", 8: "Metal", 9: "VPI",
+                        10: "ROCm", 12: "ExtDev", 13: "CUDA managed", 14: "oneAPI",
+                        15: "WebGPU", 16: "Hexagon", 17: "MAIA"}
+
+
+def is_foreign_array(value) -> bool:
+    """Whether ``value`` is another library's array that the input gate takes
+    without a copy: not a NumPy array or scalar, and has ``__dlpack__`` or the
+    array interface (``__array_interface__`` / ``__array_struct__``)."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return False
+    return (hasattr(type(value), "__dlpack__") or hasattr(value, "__array_interface__")
+            or hasattr(value, "__array_struct__"))
+
+
+def _type_label(value) -> str:
+    cls = type(value)
+    if cls.__module__ in ("builtins", "__main__"):
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def foreign_ndarray(value, what: str) -> np.ndarray:
+    """Another library's array as a plain ndarray on the same memory, without
+    a copy (``value`` must satisfy :func:`is_foreign_array`).
+
+    DLPack (``__dlpack__``) first, through :func:`numpy.from_dlpack`: the
+    array must be in host memory (``__dlpack_device__``: CPU, or pinned host
+    memory), else a TypeError (device arrays need the CUDA linker, which this
+    build does not have: copy them to the host).  The view is read-only when
+    the producer says so (JAX arrays; a read-only NumPy array exported with
+    DLPack 1.0); a PyTorch tensor gives a writeable view.  A tensor that
+    requires grad is refused (``.detach()`` it).  Otherwise the array
+    interface, through :func:`numpy.asarray` (read-only when the interface
+    says so).
+    """
+    label = _type_label(value)
+    if hasattr(type(value), "__dlpack__"):
+        _check_dlpack_device(value, label, what)
+        if getattr(value, "requires_grad", False) is True:
+            raise TypeError(
+                f"{what}: got a {label} that requires grad; tenure cannot take it (the "
+                "exporter refuses, and tenure would not track its gradient): pass "
+                "tensor.detach(), the same memory without a copy")
+        try:
+            arr = np.from_dlpack(value)
+        except (BufferError, RuntimeError, TypeError, ValueError, AttributeError) as exc:
+            raise TypeError(f"{what}: expected an array tenure can read (NumPy, or a CPU "
+                            f"array through DLPack), got a {label} that DLPack could not "
+                            f"hand over: {type(exc).__name__}: {exc}") from None
+    else:
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{what}: expected an array tenure can read, got a {label} "
+                            f"whose array interface NumPy refused: {exc}") from None
+    if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "biufc":
+        raise TypeError(f"{what}: expected numeric array data, got a {label} holding "
+                        f"{getattr(arr, 'dtype', type(arr).__name__)}")
+    return arr if type(arr) is np.ndarray else arr.view(np.ndarray)
+
+
+def _check_dlpack_device(value, label: str, what: str) -> None:
+    """A TypeError unless ``value``'s DLPack device is host memory."""
+    if not hasattr(type(value), "__dlpack_device__"):
+        return  # NumPy reads the device from the capsule, and refuses others
+    try:
+        device_type, device_id = value.__dlpack_device__()
+        device_type, device_id = int(device_type), int(device_id)
+    except Exception as exc:  # noqa: BLE001 -- any failure of a foreign object
+        raise TypeError(f"{what}: got a {label} whose __dlpack_device__() failed: "
+                        f"{type(exc).__name__}: {exc}") from None
+    if device_type in DLPACK_HOST_DEVICES:
+        return
+    name = _DLPACK_DEVICE_NAMES.get(device_type, "another")
+    raise TypeError(
+        f"{what}: expected an array in CPU memory, got a {label} on {name} device "
+        f"{device_id} (DLPack device type {device_type}); arrays in device memory need "
+        "the CUDA linker, which this build of tenure does not have: copy it to the host "
+        "first (e.g. tensor.cpu(), cupy.asnumpy(a), jax.device_get(a))")
 
 
 def _all_python_ints(value) -> bool:
