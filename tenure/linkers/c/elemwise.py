@@ -342,24 +342,34 @@ static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
 """)
 
 
-def row_buffer_bytes(node: Apply, in_shapes: list, out_shape: tuple | None) -> int:
+def row_operands(node: Apply) -> tuple[tuple[int, ...], int]:
+    """``(inputs read, widest itemsize)`` of the loop :func:`c_function`
+    writes for ``node`` (the inputs given as Python numbers are not read):
+    what :func:`row_buffer_bytes` needs, worked out once per node."""
+    kernel = _kernel(node)
+    read = tuple(i for i, d in enumerate(kernel.in_dtypes) if d is not None)
+    width = max(d.itemsize for d in [kernel.out_dtype] + [kernel.in_dtypes[i] for i in read])
+    return read, width
+
+
+def row_buffer_bytes(operands: tuple[tuple[int, ...], int], in_shapes: list,
+                     out_shape: tuple | None) -> int:
     """Bytes of the row buffers :func:`c_function`'s loop allocates for these
-    (planned) shapes: where an input repeats one element along the innermost
-    axis of the loop (after ``tn_ew_layout`` merged the axes it can), each
-    thread copies it out into a buffer of one block of every operand, so that
-    the typed loop still runs.  The plan sees C-contiguous arrays; other
-    layouts may take another path, without the buffer."""
+    (planned) shapes, given the node's :func:`row_operands`: where an input
+    repeats one element along the innermost axis of the loop (after
+    ``tn_ew_layout`` merged the axes it can), each thread copies it out into
+    a buffer of one block of every operand, so that the typed loop still
+    runs.  The plan sees C-contiguous arrays; other layouts may take another
+    path, without the buffer."""
+    read, width = operands
     if not out_shape:
         return 0
-    kernel = _kernel(node)
-    read = [i for i, d in enumerate(kernel.in_dtypes) if d is not None]
     shapes = [in_shapes[i] for i in read]
     if any(shape is None for shape in shapes):
         return 0
     n, repeated = planned_row(tuple(out_shape), [tuple(shape) for shape in shapes])
     if not repeated or n <= 1:
         return 0
-    width = max(d.itemsize for d in [kernel.out_dtype] + [kernel.in_dtypes[i] for i in read])
     return min(n, BLOCK) * width * (1 + len(read)) * loop_threads(int(np.prod(out_shape)))
 
 

@@ -85,6 +85,8 @@ class CThunk(PythonThunk):
         self._last_table = None
         #: the nodes that run C code (set once the module is built)
         self._c_nodes = None
+        #: elementwise node -> its loop's operands, for planning its row buffers
+        self._row_operands: dict = {}
         # Without C steps, or without sizes, no table is ever needed.
         self._wants_table = bool(graph is not None and graph.shape_offsets)
 
@@ -158,7 +160,10 @@ class CThunk(PythonThunk):
         ``perform``."""
         if self._c_nodes is not None and node in self._c_nodes:
             if isinstance(node.op, Elemwise):
-                return elemwise.row_buffer_bytes(node, [shapes.get(v) for v in node.inputs],
+                operands = self._row_operands.get(node)
+                if operands is None:
+                    operands = self._row_operands[node] = elemwise.row_operands(node)
+                return elemwise.row_buffer_bytes(operands, [shapes.get(v) for v in node.inputs],
                                                  shapes.get(node.outputs[0]))
             return 0
         return step_workspace(node, shapes)
