@@ -83,6 +83,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tenure.linkers.c import runtime
 from tenure.linkers.c.standalone import _IDENTIFIER, module_text
 from tenure.linkers.c.standalone import c_string as _c_string
 from tenure.symbolic.graph import Apply
@@ -102,11 +103,6 @@ COMPILE_FLAGS = ("-fno-math-errno", "-fno-trapping-math", "-DTN_VECTOR_MATH", "-
 #: a multiple of every vector width, and of 64 bytes for every dtype, so that
 #: cutting changes no element's path through a vectorized loop (see the module doc)
 BLOCK = 4096
-
-#: the pid of the process whose generated code first ran a parallel loop, 0
-#: before that: one cell all compiled modules share (see tn_omp_usable in the C
-#: support code), so the child of a fork knows it must not start threads
-_OMP_OWNER = np.zeros(1, dtype=np.int64)
 
 _NPY_TYPES = {"bool": "NPY_BOOL", "float32": "NPY_FLOAT32", "float64": "NPY_FLOAT64",
               **{f"{s}int{b}": f"NPY_{s.upper()}INT{b}"
@@ -227,7 +223,9 @@ def _input_label(node: Apply, i: int) -> str:
 
 def c_function(node: Apply, fname: str) -> str:
     """C source of ``static int fname(PyArrayObject **inputs, PyArrayObject
-    **outputs)`` computing ``node`` (see the module doc for the contract).
+    **outputs)`` computing ``node`` (see the module doc for the contract):
+    the node's two loops over a block (typed and strided) and their
+    description, handed to the runtime's ``tn_ew_run``, which does the rest.
     Needs :data:`SUPPORT_CODE` earlier in the module.  Raises
     ``NotImplementedError`` when the node has no C code."""
     if not _IDENTIFIER.match(fname):
@@ -238,106 +236,51 @@ def c_function(node: Apply, fname: str) -> str:
     dtypes = [kernel.out_dtype] + [kernel.in_dtypes[i] for i in read]
     ndims = [kernel.out_ndim] + [kernel.in_ndims[i] for i in read]
     labels = ["output 0"] + [_input_label(node, i) for i in read]
-    nops, name = len(dtypes), _c_string(fname)
+    nops = len(dtypes)
     # One typed loop serves contiguous rows and filled ones (rows[j] is at[j]
     # when contiguous): each copy of a vectorized loop costs compile time.
     typed, strided = _inner_loops(kernel, read, dtypes)
-    inner_strides = " ".join(f"const npy_intp s{j} = strides[{j} * NPY_MAXDIMS + nd - 1];"
-                             for j in range(nops))
-    block_pointers = " ".join(f"at[{j}] = ptr[{j}] + c0 * s{j};" for j in range(nops))
-    fills = _broadcast_fills(dtypes)
+    inner_strides = " ".join(f"const npy_intp s{j} = strides[{j}];" for j in range(nops))
     width = max(d.itemsize for d in dtypes)
     par = parallel_settings()
+    minsize, threads = (-1, 0) if par is None else (min(max(par.minsize, 1), 2**62), par.threads)
+    assigns = "".join(f" ops[{j + 1}] = inputs[{i}];" for j, i in enumerate(read))
     return _no_contract(f"""
 /* {_comment(str(node.op))} */
-static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
+static int {fname}_typed(char *const *at, char *const *rows, npy_intp m)
 {{
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
-    static const int type_nums[{nops}] = {_table(_NPY_TYPES[d.name] for d in dtypes)};
-    static const char *const dtype_names[{nops}] = {_table(_c_string(d.name) for d in dtypes)};
-    static const int ndims[{nops}] = {_table(map(str, ndims))};
-    static const char *const labels[{nops}] = {_table(map(_c_string, labels))};
-    PyArrayObject *ops[{nops}];
-    npy_intp shape[NPY_MAXDIMS], strides[{nops} * NPY_MAXDIMS];
-    int nd, contiguous, tn_status = 0;
-    ops[0] = outputs[0];{"".join(f" ops[{j + 1}] = inputs[{i}];" for j, i in enumerate(read))}
-    if (tn_ew_check({name}, {nops}, ops, type_nums, dtype_names, ndims, labels) < 0)
-        return -1;
-    contiguous = tn_ew_layout({name}, {nops}, ops, labels, &nd, shape, strides);
-    if (contiguous < 0)
-        return -1;
-    if (PyArray_SIZE(ops[0]) == 0)
-        return 0;
-    {{
-        /* The work: rows of n elements along the innermost axis, cut into
-         * blocks of at most {BLOCK}, numbered row by row.  The same blocks
-         * whatever the thread count, so each element is computed by the same
-         * code (vector body or tail) and the results never depend on it. */
-        const npy_intp n = shape[nd - 1], size = PyArray_SIZE(ops[0]);
-        const npy_intp bn = n < {BLOCK} ? n : {BLOCK}, per_row = (n + bn - 1) / bn;
-        const npy_intp items = size / n * per_row;
-        {inner_strides}
-        /* Rows where every input is contiguous or one repeated element
-         * (a (n, 1) operand): the repeated ones are copied out into a row
-         * buffer (one per thread), so the typed loop still runs (and vectorizes). */
-        const int filled = !contiguous && n > 1
-                           && tn_ew_rows_fillable({nops}, ops, strides, nd);
-        const size_t buffer_size = (size_t)bn * {width} * {nops};
-        char *row_buffer = NULL;
-{_thread_count(par, "size", 8)}
-        const npy_intp per_chunk = tn_chunk(items, tn_nthreads);
-        const npy_intp chunks = (items + per_chunk - 1) / per_chunk;
-        /* Ctrl-C: the threads stop taking blocks once the caller's thread saw it. */
-        const int interruptible = tn_interruptible && items > TN_CHECK_BLOCKS;
-        volatile int stop = 0;
-        if (filled) {{
-            row_buffer = (char *)PyMem_Malloc(buffer_size * (size_t)tn_nthreads);
-            if (row_buffer == NULL) {{
-                PyErr_NoMemory();
-                return -1;
-            }}
-        }}
-{_parallel_region(par, 8)}
-        {{
-{_thread_id(par, 12)}
-            char *ptr[{nops}], *at[{nops}], *rows[{nops}];
-            char *const buffer = filled ? row_buffer + buffer_size * (size_t)tn_tid : NULL;
-            npy_intp index[NPY_MAXDIMS];
-            (void)rows; (void)buffer;
-{_omp_for(par, 12)}
-            for (npy_intp chunk = 0; chunk < chunks; chunk++) {{
-                const npy_intp first = chunk * per_chunk;
-                const npy_intp last = items - first < per_chunk ? items : first + per_chunk;
-                npy_intp b = first % per_row;
-                tn_ew_seek(nd - 1, shape, strides, {nops}, ops, first / per_row, index, ptr);
-                for (npy_intp item = first; item < last && !stop; item++) {{
-                    const npy_intp c0 = b * bn, m = n - c0 < bn ? n - c0 : bn;
-                    {block_pointers}
-                    if (contiguous || filled) {{
-{fills}
+    int tn_status = 0;
 {typed}
-                    }} else {{
+    return tn_status;
+}}
+
+static int {fname}_strided(char *const *at, const npy_intp *strides, npy_intp m)
+{{
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+    int tn_status = 0;
+    {inner_strides}
 {strided}
-                    }}
-                    if (++b == per_row) {{
-                        b = 0;
-                        tn_ew_next(nd - 1, shape, strides, {nops}, index, ptr);
-                    }}
-                    if (interruptible && tn_tid == 0 && item % TN_CHECK_BLOCKS == 0
-                            && PyErr_CheckSignals() < 0)
-                        stop = 1;
-                }}
-            }}
-        }}
-        PyMem_Free(row_buffer);
-        if (stop)
-            return -1;   /* KeyboardInterrupt (or a handler's error) is set */
-    }}
-    if (tn_status)
-        return tn_ew_fail({name}, tn_status);
-    return 0;
+    return tn_status;
+}}
+
+static const int {fname}_types[{nops}] = {_table(_NPY_TYPES[d.name] for d in dtypes)};
+static const char *const {fname}_dtypes[{nops}] = {_table(_c_string(d.name) for d in dtypes)};
+static const int {fname}_ndims[{nops}] = {_table(map(str, ndims))};
+static const char *const {fname}_labels[{nops}] = {_table(map(_c_string, labels))};
+static const tn_ew_kernel {fname}_kernel = {{
+    {_c_string(fname)}, {nops}, {fname}_types, {fname}_dtypes, {fname}_ndims, {fname}_labels,
+    {width}, {minsize}, {threads}, {fname}_typed, {fname}_strided}};
+
+static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
+{{
+    PyArrayObject *ops[{nops}];
+    ops[0] = outputs[0];{assigns}
+    return tn_ew_run(&{fname}_kernel, ops);
 }}
 """)
 
@@ -508,28 +451,6 @@ def _inner_loops(kernel: _Kernel, read: list[int], dtypes: list) -> tuple[str, s
     return contiguous, strided
 
 
-def _broadcast_fills(dtypes: list) -> str:
-    """C filling ``rows[j]``: the block of input ``j`` itself, or, when it is
-    one repeated element (stride 0), a row of this thread's ``buffer`` holding
-    ``m`` copies of it."""
-    pad = " " * 24
-    lines = [pad + "rows[0] = at[0];"]
-    width = max(d.itemsize for d in dtypes)
-    for j, dtype in enumerate(dtypes[1:], 1):
-        ctype = ps.c_type(dtype)
-        lines += [
-            pad + f"if (!contiguous && s{j} == 0) {{",
-            pad + f"    {ctype} value, *row = ({ctype} *)(buffer + (size_t)bn * {width} * {j});",
-            pad + "    memcpy(&value, at[" + str(j) + "], sizeof value);",
-            pad + "    for (npy_intp k = 0; k < m; k++) row[k] = value;",
-            pad + f"    rows[{j}] = (char *)row;",
-            pad + "} else {",
-            pad + f"    rows[{j}] = at[{j}];",
-            pad + "}",
-        ]
-    return "\n".join(lines)
-
-
 def _load(name: str, dtype: np.dtype, source: str, strided: bool = False) -> str:
     """Read one input element into ``name``.  Bools are normalised to 0/1: a
     bool array viewed from other bytes may hold any nonzero value."""
@@ -543,7 +464,7 @@ def _load(name: str, dtype: np.dtype, source: str, strided: bool = False) -> str
 def _loop(setup: list[str], loads: list[str], names: list[str], body: list[str], store: str,
           vectorize: bool, step: str = "") -> str:
     """One inner loop over the ``m`` elements of a block: load, compute, store."""
-    pad = " " * 24
+    pad = " " * 4
     lines = [pad + s for s in setup]
     if vectorize:
         lines.append(pad + "TN_IVDEP")
@@ -557,297 +478,6 @@ def _loop(setup: list[str], loads: list[str], names: list[str], body: list[str],
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------
-# Runtime helpers (C), shared by every generated function
-
-
-_LOOP_SUPPORT = r"""
-#ifndef TN_ELEMWISE_SUPPORT
-#define TN_ELEMWISE_SUPPORT
-/* Elementwise loop helpers (tenure/linkers/c/elemwise.py). */
-
-/* Whether a loop may stop for Ctrl-C: set by a graph module's run until its
- * commit point (tenure/linkers/commit.py); 0 elsewhere, so a loop that writes
- * shared storage always completes.  The calling thread (which holds the GIL)
- * checks every TN_CHECK_BLOCKS blocks (256K elements). */
-static int tn_interruptible = 0;
-#define TN_CHECK_BLOCKS 64
-#if defined(__clang__)
-#define TN_IVDEP _Pragma("clang loop vectorize(assume_safety)")
-#elif defined(__GNUC__)
-#define TN_IVDEP _Pragma("GCC ivdep")
-#else
-#define TN_IVDEP
-#endif
-#ifdef _OPENMP
-#include <omp.h>
-#include <unistd.h>
-
-/* Whether this process may start threads.  GNU libgomp's thread pool does not
- * survive fork(): the child of a process that ran a parallel region hangs in
- * its first one (multiprocessing's default start method forks).  The first
- * process to go parallel records its pid in one cell shared by every module
- * (elemwise._OMP_OWNER); a process with another pid there is such a child,
- * and runs serially.  Called with the GIL held. */
-static inline int tn_omp_usable(void)
-{
-    static npy_int64 *owner = NULL;
-    npy_int64 me;
-    if (owner == NULL) {
-        PyObject *module = PyImport_ImportModule("tenure.linkers.c.elemwise"), *cell = NULL;
-        if (module != NULL) {
-            cell = PyObject_GetAttrString(module, "_OMP_OWNER");
-            Py_DECREF(module);
-        }
-        if (cell == NULL || !PyArray_Check(cell) || PyArray_TYPE((PyArrayObject *)cell) != NPY_INT64
-                || PyArray_SIZE((PyArrayObject *)cell) != 1) {
-            Py_XDECREF(cell);
-            PyErr_Clear();
-            return 0;  /* cannot tell: stay serial */
-        }
-        /* The reference is kept: the cell lives as long as the process. */
-        owner = (npy_int64 *)PyArray_DATA((PyArrayObject *)cell);
-    }
-    me = (npy_int64)getpid();
-    if (*owner == 0)
-        *owner = me;
-    return *owner == me;
-}
-#endif
-
-/* How many of `total` work items make one chunk, the unit threads take in
- * turn: all of them on one thread; else about eight chunks per thread, so a
- * thread the OS holds back (other processes on the cores) delays only its
- * current chunk while the others take the rest.  Which thread computes what
- * never changes a result. */
-static npy_intp tn_chunk(npy_intp total, int nthreads)
-{
-    const npy_intp per = total / (8 * (npy_intp)nthreads);
-    return nthreads <= 1 ? (total > 0 ? total : 1) : (per > 0 ? per : 1);
-}
-
-/* Every operand is an array of the expected dtype (native byte order) and
- * ndim; the output (operand 0) is writeable. */
-static int tn_ew_check(const char *fname, int nops, PyArrayObject *const *ops, const int *type_nums,
-                       const char *const *dtype_names, const int *ndims, const char *const *labels)
-{
-    for (int j = 0; j < nops; j++) {
-        PyArrayObject *a = ops[j];
-        if (a == NULL || !PyArray_Check(a)) {
-            PyErr_Format(PyExc_TypeError, "%s: %s: expected a numpy.ndarray of dtype %s, got %s",
-                         fname, labels[j], dtype_names[j],
-                         a == NULL ? "NULL" : Py_TYPE((PyObject *)a)->tp_name);
-            return -1;
-        }
-        if (!PyArray_EquivTypenums(PyArray_TYPE(a), type_nums[j]) || !PyArray_ISNOTSWAPPED(a)) {
-            PyErr_Format(PyExc_TypeError, "%s: %s: expected dtype %s (native byte order), got %S",
-                         fname, labels[j], dtype_names[j], (PyObject *)PyArray_DESCR(a));
-            return -1;
-        }
-        if (PyArray_NDIM(a) != ndims[j]) {
-            PyErr_Format(PyExc_TypeError, "%s: %s: expected %d dimension(s), got %d",
-                         fname, labels[j], ndims[j], PyArray_NDIM(a));
-            return -1;
-        }
-    }
-    if (!PyArray_ISWRITEABLE(ops[0])) {
-        PyErr_Format(PyExc_ValueError, "%s: %s is read-only", fname, labels[0]);
-        return -1;
-    }
-    return 0;
-}
-
-static PyObject *tn_shape_tuple(int nd, const npy_intp *dims)
-{
-    PyObject *t = PyTuple_New(nd);
-    for (int d = 0; t != NULL && d < nd; d++) {
-        PyObject *n = PyLong_FromSsize_t(dims[d]);
-        if (n == NULL) { Py_CLEAR(t); break; }
-        PyTuple_SET_ITEM(t, d, n);
-    }
-    return t;
-}
-
-static void tn_ew_broadcast_error(const char *fname, const char *label, PyArrayObject *a,
-                                  PyArrayObject *out)
-{
-    PyObject *s = tn_shape_tuple(PyArray_NDIM(a), PyArray_DIMS(a));
-    PyObject *o = tn_shape_tuple(PyArray_NDIM(out), PyArray_DIMS(out));
-    if (s != NULL && o != NULL)
-        PyErr_Format(PyExc_ValueError, "%s: %s of shape %R does not broadcast to the output "
-                     "shape %R", fname, label, s, o);
-    Py_XDECREF(s);
-    Py_XDECREF(o);
-}
-
-/* Whether the innermost axis is contiguous for the output and, for every
- * input, contiguous or of stride 0 (one element repeated), all aligned: the
- * typed loop can then run over rows where the repeated inputs are copied
- * out into a buffer. */
-static int tn_ew_rows_fillable(int nops, PyArrayObject *const *ops, const npy_intp *strides,
-                               int nd)
-{
-    for (int j = 0; j < nops; j++) {
-        const npy_intp s = strides[j * NPY_MAXDIMS + nd - 1];
-        if (!PyArray_ISALIGNED(ops[j]))
-            return 0;
-        if (s != PyArray_ITEMSIZE(ops[j]) && (j == 0 || s != 0))
-            return 0;
-    }
-    return 1;
-}
-
-/* Describe the iteration over the output's shape: shape[0..*nd) and, for
- * operand j, byte strides strides[j * NPY_MAXDIMS + d] (0 where it is
- * broadcast).  Returns 1 when the innermost axis is contiguous and aligned for
- * every operand (a typed, vectorizable loop), 0 when it is not, -1 (ValueError)
- * when an input does not broadcast to the output. */
-static int tn_ew_layout(const char *fname, int nops, PyArrayObject *const *ops,
-                        const char *const *labels, int *nd, npy_intp *shape, npy_intp *strides)
-{
-    PyArrayObject *out = ops[0];
-    const int ond = PyArray_NDIM(out);
-    const npy_intp *odims = PyArray_DIMS(out);
-    int flat = 1, k = 0, j, d;
-    for (j = 1; j < nops; j++) {
-        PyArrayObject *a = ops[j];
-        const int offset = ond - PyArray_NDIM(a);
-        if (offset < 0) {
-            tn_ew_broadcast_error(fname, labels[j], a, out);
-            return -1;
-        }
-        for (d = 0; d < PyArray_NDIM(a); d++) {
-            const npy_intp n = PyArray_DIM(a, d);
-            if (n != odims[d + offset] && n != 1) {
-                tn_ew_broadcast_error(fname, labels[j], a, out);
-                return -1;
-            }
-            if (n != odims[d + offset])
-                flat = 0;
-        }
-        if (offset != 0 || !PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a))
-            flat = 0;
-    }
-    if (!PyArray_IS_C_CONTIGUOUS(out) || !PyArray_ISALIGNED(out))
-        flat = 0;
-    if (flat) {  /* the fast path: one loop over all the elements */
-        *nd = 1;
-        shape[0] = PyArray_SIZE(out);
-        for (j = 0; j < nops; j++)
-            strides[j * NPY_MAXDIMS] = PyArray_ITEMSIZE(ops[j]);
-        return 1;
-    }
-    /* Strides over the output's axes, 0 where broadcast; length-1 axes go. */
-    for (d = 0; d < ond; d++) {
-        if (odims[d] == 1)
-            continue;
-        shape[k] = odims[d];
-        for (j = 0; j < nops; j++) {
-            PyArrayObject *a = ops[j];
-            const int offset = ond - PyArray_NDIM(a);
-            strides[j * NPY_MAXDIMS + k] =
-                (d < offset || PyArray_DIM(a, d - offset) == 1) ? 0 : PyArray_STRIDE(a, d - offset);
-        }
-        k++;
-    }
-    /* Innermost = smallest output stride (insertion sort, stable): a transposed
-     * or Fortran-ordered output is then walked in memory order. */
-    for (d = 1; d < k; d++) {
-        for (int e = d; e > 0; e--) {
-            npy_intp s0 = strides[e - 1], s1 = strides[e];
-            if ((s0 < 0 ? -s0 : s0) >= (s1 < 0 ? -s1 : s1))
-                break;
-            npy_intp t = shape[e]; shape[e] = shape[e - 1]; shape[e - 1] = t;
-            for (j = 0; j < nops; j++) {
-                npy_intp *s = strides + j * NPY_MAXDIMS;
-                t = s[e]; s[e] = s[e - 1]; s[e - 1] = t;
-            }
-        }
-    }
-    /* Merge axis d into the one before when every operand steps through both
-     * as through one. */
-    if (k > 0) {
-        int m = 0;
-        for (d = 1; d < k; d++) {
-            int merge = 1;
-            for (j = 0; j < nops && merge; j++) {
-                const npy_intp *s = strides + j * NPY_MAXDIMS;
-                merge = s[m] == s[d] * shape[d];
-            }
-            if (merge) {
-                shape[m] *= shape[d];
-                for (j = 0; j < nops; j++)
-                    strides[j * NPY_MAXDIMS + m] = strides[j * NPY_MAXDIMS + d];
-            } else {
-                m++;
-                shape[m] = shape[d];
-                for (j = 0; j < nops; j++)
-                    strides[j * NPY_MAXDIMS + m] = strides[j * NPY_MAXDIMS + d];
-            }
-        }
-        k = m + 1;
-    } else {  /* a single element */
-        k = 1;
-        shape[0] = 1;
-        for (j = 0; j < nops; j++)
-            strides[j * NPY_MAXDIMS] = 0;
-    }
-    *nd = k;
-    for (j = 0; j < nops; j++) {
-        const npy_intp s = strides[j * NPY_MAXDIMS + k - 1];
-        if ((s != PyArray_ITEMSIZE(ops[j]) && shape[k - 1] > 1) || !PyArray_ISALIGNED(ops[j]))
-            return 0;
-    }
-    return 1;
-}
-
-/* Position the odometer of the outer axes 0..nouter-1 at row `row` (rows
- * numbered in the order tn_ew_next visits them): its index and the operands'
- * pointers.  No Python API: threads call it. */
-static void tn_ew_seek(int nouter, const npy_intp *shape, const npy_intp *strides, int nops,
-                       PyArrayObject *const *ops, npy_intp row, npy_intp *index, char **ptr)
-{
-    int j;
-    for (j = 0; j < nops; j++)
-        ptr[j] = PyArray_BYTES(ops[j]);
-    memset(index, 0, NPY_MAXDIMS * sizeof *index);
-    for (int d = nouter - 1; d >= 0; d--) {
-        index[d] = row % shape[d];
-        row /= shape[d];
-        for (j = 0; j < nops; j++)
-            ptr[j] += index[d] * strides[j * NPY_MAXDIMS + d];
-    }
-}
-
-/* Step the outer axes 0..nouter-1 like an odometer; 0 once every position ran. */
-static int tn_ew_next(int nouter, const npy_intp *shape, const npy_intp *strides, int nops,
-                      npy_intp *index, char **ptr)
-{
-    for (int d = nouter - 1; d >= 0; d--) {
-        int j;
-        for (j = 0; j < nops; j++)
-            ptr[j] += strides[j * NPY_MAXDIMS + d];
-        if (++index[d] < shape[d])
-            return 1;
-        for (j = 0; j < nops; j++)
-            ptr[j] -= strides[j * NPY_MAXDIMS + d] * shape[d];
-        index[d] = 0;
-    }
-    return 0;
-}
-
-static int tn_ew_fail(const char *fname, int status)
-{
-    if (status & TN_ERR_NEGATIVE_POWER)
-        PyErr_Format(PyExc_ValueError, "%s: integers to negative integer powers are not allowed",
-                     fname);
-    else
-        PyErr_Format(PyExc_RuntimeError, "%s: failed (status %d)", fname, status);
-    return -1;
-}
-#endif /* TN_ELEMWISE_SUPPORT */
-"""
-
 def _no_contract(code: str) -> str:
     """``code`` compiled without floating-point contraction: GCC fuses a * b + c
     into an FMA, even across statements, unless told not to, and NumPy rounds
@@ -858,8 +488,9 @@ def _no_contract(code: str) -> str:
             + "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif\n")
 
 
-#: C helpers every generated function needs, once per module (include-guarded)
-SUPPORT_CODE = _no_contract(ps.C_SUPPORT_CODE + _LOOP_SUPPORT)
+#: what every generated function needs, once per module (include-guarded):
+#: the runtime's API (the loop driver lives there) and the scalar helpers
+SUPPORT_CODE = runtime.header() + _no_contract(ps.C_SUPPORT_CODE)
 
 
 # --------------------------------------------------------------------------
@@ -883,33 +514,6 @@ typedef struct {
     int inplace_input;                /* the input the output overwrites, or -1 */
     tn_ew_func func;
 } tn_ew_spec;
-
-static void tn_extent(PyArrayObject *a, char **lo, char **hi)
-{
-    char *l = PyArray_BYTES(a), *h = PyArray_BYTES(a);
-    for (int d = 0; d < PyArray_NDIM(a); d++) {
-        const npy_intp step = PyArray_STRIDE(a, d) * (PyArray_DIM(a, d) - 1);
-        if (step < 0) l += step; else h += step;
-    }
-    *lo = l;
-    *hi = h + PyArray_ITEMSIZE(a);
-}
-
-/* Whether computing into `out` could overwrite `a` before it is read: the
- * memory ranges meet and `a` is not `out` itself (same data, shape, strides). */
-static int tn_unsafe_overlap(PyArrayObject *out, PyArrayObject *a)
-{
-    char *lo1, *hi1, *lo2, *hi2;
-    if (PyArray_SIZE(out) == 0 || PyArray_SIZE(a) == 0)
-        return 0;
-    tn_extent(out, &lo1, &hi1);
-    tn_extent(a, &lo2, &hi2);
-    if (hi1 <= lo2 || hi2 <= lo1)
-        return 0;
-    return !(PyArray_BYTES(out) == PyArray_BYTES(a) && PyArray_NDIM(out) == PyArray_NDIM(a)
-             && PyArray_CompareLists(PyArray_DIMS(out), PyArray_DIMS(a), PyArray_NDIM(a))
-             && PyArray_CompareLists(PyArray_STRIDES(out), PyArray_STRIDES(a), PyArray_NDIM(a)));
-}
 
 static int tn_ew_fits(const tn_ew_spec *spec, PyArrayObject *a, const npy_intp *shape)
 {
@@ -1045,7 +649,7 @@ static PyObject *tn_ew_call(const tn_ew_spec *spec, PyObject *args, PyObject *kw
     for (i = 0; i < spec->nin; i++) {
         if (in[i] == NULL)
             continue;
-        if (tn_unsafe_overlap(out, in[i]))
+        if (tn_cl_unsafe_overlap(out, in[i]))
             in[i] = (PyArrayObject *)PyArray_NewCopy(in[i], NPY_ANYORDER);
         else
             Py_INCREF(in[i]);

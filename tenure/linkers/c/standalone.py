@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
+from tenure.linkers.c import runtime
 from tenure.symbolic.graph import Apply
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -48,7 +49,7 @@ def module_text(name: str, node: Apply | Mapping[str, Apply], *, prefix: str,
         code, method = entry(apply, entry_name, fname)
         entries.append(code)
         methods.append("    " + method)
-    return (headers + support + "".join(functions) + entry_support + "".join(entries) + f"""
+    return (headers + runtime.header() + support + "".join(functions) + entry_support + "".join(entries) + f"""
 static PyMethodDef tn_methods[] = {{
 {chr(10).join(methods)}
     {{NULL, NULL, 0, NULL}}
@@ -61,7 +62,9 @@ static struct PyModuleDef tn_module = {{
 
 PyMODINIT_FUNC PyInit_{name}(void)
 {{
-    import_array();{init}
+    import_array();
+    if (tn_import_runtime() < 0)
+        return NULL;{init}
     return PyModule_Create(&tn_module);
 }}
 """)

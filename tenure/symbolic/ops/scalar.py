@@ -419,8 +419,8 @@ TN_SIMD_MATH(expm1) TN_SIMD_MATH(log1p) TN_SIMD_MATH(tanh) TN_SIMD_MATH(erf)
 #undef TN_SIMD_MATH
 #endif
 
-/* error bits the scalar code sets in `int tn_status` */
-#define TN_ERR_NEGATIVE_POWER 1
+/* The error bits the scalar code sets in `int tn_status` (TN_ERR_*) are
+ * defined by the C runtime's scalar_errors.h, which comes first. */
 
 static inline npy_bool tn_clip_bool(npy_bool x, npy_bool lo, npy_bool hi)
 { npy_bool t = x > lo ? x : lo; return t < hi ? t : hi; }

@@ -214,7 +214,13 @@ static PyObject *call(PyObject *self, PyObject *args)
 }}
 static PyMethodDef methods[] = {{{{"kernel", call, METH_VARARGS, NULL}}, {{NULL, NULL, 0, NULL}}}};
 static struct PyModuleDef def = {{PyModuleDef_HEAD_INIT, "{name}", NULL, -1, methods}};
-PyMODINIT_FUNC PyInit_{name}(void) {{ import_array(); return PyModule_Create(&def); }}
+PyMODINIT_FUNC PyInit_{name}(void)
+{{
+    import_array();
+    if (tn_import_runtime() < 0)
+        return NULL;
+    return PyModule_Create(&def);
+}}
 """
 
 

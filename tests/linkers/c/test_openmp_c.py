@@ -13,6 +13,7 @@ compiles one module.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -57,6 +58,23 @@ def _compile(inputs, outputs, **flags):
     return f
 
 
+#: an elementwise kernel's description in generated code: its name, operands,
+#: tables, row width, then the thread settings (minsize, -1 for serial; threads)
+_KERNEL = re.compile(r'tn_ew_kernel \w+ = \{\s*"\w+", \d+, \w+, \w+, \w+, \w+,\s*\d+, (-?\d+), (\d+),')
+
+
+def _thread_settings(source: str) -> set[tuple[int, int]]:
+    """The (minsize, threads) of every elementwise kernel in ``source``."""
+    return {(int(m), int(t)) for m, t in _KERNEL.findall(source)}
+
+
+def _runs_threads(source: str) -> bool:
+    """Whether some loop of a generated module may run on threads: an
+    elementwise kernel whose description allows them (the runtime's driver
+    runs it), or a reduction with its own parallel region."""
+    return "#pragma omp parallel" in source or any(m >= 0 for m, _ in _thread_settings(source))
+
+
 def _check_all_settings(inputs, outputs, values, rtol):
     """Every setting gives the serial results exactly, and the Python
     executor's within ``rtol``; only the parallel builds have OpenMP code."""
@@ -67,10 +85,10 @@ def _check_all_settings(inputs, outputs, values, rtol):
     for got, ref in zip(want, reference):
         assert got.dtype == ref.dtype and got.shape == ref.shape
         np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol)
-    assert "#pragma omp" not in serial._thunk.graph.source
+    assert not _runs_threads(serial._thunk.graph.source)
     for flags in SETTINGS[1:]:
         f = _compile(inputs, outputs, **flags)
-        assert "#pragma omp parallel" in f._thunk.graph.source
+        assert _runs_threads(f._thunk.graph.source)
         for i, got in enumerate(f(*values)):
             np.testing.assert_array_equal(got, want[i], err_msg=f"output {i} with {flags}")
 
@@ -210,6 +228,7 @@ def test_serial_source_has_no_openmp(cc):
     for text in (f._thunk.graph.source, standalone):
         assert "pragma omp" not in text and "omp_get" not in text
     assert not _mentions_openmp(kernel)
+    assert _thread_settings(kernel) == {(-1, 0)}   # the runtime's driver: never threads
     assert "fopenmp" not in " ".join(f._thunk.graph.flags)
 
 
@@ -219,9 +238,9 @@ def test_settings_are_compiled_into_the_source(omp):
         default = ce.c_function(node, "k")
     with tn.config.change_flags(openmp=True, openmp_elemwise_minsize=999, openmp_threads=5):
         changed = ce.c_function(node, "k")
-    assert "#pragma omp parallel" in default and "12345" in default
-    assert "omp_get_max_threads()" in default
-    assert "999" in changed and "tn_nthreads = 5" in changed
+    # (The driver in the runtime runs the threads; 0 threads: OpenMP's default.)
+    assert _thread_settings(default) == {(12345, 0)}
+    assert _thread_settings(changed) == {(999, 5)}
 
 
 def test_openmp_enabled_follows_the_config(omp):

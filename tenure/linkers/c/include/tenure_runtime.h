@@ -1,0 +1,177 @@
+/* tenure's C runtime: what generated graph modules call.
+ *
+ * The runtime (the C files of src/, next to this directory) is the C that does not depend
+ * on the graph: the elementwise loop driver, the schedule helpers of a graph
+ * module's run(), the FastCall type.  It is compiled once per machine and
+ * tenure version (tenure/linkers/c/runtime.py, through the disk cache) and
+ * hands its functions to graph modules as a table of pointers in a capsule,
+ * the way NumPy's C API does: a graph module includes this header, calls
+ * tn_import_runtime() in its init, and then every tn_* name below goes
+ * through `tn_rt`.
+ *
+ * A graph module's source carries TN_RUNTIME_DIGEST (the digest of every
+ * runtime file, defined before this header is included); tn_import_runtime
+ * refuses a runtime built from other sources, so a module can never call
+ * into a table of another layout.
+ *
+ * The runtime itself includes this header with TN_RUNTIME_BUILD defined: it
+ * then gets the declarations without the macros.
+ */
+#ifndef TENURE_RUNTIME_H
+#define TENURE_RUNTIME_H
+
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Loops whose iterations are independent (in place included: element k of
+ * the output is written only after every input's element k was read). */
+#if defined(__clang__)
+#define TN_IVDEP _Pragma("clang loop vectorize(assume_safety)")
+#elif defined(__GNUC__)
+#define TN_IVDEP _Pragma("GCC ivdep")
+#else
+#define TN_IVDEP
+#endif
+
+/* A loop checks for Ctrl-C (on the caller's thread) every this many blocks. */
+#define TN_CHECK_BLOCKS 64
+
+/* ------------------------------------------------------------------------
+ * Elementwise kernels
+ *
+ * A generated elementwise kernel is two loops over one block of `m`
+ * elements, and a description; the runtime's tn_ew_run does the rest
+ * (checks, layout, blocks, threads, row buffers, Ctrl-C).  Operand 0 is the
+ * output, then the inputs read from memory.
+ *
+ * typed(at, rows, m): `at[0]` the output block, `rows[j]` input j's block,
+ *   aligned and contiguous (a repeated input was copied out into a row).
+ * strided(at, strides, m): `at[j]` operand j's first element, `strides[j]`
+ *   its byte stride (any alignment: the loop reads with memcpy).
+ * Both return error bits (TN_ERR_* of the scalar code), 0 when all is well.
+ */
+typedef int (*tn_ew_typed_fn)(char *const *at, char *const *rows, npy_intp m);
+typedef int (*tn_ew_strided_fn)(char *const *at, const npy_intp *strides, npy_intp m);
+
+typedef struct {
+    const char *name;              /* for error messages */
+    int nops;                      /* the output, then the inputs read from memory */
+    const int *type_nums;          /* per operand */
+    const char *const *dtype_names;
+    const int *ndims;
+    const char *const *labels;     /* "output 0", "input 1 (b1)", ... */
+    int width;                     /* the widest itemsize: an element of a row buffer */
+    npy_intp minsize;              /* threads for loops of at least this many elements; -1: never */
+    int threads;                   /* how many (0: OpenMP's default) */
+    tn_ew_typed_fn typed;
+    tn_ew_strided_fn strided;
+} tn_ew_kernel;
+
+/* The table a runtime hands out; TN_RUNTIME_ABI changes with its layout. */
+#define TN_RUNTIME_ABI 1
+
+typedef struct {
+    int abi;
+    const char *digest;
+    int *interruptible;            /* loops may stop for Ctrl-C (see src/elemwise.c) */
+
+    /* elementwise (src/elemwise.c) */
+    int (*ew_run)(const tn_ew_kernel *kernel, PyArrayObject **ops);
+    int (*ew_check)(const char *fname, int nops, PyArrayObject *const *ops, const int *type_nums,
+                    const char *const *dtype_names, const int *ndims, const char *const *labels);
+    int (*ew_next)(int nouter, const npy_intp *shape, const npy_intp *strides, int nops,
+                   npy_intp *index, char **ptr);
+    int (*ew_fail)(const char *fname, int status);
+    PyObject *(*shape_tuple)(int nd, const npy_intp *dims);
+    npy_intp (*chunk)(npy_intp total, int nthreads);
+    int (*omp_usable)(void);
+
+    /* a graph module's schedule (src/schedule.c) */
+    int (*cl_fits)(PyArrayObject *a, int typenum, int nd, const npy_intp *shape);
+    int (*cl_overlap)(PyArrayObject *a, PyArrayObject *b);
+    int (*cl_unsafe_overlap)(PyArrayObject *out, PyArrayObject *a);
+    int (*cl_array)(PyObject *obj, PyArrayObject **a, const char *what);
+    int (*cl_planned)(const npy_intp *planned, Py_ssize_t offset, int nd, npy_intp *shape);
+    void (*cl_broadcast)(PyArrayObject **in, int nin, int nd, npy_intp *shape);
+    PyArrayObject *(*cl_output)(PyObject *prev, PyArrayObject *destroyed, PyArrayObject **in,
+                                int nin, PyObject **S, const Py_ssize_t *graph_in,
+                                int ngraph_in, int typenum, int nd, const npy_intp *shape,
+                                PyArrayObject *taken);
+    int (*cl_py_step)(PyObject **S, PyObject *entry, const Py_ssize_t *ins, int nin,
+                      const Py_ssize_t *outs, int nout, PyObject **pre);
+    void (*cl_clear)(PyObject **S, Py_ssize_t slot);
+    void (*cl_free)(PyObject **S, PyObject **aside, const npy_intp *planned, Py_ssize_t stash,
+                    Py_ssize_t slot);
+    PyArrayObject *(*cl_take)(PyObject **aside, Py_ssize_t donor, int typenum, int nd,
+                              const npy_intp *shape);
+    PyArrayObject *(*cl_take_planned)(PyObject **aside, const npy_intp *planned,
+                                      Py_ssize_t offset, int typenum, int nd);
+    int (*cl_commit)(PyObject **S, PyObject *py_steps, Py_ssize_t n_steps,
+                     const npy_intp *planned, const Py_ssize_t *written, Py_ssize_t n_written,
+                     PyObject **backups);
+    void (*cl_restore)(PyObject **S, const Py_ssize_t *written, Py_ssize_t n_written,
+                       PyObject **backups);
+} tn_runtime_api;
+
+/* The capsule's name, and the Python module that builds and hands it out. */
+#define TN_RUNTIME_CAPSULE "tenure.linkers.c.runtime._C_API"
+#define TN_RUNTIME_MODULE "tenure.linkers.c.runtime"
+
+#ifndef TN_RUNTIME_BUILD
+
+static const tn_runtime_api *tn_rt = NULL;
+
+/* Fetch the runtime's table (building the runtime on first use); 0, or -1
+ * with ImportError set.  Call once, in the module's init. */
+static int tn_import_runtime(void)
+{
+    PyObject *module, *capsule;
+    const tn_runtime_api *api;
+    module = PyImport_ImportModule(TN_RUNTIME_MODULE);
+    if (module == NULL)
+        return -1;
+    capsule = PyObject_CallMethod(module, "capsule", NULL);
+    Py_DECREF(module);
+    if (capsule == NULL)
+        return -1;
+    api = (const tn_runtime_api *)PyCapsule_GetPointer(capsule, TN_RUNTIME_CAPSULE);
+    Py_DECREF(capsule);   /* the runtime module keeps the table alive for the process */
+    if (api == NULL)
+        return -1;
+    if (api->abi != TN_RUNTIME_ABI || strcmp(api->digest, TN_RUNTIME_DIGEST) != 0) {
+        PyErr_Format(PyExc_ImportError, "tenure: this module was generated for the C runtime "
+                     "%s (ABI %d), but the runtime loaded is %s (ABI %d)", TN_RUNTIME_DIGEST,
+                     TN_RUNTIME_ABI, api->digest, api->abi);
+        return -1;
+    }
+    tn_rt = api;
+    return 0;
+}
+
+#define tn_interruptible (*tn_rt->interruptible)
+#define tn_ew_run (tn_rt->ew_run)
+#define tn_ew_check (tn_rt->ew_check)
+#define tn_ew_next (tn_rt->ew_next)
+#define tn_ew_fail (tn_rt->ew_fail)
+#define tn_shape_tuple (tn_rt->shape_tuple)
+#define tn_chunk (tn_rt->chunk)
+#define tn_omp_usable (tn_rt->omp_usable)
+#define tn_cl_fits (tn_rt->cl_fits)
+#define tn_cl_overlap (tn_rt->cl_overlap)
+#define tn_cl_unsafe_overlap (tn_rt->cl_unsafe_overlap)
+#define tn_cl_array (tn_rt->cl_array)
+#define tn_cl_planned (tn_rt->cl_planned)
+#define tn_cl_broadcast (tn_rt->cl_broadcast)
+#define tn_cl_output (tn_rt->cl_output)
+#define tn_cl_py_step (tn_rt->cl_py_step)
+#define tn_cl_clear (tn_rt->cl_clear)
+#define tn_cl_free (tn_rt->cl_free)
+#define tn_cl_take (tn_rt->cl_take)
+#define tn_cl_take_planned (tn_rt->cl_take_planned)
+#define tn_cl_commit (tn_rt->cl_commit)
+#define tn_cl_restore (tn_rt->cl_restore)
+
+#endif /* !TN_RUNTIME_BUILD */
+#endif /* TENURE_RUNTIME_H */

@@ -1,0 +1,81 @@
+/* tenure's C runtime module: the files of this directory compiled as one
+ * translation unit, once per machine and tenure version
+ * (tenure/linkers/c/runtime.py builds it through the disk cache).
+ *
+ * Its module (named TN_RUNTIME_NAME, which carries the digest of the sources)
+ * has the FastCall type and `_C_API`, a capsule holding the table of
+ * function pointers that graph modules call (include/tenure_runtime.h).
+ *
+ * runtime.py puts these definitions in front of the sources:
+ *   TN_RUNTIME_DIGEST   the sources' digest, as a C string
+ *   TN_RUNTIME_NAME     the module's name, as a C string
+ *   TN_RUNTIME_INIT     PyInit_<the module's name>
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <numpy/arrayobject.h>
+
+#define TN_RUNTIME_BUILD
+#include "tenure_runtime.h"
+#include "scalar_errors.h"
+
+#include "elemwise.c"
+#include "schedule.c"
+#include "fastcall.c"
+
+static const tn_runtime_api tn_api = {
+    .abi = TN_RUNTIME_ABI,
+    .digest = TN_RUNTIME_DIGEST,
+    .interruptible = &tn_interruptible,
+    .ew_run = tn_ew_run,
+    .ew_check = tn_ew_check,
+    .ew_next = tn_ew_next,
+    .ew_fail = tn_ew_fail,
+    .shape_tuple = tn_shape_tuple,
+    .chunk = tn_chunk,
+    .omp_usable = tn_omp_usable,
+    .cl_fits = tn_cl_fits,
+    .cl_overlap = tn_cl_overlap,
+    .cl_unsafe_overlap = tn_cl_unsafe_overlap,
+    .cl_array = tn_cl_array,
+    .cl_planned = tn_cl_planned,
+    .cl_broadcast = tn_cl_broadcast,
+    .cl_output = tn_cl_output,
+    .cl_py_step = tn_cl_py_step,
+    .cl_clear = tn_cl_clear,
+    .cl_free = tn_cl_free,
+    .cl_take = tn_cl_take,
+    .cl_take_planned = tn_cl_take_planned,
+    .cl_commit = tn_cl_commit,
+    .cl_restore = tn_cl_restore,
+};
+
+static struct PyModuleDef tn_runtime_module = {
+    PyModuleDef_HEAD_INIT, TN_RUNTIME_NAME, "tenure's C runtime (see tenure.linkers.c.runtime)",
+    -1, NULL, NULL, NULL, NULL, NULL
+};
+
+PyMODINIT_FUNC TN_RUNTIME_INIT(void)
+{
+    PyObject *module, *capsule;
+    import_array();
+    if (tn_fastcall_ready() < 0)
+        return NULL;
+    module = PyModule_Create(&tn_runtime_module);
+    if (module == NULL)
+        return NULL;
+    Py_INCREF(&FastCallType);
+    if (PyModule_AddObject(module, "FastCall", (PyObject *)&FastCallType) < 0) {
+        Py_DECREF(&FastCallType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    capsule = PyCapsule_New((void *)&tn_api, TN_RUNTIME_CAPSULE, NULL);
+    if (capsule == NULL || PyModule_AddObject(module, "_C_API", capsule) < 0) {
+        Py_XDECREF(capsule);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}
