@@ -70,7 +70,7 @@ if importlib.util.find_spec("tenure") is None:
     # not installed (or a stale editable install): measure the checkout this script is in
     sys.path.insert(1, os.path.dirname(HERE))
 
-from workloads import LR, MlpTrain, SoftmaxGrad, _symbolic_mlp  # noqa: E402
+from workloads import LR, MlpTrain, SoftmaxGrad, _pytensor_mode, _symbolic_mlp  # noqa: E402
 
 GRAPHS = ("demo", "mlp_train", "softmax_grad")
 SYSTEMS = ("tenure-c", "pytensor-c", "jax")
@@ -165,11 +165,6 @@ def tenure_workload(workload, data) -> dict:
 # --- pytensor-c
 
 
-def _pytensor_mode():
-    from pytensor.compile.mode import Mode
-    return Mode(linker="cvm", optimizer="fast_run")
-
-
 def pytensor_runtime() -> float:
     """Seconds to compile PyTensor's C VM (lazylinker) and its cutils extension."""
     start = time.perf_counter()
@@ -185,7 +180,7 @@ def pytensor_demo() -> dict:
     from pytensor import In, Out
     from pytensor.tensor.special import log_softmax
     d, lr = _demo_data(), DEMO_SIZES["lr"]
-    mode = _pytensor_mode()
+    mode = _pytensor_mode("c")  # the C VM with the FAST_RUN rewrites, as in run.py
     start = time.perf_counter()
     params = [pytensor.shared(p, borrow=True) for p in d["params"]]
     W1, b1, W2, b2, W3, b3 = params

@@ -6,9 +6,10 @@ What the C linker calls:
 - :func:`has_c_code` ``(node) -> bool``: whether :func:`c_function` can handle it.
 - :func:`c_function` ``(node, fname) -> str``: the C definition of
   ``static int fname(PyArrayObject **inputs, PyArrayObject **outputs)``.
-- :data:`SUPPORT_CODE`: C helpers the functions need, once per module, after
-  ``#include <Python.h>`` and ``#include <numpy/arrayobject.h>``
-  (it is include-guarded, so repeating it is harmless).
+- :data:`SUPPORT_CODE`: the scalar helpers the functions need, once per
+  module, after ``#include <Python.h>``, ``#include <numpy/arrayobject.h>``
+  and the C runtime's API (:func:`.runtime.header`: the loop driver,
+  ``tn_ew_run``, is in the runtime, ``src/elemwise.c``); include-guarded.
 - :data:`COMPILE_FLAGS`: compiler flags to build with (speed only, see below).
 
 And for tests and debugging, one node (or several) compiled on its own:
@@ -488,9 +489,9 @@ def _no_contract(code: str) -> str:
             + "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif\n")
 
 
-#: what every generated function needs, once per module (include-guarded):
-#: the runtime's API (the loop driver lives there) and the scalar helpers
-SUPPORT_CODE = runtime.header() + _no_contract(ps.C_SUPPORT_CODE)
+#: the scalar helpers every generated function needs, once per module, after
+#: the runtime's API (:func:`.runtime.header`, where the loop driver is)
+SUPPORT_CODE = _no_contract(ps.C_SUPPORT_CODE)
 
 
 # --------------------------------------------------------------------------

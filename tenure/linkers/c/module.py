@@ -77,7 +77,7 @@ from tenure.linkers.c import blas, elemwise
 from tenure.linkers.c import nnet as _nnet
 from tenure.linkers.c import reduce as _reduce
 from tenure.linkers.c import subtensor as _subtensor
-from tenure.linkers.c import views
+from tenure.linkers.c import runtime, views
 from tenure.linkers.c.views import _DTYPES
 from tenure.linkers.c.views import typenum as _typenum
 from tenure.linkers.c.elemwise import _c_string, _comment
@@ -352,23 +352,17 @@ def graph_module(plan: Plan, keep_slots, clear_after,
             # Ctrl-C between steps, until the call has written shared storage.
             calls.append(f"    if (PyErr_CheckSignals() < 0) {{ status[0] = {k}; goto fail; }}")
 
-    support = [elemwise.SUPPORT_CODE]
+    # The runtime (its API comes first) holds the loops of views, subtensors,
+    # products and softmax; the scalar helpers and reductions' are still here.
+    support = [runtime.header(), elemwise.SUPPORT_CODE]
     flags = list(elemwise.COMPILE_FLAGS)
     if "reduce" in used:
         support.append(_reduce.SUPPORT_CODE)
         flags += list(_reduce.COMPILE_FLAGS)
-    if "nnet" in used:
-        support.append(_nnet.SUPPORT_CODE)
-        flags += list(_nnet.COMPILE_FLAGS)
-    if "view" in used or "subtensor" in used:   # subtensor indexes with the view code
-        support.append(views.SUPPORT_CODE)
-        flags += list(views.COMPILE_FLAGS)
-    if "subtensor" in used:
-        support.append(_subtensor.SUPPORT_CODE)
-        flags += list(_subtensor.COMPILE_FLAGS)
-    if "blas" in used:
-        support.append(blas.SUPPORT_CODE)
-        flags += list(blas.COMPILE_FLAGS)
+    for kind, family in (("nnet", _nnet), ("view", views), ("subtensor", _subtensor),
+                         ("blas", blas)):
+        if kind in used:
+            flags += list(family.COMPILE_FLAGS)
     flags = tuple(dict.fromkeys(flags))
     n_steps = len(plan.steps)
     inputs, outputs = plan.inputs, plan.outputs
@@ -463,7 +457,6 @@ static PyMethodDef tn_methods[] = {{
     source_body = _HEADERS + "".join(support) + body
     digest = hashlib.sha256((source_body + repr(flags)).encode("utf-8")).hexdigest()[:24]
     name = f"tn_graph_{digest}"
-    blas_init = "    if (tn_blas_init() < 0)\n        return NULL;\n" if "blas" in used else ""
     source = source_body + f"""
 static struct PyModuleDef tn_module = {{
     PyModuleDef_HEAD_INIT, {_c_string(name)}, "a tenure graph, compiled", -1, tn_methods,
@@ -475,7 +468,7 @@ PyMODINIT_FUNC PyInit_{name}(void)
     import_array();
     if (tn_import_runtime() < 0)
         return NULL;
-{blas_init}    return PyModule_Create(&tn_module);
+    return PyModule_Create(&tn_module);
 }}
 """
     return GraphModule(name, source, flags, kinds, offsets, size, stash)

@@ -31,7 +31,7 @@ import threading
 from functools import lru_cache
 from pathlib import Path
 
-from tenure.linkers.c import cache, compiler
+from tenure.linkers.c import cache, compiler, ctemplate
 
 __all__ = ["INCLUDE_DIR", "SOURCE_DIR", "capsule", "digest", "expand_includes", "header",
            "load_runtime", "runtime_name", "runtime_source", "source_files"]
@@ -41,8 +41,11 @@ INCLUDE_DIR = Path(__file__).with_name("include")
 #: the runtime's C files
 SOURCE_DIR = Path(__file__).with_name("src")
 
-#: flags the runtime is built with: speed only, like the generated code's
-COMPILE_FLAGS = ("-fno-math-errno", "-fno-trapping-math")
+#: flags the runtime is built with, as the generated code's: speed only
+#: (vector math through libmvec, see include/vector_math.h), and no
+#: contraction of a * b + c into an FMA (NumPy rounds twice)
+COMPILE_FLAGS = ("-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off", "-DTN_VECTOR_MATH",
+                 "-lm")
 
 _LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
 _lock = threading.Lock()
@@ -51,7 +54,8 @@ _runtime = None
 
 def source_files() -> list[Path]:
     """Every file of the runtime, in a fixed order."""
-    return sorted(INCLUDE_DIR.glob("*.h")) + sorted(SOURCE_DIR.glob("*.[ch]"))
+    return sorted(INCLUDE_DIR.glob("*.h")) + sorted(SOURCE_DIR.glob("*.[ch]")) + sorted(
+        SOURCE_DIR.glob("*.src"))
 
 
 @lru_cache(maxsize=None)
@@ -74,6 +78,8 @@ def expand_includes(path: Path, _seen: frozenset = frozenset()) -> str:
     if path in _seen:
         raise ValueError(f"runtime sources: {path.name} includes itself")
     text = path.read_text()
+    if path.suffix == ".src":
+        text = ctemplate.expand(text, path)
     out, last = [f'#line 1 "{path}"\n'], 0
     for match in _LOCAL_INCLUDE.finditer(text):
         target = _find(match.group(1), path)
@@ -108,11 +114,12 @@ def runtime_source() -> str:
 @lru_cache(maxsize=None)
 def header() -> str:
     """What a generated module puts after ``#include <numpy/arrayobject.h>``:
-    the runtime's API (``tn_rt``, ``tn_import_runtime``, the ``tn_*`` names)
-    and the scalar code's error bits."""
+    the runtime's API (``tn_rt``, ``tn_import_runtime``, the ``tn_*`` names),
+    the scalar code's error bits and the vector math declarations."""
     return (f'#define TN_RUNTIME_DIGEST "{digest()}"\n'
             + expand_includes(INCLUDE_DIR / "tenure_runtime.h")
-            + expand_includes(INCLUDE_DIR / "scalar_errors.h"))
+            + expand_includes(INCLUDE_DIR / "scalar_errors.h")
+            + expand_includes(INCLUDE_DIR / "vector_math.h"))
 
 
 def load_runtime():

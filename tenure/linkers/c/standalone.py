@@ -44,7 +44,7 @@ def module_text(name: str, node: Apply | Mapping[str, Apply], *, prefix: str,
             raise ValueError(f"module_source: {text!r} is not a C identifier")
     functions, entries, methods = [], [], []
     for entry_name, apply in nodes.items():
-        fname = f"{prefix}_{entry_name}"
+        fname = f"{prefix}_kernel_{entry_name}"   # never a runtime name (tn_ew_run)
         functions.append(c_function(apply, fname))
         code, method = entry(apply, entry_name, fname)
         entries.append(code)

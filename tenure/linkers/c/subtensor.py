@@ -6,10 +6,9 @@ What the C linker calls:
 - :func:`has_c_code` ``(node) -> bool``: whether :func:`c_function` can handle it.
 - :func:`c_function` ``(node, fname) -> str``: the C definition of
   ``static int fname(PyObject **inputs, PyArrayObject **outputs)``.
-- :data:`SUPPORT_CODE`: C helpers the functions need, once per module, after
-  :data:`tenure.linkers.c.views.SUPPORT_CODE` (whose region code this uses;
-  include-guarded, so repeating it is harmless).  The functions also call
-  the module runtime's ``tn_cl_overlap`` (:mod:`.module`), which precedes them.
+- the C runtime's API (:func:`.runtime.header`) earlier in the module: the
+  helpers the functions call are ``tn_st_*`` (``src/subtensor.c``), the
+  region code of ``src/views.c`` and ``tn_cl_overlap`` (``src/schedule.c``).
 - :data:`COMPILE_FLAGS`: none needed.
 
 The generated function -- its contract with the caller:
@@ -46,55 +45,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from tenure.linkers.c import runtime
 from tenure.linkers.c import views
 from tenure.linkers.c.standalone import c_string as _c_string
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.subtensor_update import IncSubtensor
 
-__all__ = ["COMPILE_FLAGS", "SUPPORT_CODE", "c_function", "has_c_code"]
+__all__ = ["COMPILE_FLAGS", "c_function", "has_c_code"]
 
 COMPILE_FLAGS: tuple[str, ...] = ()
 
-SUPPORT_CODE = r"""
-#ifndef TN_SUBTENSOR_SUPPORT
-#define TN_SUBTENSOR_SUPPORT
-/* Strides of `v` seen as the region's shape (right-aligned, 0 on broadcast
- * and missing axes), or -1 with perform's ValueError when it does not
- * broadcast.  `fn` is "set_subtensor" or "inc_subtensor". */
-static int tn_st_broadcast(PyArrayObject *v, int nd, const npy_intp *dims, npy_intp *vstrides,
-                           const char *fn, const char *what)
-{
-    const int vnd = PyArray_NDIM(v);
-    int ok = vnd <= nd;
-    for (int d = 0; ok && d < vnd; d++) {
-        const npy_intp len = PyArray_DIM(v, d), want = dims[d + nd - vnd];
-        ok = len == 1 || len == want;
-    }
-    if (!ok) {
-        char a[64 * 24], b[64 * 24];
-        PyErr_Format(PyExc_ValueError, "%s: a value of shape %s cannot be broadcast to the "
-                     "indexed region of shape %s (%s)", fn,
-                     tn_vw_shape_str(a, sizeof a, vnd, PyArray_DIMS(v)),
-                     tn_vw_shape_str(b, sizeof b, nd, dims), what);
-        return -1;
-    }
-    for (int d = 0; d < nd; d++) {
-        const int vd = d - (nd - vnd);
-        vstrides[d] = (vd < 0 || PyArray_DIM(v, vd) == 1) ? 0 : PyArray_STRIDE(v, vd);
-    }
-    return 0;
-}
-
-/* The value to write: `v` as an aligned, native array of `typenum` (a new
- * reference), a private copy when `copy` (it overlaps the output). */
-static PyArrayObject *tn_st_value(PyArrayObject *v, int typenum, int copy)
-{
-    int flags = NPY_ARRAY_ALIGNED | NPY_ARRAY_NOTSWAPPED | (copy ? NPY_ARRAY_ENSURECOPY : 0);
-    return (PyArrayObject *)PyArray_FromArray(v, PyArray_DescrFromType(typenum), flags);
-}
-#endif /* TN_SUBTENSOR_SUPPORT */
-"""
 
 _DTYPES = {"bool", "float32", "float64",
            *(f"{s}int{b}" for s in ("", "u") for b in (8, 16, 32, 64))}

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 import tenure as tn
 from tenure.linkers.c import elemwise as ce
+from tenure.linkers.c import runtime
 from tenure.symbolic.ops import elemwise as ew
 from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.composite import Composite
@@ -189,12 +190,14 @@ _built: dict = {}
 
 
 def _linker_style_source(node, name: str) -> str:
-    """A module the way the linker builds one: SUPPORT_CODE, the generated
-    function, and its own glue (here ``kernel(inputs, outputs)`` taking tuples
-    of arrays, None for NULL, and calling the function with no other check)."""
+    """A module the way the linker builds one: the runtime's API, SUPPORT_CODE,
+    the generated function, and its own glue (here ``kernel(inputs, outputs)``
+    taking tuples of arrays, None for NULL, and calling the function with no
+    other check)."""
     return f"""#define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <numpy/arrayobject.h>
+{runtime.header()}
 {ce.SUPPORT_CODE}
 {ce.c_function(node, "generated")}
 static PyObject *call(PyObject *self, PyObject *args)

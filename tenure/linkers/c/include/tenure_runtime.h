@@ -69,6 +69,34 @@ typedef struct {
     tn_ew_strided_fn strided;
 } tn_ew_kernel;
 
+/* ------------------------------------------------------------------------
+ * Products (src/blas.c.src)
+ */
+
+/* A strided matrix: element (i, j) of the r x c matrix at p + i * sr + j * sc (bytes). */
+typedef struct {
+    char *p;
+    npy_intp r, c, sr, sc;
+} tn_mat;
+
+/* C = alpha * A @ B + beta * C, one kernel per dtype. */
+typedef int (*tn_mm_kernel)(const tn_mat *, const tn_mat *, const tn_mat *, double, double);
+
+/* The roles of the axes of one product node (-1 where absent): batch axis j is
+ * axis ba[j] of a, bb[j] of b, bo[j] of the output; a's rows am (output om),
+ * the summed axes ak, bk, b's columns bn (output on). */
+typedef struct {
+    int nb;
+    const int *ba, *bb, *bo;
+    int am, ak, bk, bn, om, on, ond;
+} tn_mm_axes;
+
+typedef struct {
+    int nb;
+    npy_intp len[NPY_MAXDIMS], sa[NPY_MAXDIMS], sb[NPY_MAXDIMS], sc[NPY_MAXDIMS];
+    tn_mat a, b, c;
+} tn_mm_desc;
+
 /* The table a runtime hands out; TN_RUNTIME_ABI changes with its layout. */
 #define TN_RUNTIME_ABI 1
 
@@ -87,6 +115,25 @@ typedef struct {
     PyObject *(*shape_tuple)(int nd, const npy_intp *dims);
     npy_intp (*chunk)(npy_intp total, int nthreads);
     int (*omp_usable)(void);
+
+    /* views.c */
+    PyArrayObject *(*vw_as_array)(PyObject *obj, int typenum, int nd, const char *what);
+    int (*vw_read_int)(const char *ptr, int typenum, npy_intp *value);
+    int (*vw_scalar)(PyObject *obj, const char *what, npy_intp *value);
+    int (*vw_int_index)(npy_intp i, PyArrayObject *a, int axis, const char *what, char **data);
+    int (*vw_slice)(PyArrayObject *a, int axis, int has_start, npy_intp start, int has_stop, npy_intp stop, int has_step, npy_intp step, const char *what, char **data, npy_intp *dim, npy_intp *stride);
+    PyObject *(*vw_view)(PyArrayObject *a, int nd, npy_intp *dims, npy_intp *strides, char *data);
+    const char *(*vw_shape_str)(char *buf, size_t n, int nd, const npy_intp *dims);
+
+    /* subtensor.c */
+    int (*st_broadcast)(PyArrayObject *v, int nd, const npy_intp *dims, npy_intp *vstrides, const char *fn, const char *what);
+    PyArrayObject *(*st_value)(PyArrayObject *v, int typenum, int copy);
+
+    /* softmax, log_softmax, logsumexp (src/nnet.c.src) */
+    int (*nn_check)(const char *fname, PyArrayObject *x, PyArrayObject *out, int type_num,
+                    const char *dtype_name, int nd, const int *reduced, int keepdims,
+                    int out_nd);
+    int (*nn_run)(int kind, PyArrayObject *x, PyArrayObject *out, int nd, const int *reduced);
 
     /* a graph module's schedule (src/schedule.c) */
     int (*cl_fits)(PyArrayObject *a, int typenum, int nd, const npy_intp *shape);
@@ -108,6 +155,22 @@ typedef struct {
                               const npy_intp *shape);
     PyArrayObject *(*cl_take_planned)(PyObject **aside, const npy_intp *planned,
                                       Py_ssize_t offset, int typenum, int nd);
+    /* products (src/blas.c.src) */
+    int (*blas_init)(void);
+    int (*bl_check)(const char *fname, const char *label, PyArrayObject *a, int type_num,
+                    const char *dtype_name, int ndim);
+    int (*bl_check_out)(const char *fname, PyArrayObject *out, int type_num,
+                        const char *dtype_name, int ndim, const npy_intp *shape);
+    int (*bl_private)(PyArrayObject *out, PyArrayObject **inputs, int n, PyArrayObject **in);
+    int (*bl_broadcast2)(const char *fname, const char *label, PyArrayObject *z,
+                         npy_intp *shape);
+    int (*mm_shape)(const char *fname, const char *la, const char *lb, const tn_mm_axes *axes,
+                    PyArrayObject *a, PyArrayObject *b, npy_intp *shape);
+    int (*mm_run)(const char *fname, const char *la, const char *lb, const tn_mm_axes *axes,
+                  PyArrayObject **inputs, PyArrayObject *out, int type_num);
+    int (*gemm)(const char *fname, const tn_mm_axes *axes, PyArrayObject *z, PyArrayObject *x,
+                PyArrayObject *y, PyArrayObject *out, double alpha, double beta, int type_num);
+
     int (*cl_commit)(PyObject **S, PyObject *py_steps, Py_ssize_t n_steps,
                      const npy_intp *planned, const Py_ssize_t *written, Py_ssize_t n_written,
                      PyObject **backups);
@@ -171,7 +234,29 @@ static int tn_import_runtime(void)
 #define tn_cl_take (tn_rt->cl_take)
 #define tn_cl_take_planned (tn_rt->cl_take_planned)
 #define tn_cl_commit (tn_rt->cl_commit)
+#define tn_blas_init (tn_rt->blas_init)
+#define tn_bl_check (tn_rt->bl_check)
+#define tn_bl_check_out (tn_rt->bl_check_out)
+#define tn_bl_private (tn_rt->bl_private)
+#define tn_bl_broadcast2 (tn_rt->bl_broadcast2)
+#define tn_mm_shape (tn_rt->mm_shape)
+#define tn_mm_run (tn_rt->mm_run)
+#define tn_gemm (tn_rt->gemm)
 #define tn_cl_restore (tn_rt->cl_restore)
+
+#define tn_vw_as_array (tn_rt->vw_as_array)
+#define tn_vw_read_int (tn_rt->vw_read_int)
+#define tn_vw_scalar (tn_rt->vw_scalar)
+#define tn_vw_int_index (tn_rt->vw_int_index)
+#define tn_vw_slice (tn_rt->vw_slice)
+#define tn_vw_view (tn_rt->vw_view)
+#define tn_vw_shape_str (tn_rt->vw_shape_str)
+
+#define tn_st_broadcast (tn_rt->st_broadcast)
+#define tn_st_value (tn_rt->st_value)
+
+#define tn_nn_check (tn_rt->nn_check)
+#define tn_nn_run (tn_rt->nn_run)
 
 #endif /* !TN_RUNTIME_BUILD */
 #endif /* TENURE_RUNTIME_H */

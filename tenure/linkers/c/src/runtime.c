@@ -19,10 +19,15 @@
 #define TN_RUNTIME_BUILD
 #include "tenure_runtime.h"
 #include "scalar_errors.h"
+#include "vector_math.h"
 
 #include "elemwise.c"
 #include "schedule.c"
+#include "views.c"
+#include "subtensor.c"
 #include "fastcall.c"
+#include "blas.c.src"
+#include "nnet.c.src"
 
 static const tn_runtime_api tn_api = {
     .abi = TN_RUNTIME_ABI,
@@ -35,6 +40,17 @@ static const tn_runtime_api tn_api = {
     .shape_tuple = tn_shape_tuple,
     .chunk = tn_chunk,
     .omp_usable = tn_omp_usable,
+    .vw_as_array = tn_vw_as_array,
+    .vw_read_int = tn_vw_read_int,
+    .vw_scalar = tn_vw_scalar,
+    .vw_int_index = tn_vw_int_index,
+    .vw_slice = tn_vw_slice,
+    .vw_view = tn_vw_view,
+    .vw_shape_str = tn_vw_shape_str,
+    .st_broadcast = tn_st_broadcast,
+    .st_value = tn_st_value,
+    .nn_check = tn_nn_check,
+    .nn_run = tn_nn_run,
     .cl_fits = tn_cl_fits,
     .cl_overlap = tn_cl_overlap,
     .cl_unsafe_overlap = tn_cl_unsafe_overlap,
@@ -47,6 +63,14 @@ static const tn_runtime_api tn_api = {
     .cl_free = tn_cl_free,
     .cl_take = tn_cl_take,
     .cl_take_planned = tn_cl_take_planned,
+    .blas_init = tn_blas_init,
+    .bl_check = tn_bl_check,
+    .bl_check_out = tn_bl_check_out,
+    .bl_private = tn_bl_private,
+    .bl_broadcast2 = tn_bl_broadcast2,
+    .mm_shape = tn_mm_shape,
+    .mm_run = tn_mm_run,
+    .gemm = tn_gemm,
     .cl_commit = tn_cl_commit,
     .cl_restore = tn_cl_restore,
 };
