@@ -135,6 +135,15 @@ typedef struct {
                     int out_nd);
     int (*nn_run)(int kind, PyArrayObject *x, PyArrayObject *out, int nd, const int *reduced);
 
+    /* reduce.c */
+    char *(*rd_step)(PyArrayObject *a, npy_intp *idx, char *p);
+    void (*rd_fill)(PyArrayObject *a, const void *value, size_t size);
+    int (*rd_broadcast)(const char *fname, int nops, PyArrayObject *const *ops, const char *const *labels, int full_nd, npy_intp *shape);
+    int (*rd_layout)(const char *fname, int nops, PyArrayObject *const *ops, const char *const *labels, int full_nd, const int *reduced, int keepdims, npy_intp *shape, npy_intp *strides, npy_intp *count);
+    int (*rd_compact)(int nops, PyArrayObject *const *ops, int full_nd, int *nd, npy_intp *shape, npy_intp *strides);
+    int (*rd_split_axis)(int nd, const npy_intp *shape, const npy_intp *strides, npy_intp block, npy_intp *unit);
+    void (*rd_box)(int nops, PyArrayObject *const *ops, int nd, const npy_intp *shape, const npy_intp *strides, int split, npy_intp unit, npy_intp first, npy_intp last, npy_intp *box, npy_intp *index, char **ptr);
+
     /* a graph module's schedule (src/schedule.c) */
     int (*cl_fits)(PyArrayObject *a, int typenum, int nd, const npy_intp *shape);
     int (*cl_overlap)(PyArrayObject *a, PyArrayObject *b);
@@ -257,6 +266,14 @@ static int tn_import_runtime(void)
 
 #define tn_nn_check (tn_rt->nn_check)
 #define tn_nn_run (tn_rt->nn_run)
+
+#define tn_rd_step (tn_rt->rd_step)
+#define tn_rd_fill (tn_rt->rd_fill)
+#define tn_rd_broadcast (tn_rt->rd_broadcast)
+#define tn_rd_layout (tn_rt->rd_layout)
+#define tn_rd_compact (tn_rt->rd_compact)
+#define tn_rd_split_axis (tn_rt->rd_split_axis)
+#define tn_rd_box (tn_rt->rd_box)
 
 #endif /* !TN_RUNTIME_BUILD */
 #endif /* TENURE_RUNTIME_H */

@@ -23,6 +23,7 @@
 
 #include "elemwise.c"
 #include "schedule.c"
+#include "reduce.c"
 #include "views.c"
 #include "subtensor.c"
 #include "fastcall.c"
@@ -51,6 +52,13 @@ static const tn_runtime_api tn_api = {
     .st_value = tn_st_value,
     .nn_check = tn_nn_check,
     .nn_run = tn_nn_run,
+    .rd_step = tn_rd_step,
+    .rd_fill = tn_rd_fill,
+    .rd_broadcast = tn_rd_broadcast,
+    .rd_layout = tn_rd_layout,
+    .rd_compact = tn_rd_compact,
+    .rd_split_axis = tn_rd_split_axis,
+    .rd_box = tn_rd_box,
     .cl_fits = tn_cl_fits,
     .cl_overlap = tn_cl_overlap,
     .cl_unsafe_overlap = tn_cl_unsafe_overlap,

@@ -1,0 +1,225 @@
+/* Reductions (see tenure/linkers/c/reduce.py): the operands' broadcast
+ * and checks, the layout of the iteration (axes compacted and ordered, the
+ * reduced ones inside), how threads split it, and the identity fill.  Part
+ * of the runtime (runtime.c includes this file). */
+/* The pointer to the element after `p` in `a`, in C order (`idx` tracks it). */
+static char *tn_rd_step(PyArrayObject *a, npy_intp *idx, char *p)
+{
+    for (int d = PyArray_NDIM(a) - 1; d >= 0; d--) {
+        p += PyArray_STRIDE(a, d);
+        if (++idx[d] < PyArray_DIM(a, d))
+            return p;
+        p -= PyArray_STRIDE(a, d) * PyArray_DIM(a, d);
+        idx[d] = 0;
+    }
+    return p;
+}
+
+static void tn_rd_fill(PyArrayObject *a, const void *value, size_t size)
+{
+    npy_intp idx[NPY_MAXDIMS] = {0};
+    char *p = PyArray_BYTES(a);
+    const npy_intp n = PyArray_SIZE(a);
+    for (npy_intp i = 0; i < n; i++) {
+        memcpy(p, value, size);
+        p = tn_rd_step(a, idx, p);
+    }
+}
+
+static void tn_rd_shape_error(const char *fname, const char *what, int nd1, const npy_intp *s1,
+                              int nd2, const npy_intp *s2)
+{
+    PyObject *a = tn_shape_tuple(nd1, s1), *b = tn_shape_tuple(nd2, s2);
+    if (a != NULL && b != NULL)
+        PyErr_Format(PyExc_ValueError, "%s: %s %R, expected %R", fname, what, a, b);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+}
+
+/* The broadcast shape of the inputs ops[1..nops) over full_nd axes. */
+static int tn_rd_broadcast(const char *fname, int nops, PyArrayObject *const *ops,
+                           const char *const *labels, int full_nd, npy_intp *shape)
+{
+    int d, j;
+    for (d = 0; d < full_nd; d++)
+        shape[d] = 1;
+    for (j = 1; j < nops; j++) {
+        PyArrayObject *a = ops[j];
+        const int offset = full_nd - PyArray_NDIM(a);
+        for (d = 0; d < PyArray_NDIM(a); d++) {
+            const npy_intp n = PyArray_DIM(a, d);
+            if (n == 1 || n == shape[d + offset])
+                continue;
+            if (shape[d + offset] != 1) {
+                PyErr_Format(PyExc_ValueError, "%s: %s has length %zd on axis %d where another "
+                             "input has %zd: the inputs do not broadcast", fname, labels[j], n,
+                             d + offset, shape[d + offset]);
+                return -1;
+            }
+            shape[d + offset] = n;
+        }
+    }
+    return 0;
+}
+
+/* The iteration over the broadcast input shape: shape[0..full_nd) and, for
+ * operand j, byte strides strides[j * NPY_MAXDIMS + d] (0 where broadcast; the
+ * output's are 0 on reduced axes).  Checks the output's shape; *count is the
+ * number of elements reduced into each output element. */
+static int tn_rd_layout(const char *fname, int nops, PyArrayObject *const *ops,
+                        const char *const *labels, int full_nd, const int *reduced,
+                        int keepdims, npy_intp *shape, npy_intp *strides, npy_intp *count)
+{
+    PyArrayObject *out = ops[0];
+    npy_intp want[NPY_MAXDIMS];
+    int j, d, o = 0, ok = 1;
+    if (tn_rd_broadcast(fname, nops, ops, labels, full_nd, shape) < 0)
+        return -1;
+    *count = 1;
+    for (d = 0; d < full_nd; d++) {
+        if (reduced[d]) {
+            *count *= shape[d];
+            strides[d] = 0;
+            if (keepdims)
+                want[o++] = 1;
+        } else {
+            strides[d] = o < PyArray_NDIM(out) ? PyArray_STRIDE(out, o) : 0;
+            want[o++] = shape[d];
+        }
+    }
+    ok = o == PyArray_NDIM(out) && PyArray_CompareLists(PyArray_DIMS(out), want, o);
+    if (!ok) {
+        tn_rd_shape_error(fname, "the output has shape", PyArray_NDIM(out), PyArray_DIMS(out), o,
+                          want);
+        return -1;
+    }
+    for (d = 0; d < full_nd; d++) {
+        /* A kept axis the output does not step along would sum into one element. */
+        if (!reduced[d] && shape[d] > 1 && strides[d] == 0 && PyArray_SIZE(out) > 0) {
+            PyErr_Format(PyExc_ValueError, "%s: the output has stride 0 on a kept axis", fname);
+            return -1;
+        }
+    }
+    for (j = 1; j < nops; j++) {
+        PyArrayObject *a = ops[j];
+        const int offset = full_nd - PyArray_NDIM(a);
+        for (d = 0; d < full_nd; d++)
+            strides[j * NPY_MAXDIMS + d] =
+                (d < offset || PyArray_DIM(a, d - offset) == 1) ? 0 : PyArray_STRIDE(a, d - offset);
+    }
+    return 0;
+}
+
+/* Drop length-1 axes, order the rest by the inputs' strides (innermost last),
+ * merge axes every operand steps through as one.  Returns whether the inputs
+ * (and the output, when it steps along it) are aligned and contiguous (or, for
+ * inputs, broadcast: stride 0) along the innermost axis. */
+static int tn_rd_compact(int nops, PyArrayObject *const *ops, int full_nd, int *nd,
+                         npy_intp *shape, npy_intp *strides)
+{
+    int k = 0, j, d;
+    for (d = 0; d < full_nd; d++) {
+        if (shape[d] == 1)
+            continue;
+        shape[k] = shape[d];
+        for (j = 0; j < nops; j++)
+            strides[j * NPY_MAXDIMS + k] = strides[j * NPY_MAXDIMS + d];
+        k++;
+    }
+    /* insertion sort (stable) by the sum of the inputs' absolute strides, largest first */
+    for (d = 1; d < k; d++) {
+        for (int e = d; e > 0; e--) {
+            npy_intp w0 = 0, w1 = 0, t;
+            for (j = 1; j < nops; j++) {
+                const npy_intp s0 = strides[j * NPY_MAXDIMS + e - 1];
+                const npy_intp s1 = strides[j * NPY_MAXDIMS + e];
+                w0 += s0 < 0 ? -s0 : s0;
+                w1 += s1 < 0 ? -s1 : s1;
+            }
+            if (w0 >= w1)
+                break;
+            t = shape[e]; shape[e] = shape[e - 1]; shape[e - 1] = t;
+            for (j = 0; j < nops; j++) {
+                npy_intp *s = strides + j * NPY_MAXDIMS;
+                t = s[e]; s[e] = s[e - 1]; s[e - 1] = t;
+            }
+        }
+    }
+    if (k > 0) {
+        int m = 0;
+        for (d = 1; d < k; d++) {
+            int merge = 1;
+            for (j = 0; j < nops && merge; j++) {
+                const npy_intp *s = strides + j * NPY_MAXDIMS;
+                merge = s[m] == s[d] * shape[d];
+            }
+            if (merge) {
+                shape[m] *= shape[d];
+            } else {
+                m++;
+                shape[m] = shape[d];
+            }
+            for (j = 0; j < nops; j++)
+                strides[j * NPY_MAXDIMS + m] = strides[j * NPY_MAXDIMS + d];
+        }
+        k = m + 1;
+    } else {  /* a single element */
+        k = 1;
+        shape[0] = 1;
+        for (j = 0; j < nops; j++)
+            strides[j * NPY_MAXDIMS] = 0;
+    }
+    *nd = k;
+    for (j = 0; j < nops; j++) {
+        const npy_intp s = strides[j * NPY_MAXDIMS + k - 1];
+        if (j == 0 && s == 0)
+            continue;  /* the output does not move along a reduced axis */
+        if (!PyArray_ISALIGNED(ops[j]))
+            return 0;
+        /* an input with stride 0 is broadcast into a buffer by the loops */
+        if (s != PyArray_ITEMSIZE(ops[j]) && shape[k - 1] > 1 && !(j > 0 && s == 0))
+            return 0;
+    }
+    return 1;
+}
+
+/* The axis whose parts threads take: the kept axis (output stride != 0) with
+ * the most units, the outermost of equals, or -1 when none has two.  A unit is
+ * one index of an outer axis, and `block` elements of the innermost one, so
+ * that a part of it starts where a serial chunk does. */
+static int tn_rd_split_axis(int nd, const npy_intp *shape, const npy_intp *strides,
+                            npy_intp block, npy_intp *unit)
+{
+    int best = -1;
+    npy_intp most = 1;
+    *unit = 1;
+    for (int d = 0; d < nd; d++) {
+        const npy_intp u = d == nd - 1 ? block : 1, units = (shape[d] + u - 1) / u;
+        if (strides[d] != 0 && units > most) {
+            best = d;
+            most = units;
+            *unit = u;
+        }
+    }
+    return best;
+}
+
+/* Thread part [first, last) (in units) of axis `split` of the iteration
+ * (the whole of it when split < 0): its shape `box`, a zero odometer `index`
+ * and the operands' pointers at its start.  No Python API: threads call it. */
+static void tn_rd_box(int nops, PyArrayObject *const *ops, int nd, const npy_intp *shape,
+                      const npy_intp *strides, int split, npy_intp unit, npy_intp first,
+                      npy_intp last, npy_intp *box, npy_intp *index, char **ptr)
+{
+    int j;
+    memcpy(box, shape, (size_t)nd * sizeof *box);
+    memset(index, 0, NPY_MAXDIMS * sizeof *index);
+    for (j = 0; j < nops; j++)
+        ptr[j] = PyArray_BYTES(ops[j]);
+    if (split >= 0) {
+        const npy_intp lo = first * unit, hi = last * unit;
+        box[split] = (hi < shape[split] ? hi : shape[split]) - lo;
+        for (j = 0; j < nops; j++)
+            ptr[j] += lo * strides[j * NPY_MAXDIMS + split];
+    }
+}
