@@ -84,7 +84,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tenure.linkers.c import runtime
+from tenure.linkers.c import kernels, runtime
 from tenure.linkers.c.standalone import _IDENTIFIER, module_text
 from tenure.linkers.c.standalone import c_string as _c_string
 from tenure.symbolic.graph import Apply
@@ -222,33 +222,29 @@ def _input_label(node: Apply, i: int) -> str:
     return f"input {i} ({name})" if name else f"input {i}"
 
 
-def c_function(node: Apply, fname: str) -> str:
-    """C source of ``static int fname(PyArrayObject **inputs, PyArrayObject
-    **outputs)`` computing ``node`` (see the module doc for the contract):
-    the node's two loops over a block (typed and strided) and their
-    description, handed to the runtime's ``tn_ew_run``, which does the rest.
-    Needs :data:`SUPPORT_CODE` earlier in the module.  Raises
-    ``NotImplementedError`` when the node has no C code."""
-    if not _IDENTIFIER.match(fname):
-        raise ValueError(f"c_function: {fname!r} is not a C identifier")
-    kernel = _kernel(node)
-    # Operand 0 is the output, then the inputs read from memory (not the Python numbers).
+def _operands(kernel: _Kernel) -> tuple[list[int], list]:
+    """The inputs read from memory (not the Python numbers), and the dtypes
+    of the loop's operands: the output, then those inputs."""
     read = [i for i, d in enumerate(kernel.in_dtypes) if d is not None]
-    dtypes = [kernel.out_dtype] + [kernel.in_dtypes[i] for i in read]
-    ndims = [kernel.out_ndim] + [kernel.in_ndims[i] for i in read]
-    labels = ["output 0"] + [_input_label(node, i) for i in read]
-    nops = len(dtypes)
+    return read, [kernel.out_dtype] + [kernel.in_dtypes[i] for i in read]
+
+
+def loop_code(node: Apply, name: str) -> str:
+    """C defining ``name_typed`` and ``name_strided``: ``node``'s arithmetic
+    over one block (the runtime's ``tn_ew_typed_fn`` and ``tn_ew_strided_fn``).
+    It depends only on the scalar expression and the dtypes, never on the
+    graph: :mod:`.kernels` compiles it once for every graph that needs it.
+    Needs :data:`SUPPORT_CODE` earlier; ``NotImplementedError`` when the node
+    has no C code."""
+    kernel = _kernel(node)
+    read, dtypes = _operands(kernel)
     # One typed loop serves contiguous rows and filled ones (rows[j] is at[j]
     # when contiguous): each copy of a vectorized loop costs compile time.
     typed, strided = _inner_loops(kernel, read, dtypes)
-    inner_strides = " ".join(f"const npy_intp s{j} = strides[{j}];" for j in range(nops))
-    width = max(d.itemsize for d in dtypes)
-    par = parallel_settings()
-    minsize, threads = (-1, 0) if par is None else (min(max(par.minsize, 1), 2**62), par.threads)
-    assigns = "".join(f" ops[{j + 1}] = inputs[{i}];" for j, i in enumerate(read))
+    inner_strides = " ".join(f"const npy_intp s{j} = strides[{j}];" for j in range(len(dtypes)))
     return _no_contract(f"""
-/* {_comment(str(node.op))} */
-static int {fname}_typed(char *const *at, char *const *rows, npy_intp m)
+/* {_comment(str(node.op.scalar_op))} on {", ".join(d.name for d in dtypes[1:])} */
+static int {name}_typed(char *const *at, char *const *rows, npy_intp m)
 {{
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -258,7 +254,7 @@ static int {fname}_typed(char *const *at, char *const *rows, npy_intp m)
     return tn_status;
 }}
 
-static int {fname}_strided(char *const *at, const npy_intp *strides, npy_intp m)
+static int {name}_strided(char *const *at, const npy_intp *strides, npy_intp m)
 {{
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -268,14 +264,47 @@ static int {fname}_strided(char *const *at, const npy_intp *strides, npy_intp m)
 {strided}
     return tn_status;
 }}
+""")
 
+
+def loop_kernel(node: Apply) -> "kernels.LoopKernel":
+    """``node``'s loops as a :class:`.kernels.LoopKernel` (compiled apart
+    from the graph, shared by every graph that needs them)."""
+    return kernels.LoopKernel(loop_code(node, kernels.PLACEHOLDER), SUPPORT_CODE, COMPILE_FLAGS)
+
+
+def c_function(node: Apply, fname: str, *, bound: bool = False) -> str:
+    """C source of ``static int fname(PyArrayObject **inputs, PyArrayObject
+    **outputs)`` computing ``node`` (see the module doc for the contract): a
+    description of the operands (``static tn_ew_kernel fname_kernel``) handed
+    to the runtime's ``tn_ew_run``, which does everything but the arithmetic.
+
+    The arithmetic, :func:`loop_code`, is in this source unless ``bound``:
+    then the description's ``typed`` and ``strided`` are NULL until the
+    module binds them to a loop library's (:func:`loop_kernel`; the C linker
+    does that, see :mod:`.module`).  Needs :data:`SUPPORT_CODE` earlier in
+    the module.  Raises ``NotImplementedError`` when the node has no C code."""
+    if not _IDENTIFIER.match(fname):
+        raise ValueError(f"c_function: {fname!r} is not a C identifier")
+    kernel = _kernel(node)
+    read, dtypes = _operands(kernel)
+    ndims = [kernel.out_ndim] + [kernel.in_ndims[i] for i in read]
+    labels = ["output 0"] + [_input_label(node, i) for i in read]
+    nops = len(dtypes)
+    width = max(d.itemsize for d in dtypes)
+    par = parallel_settings()
+    minsize, threads = (-1, 0) if par is None else (min(max(par.minsize, 1), 2**62), par.threads)
+    assigns = "".join(f" ops[{j + 1}] = inputs[{i}];" for j, i in enumerate(read))
+    loops = "NULL, NULL" if bound else f"{fname}_typed, {fname}_strided"
+    return ("" if bound else loop_code(node, fname)) + f"""
+/* {_comment(str(node.op))} */
 static const int {fname}_types[{nops}] = {_table(_NPY_TYPES[d.name] for d in dtypes)};
 static const char *const {fname}_dtypes[{nops}] = {_table(_c_string(d.name) for d in dtypes)};
 static const int {fname}_ndims[{nops}] = {_table(map(str, ndims))};
 static const char *const {fname}_labels[{nops}] = {_table(map(_c_string, labels))};
-static const tn_ew_kernel {fname}_kernel = {{
+static {"" if bound else "const "}tn_ew_kernel {fname}_kernel = {{
     {_c_string(fname)}, {nops}, {fname}_types, {fname}_dtypes, {fname}_ndims, {fname}_labels,
-    {width}, {minsize}, {threads}, {fname}_typed, {fname}_strided}};
+    {width}, {minsize}, {threads}, {loops}}};
 
 static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
 {{
@@ -283,17 +312,15 @@ static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
     ops[0] = outputs[0];{assigns}
     return tn_ew_run(&{fname}_kernel, ops);
 }}
-""")
+"""
 
 
 def row_operands(node: Apply) -> tuple[tuple[int, ...], int]:
     """``(inputs read, widest itemsize)`` of the loop :func:`c_function`
     writes for ``node`` (the inputs given as Python numbers are not read):
     what :func:`row_buffer_bytes` needs, worked out once per node."""
-    kernel = _kernel(node)
-    read = tuple(i for i, d in enumerate(kernel.in_dtypes) if d is not None)
-    width = max(d.itemsize for d in [kernel.out_dtype] + [kernel.in_dtypes[i] for i in read])
-    return read, width
+    read, dtypes = _operands(_kernel(node))
+    return tuple(read), max(d.itemsize for d in dtypes)
 
 
 def row_buffer_bytes(operands: tuple[tuple[int, ...], int], in_shapes: list,
@@ -354,7 +381,7 @@ def _element_strides(shape: tuple, out_shape: tuple, axes: list[int]) -> list[in
 
 def loop_threads(size: int) -> int:
     """The threads a generated loop over ``size`` elements runs on (see
-    :func:`_thread_count`): OpenMP's default is ``OMP_NUM_THREADS`` or the
+    the runtime's ``tn_ew_threads``): OpenMP's default is ``OMP_NUM_THREADS`` or the
     CPUs this process may run on."""
     par = parallel_settings()
     if par is None or size < par.minsize:
@@ -386,45 +413,6 @@ def parallel_settings() -> Parallel | None:
     if not compiler.openmp_enabled():
         return None
     return Parallel(config.openmp_elemwise_minsize, config.openmp_threads)
-
-
-def _thread_count(par: Parallel | None, work: str, indent: int) -> str:
-    """C declaring ``int tn_nthreads``: how many threads the loop over ``work``
-    elements may use (1 when serial, or when too small to be worth it)."""
-    pad = " " * indent
-    if par is None:
-        return pad + "const int tn_nthreads = 1;\n" + pad + "(void)tn_nthreads;"
-    count = str(par.threads) if par.threads else "omp_get_max_threads()"
-    # Clamped to a C literal; no array has 2**62 elements, so nothing changes.
-    minsize = min(max(par.minsize, 1), 2**62)
-    return (f"{pad}int tn_nthreads = 1;\n#ifdef _OPENMP\n"
-            f"{pad}if ({work} >= {minsize} && tn_omp_usable())\n"
-            f"{pad}    tn_nthreads = {count};\n#endif")
-
-
-def _parallel_region(par: Parallel | None, indent: int) -> str:
-    """The pragma that runs the next block on ``tn_nthreads`` threads, each with
-    its own ``tn_status`` (or-ed together at the end); nothing when serial."""
-    if par is None:
-        return ""
-    return ("#ifdef _OPENMP\n" + " " * indent + "#pragma omp parallel num_threads(tn_nthreads) "
-            "if(tn_nthreads > 1) reduction(|:tn_status)\n#endif")
-
-
-def _thread_id(par: Parallel | None, indent: int) -> str:
-    """C declaring ``tn_tid``: this thread's number."""
-    pad = " " * indent
-    if par is None:
-        return pad + "const int tn_tid = 0;"
-    return f"{pad}int tn_tid = 0;\n#ifdef _OPENMP\n{pad}tn_tid = omp_get_thread_num();\n#endif"
-
-
-def _omp_for(par: Parallel | None, indent: int) -> str:
-    """The pragma sharing the next loop's iterations (chunks of the work, see
-    ``tn_chunk``) among the threads of the region; nothing when serial."""
-    if par is None:
-        return ""
-    return "#ifdef _OPENMP\n" + " " * indent + "#pragma omp for schedule(dynamic, 1)\n#endif"
 
 
 def _table(values) -> str:

@@ -217,7 +217,7 @@ class CLinker:
 
     def make_thunk(self, fgraph, keep_outputs: set[int], allow_gc: bool = True):
         """``keep_outputs``: indices of fgraph outputs whose buffers may be reused."""
-        from tenure.linkers.c import cache, compiler
+        from tenure.linkers.c import cache, compiler, kernels
         from tenure.linkers.c.module import graph_module
         global _warned_no_compiler
         if compiler.find_compiler() is None:
@@ -236,8 +236,11 @@ class CLinker:
         graph = graph_module(plan, thunk.kept_slots, thunk._clear_after,
                              thunk._base_entry.commit)
         try:
+            # The loops build (in the background) while the graph module compiles.
+            kernels.request(graph.loop_kernels)
             module = cache.load_module(graph.name, graph.source, flags=graph.flags,
                                        openmp=compiler.openmp_enabled())
+            module.bind_loops(kernels.loops([loop.key for loop in graph.loop_kernels]))
         except compiler.CompileError as exc:
             warnings.warn(f"tenure: the C linker could not compile this graph and falls back "
                           f"to the Python executor: {exc.reason}", CLinkerWarning, stacklevel=3)

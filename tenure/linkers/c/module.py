@@ -133,6 +133,9 @@ class GraphModule:
     shape_table_size: int = 0
     #: where the table's stash flags (one per slot) start
     stash_offset: int = 0
+    #: the elementwise loops the module must be bound to before it runs
+    #: (``bind_loops(kernels.loops(keys))``, in this order; see :mod:`.kernels`)
+    loop_kernels: list = field(default_factory=list)
 
     @property
     def n_c_steps(self) -> int:
@@ -148,7 +151,10 @@ def _c_step(k: int, step, kind: str, offset: int, label: str) -> tuple[str, str]
     node = step.node
     family = {"elemwise": elemwise, "blas": blas, "reduce": _reduce, "nnet": _nnet}[kind]
     fname = f"tn_k{k}"
-    kernel = family.c_function(node, fname)
+    # Elementwise and reduction loops are compiled apart and bound after
+    # loading (kernels.py).
+    kernel = (family.c_function(node, fname, bound=True) if kind in LOOP_FAMILIES
+              else family.c_function(node, fname))
     out = node.outputs[0]
     nd = out.ndim
     nin = len(node.inputs)
@@ -288,6 +294,25 @@ def _subtensor_step(k: int, step, kind: str, offset: int, label: str) -> tuple[s
     return kernel, code
 
 
+#: the kernel families whose loops are compiled apart (:mod:`.kernels`)
+LOOP_FAMILIES = {"elemwise": elemwise, "reduce": _reduce}
+
+
+def _bind_lines(loop_kernels) -> str:
+    """The body of ``bind_loops``: capsule ``i`` into description ``i``."""
+    lines = []
+    for i, (user, loop) in enumerate(loop_kernels):
+        if loop.struct == "tn_ew_loops":
+            lines += [f"    {{ const tn_ew_loops *l = tn_loops_of(capsules, {i}, TN_EW_LOOPS_CAPSULE);",
+                      "      if (l == NULL) return NULL;",
+                      f"      {user}.typed = l->typed; {user}.strided = l->strided; }}"]
+        else:
+            lines += [f"    {{ const tn_rd_loops *l = tn_loops_of(capsules, {i}, TN_RD_LOOPS_CAPSULE);",
+                      "      if (l == NULL) return NULL;",
+                      f"      {user}.loops = *l; }}"]
+    return "\n".join(lines)
+
+
 def graph_module(plan: Plan, keep_slots, clear_after,
                  commit: CommitPoint | None = None) -> GraphModule:
     """The module running ``plan``'s schedule (see the module doc).
@@ -296,7 +321,7 @@ def graph_module(plan: Plan, keep_slots, clear_after,
     ``clear_after``: the slots emptied when a call returns; ``commit``: the
     schedule's commit point.
     """
-    kinds, kernels, step_funcs, calls = [], [], [], []
+    kinds, kernels, step_funcs, calls, loop_kernels = [], [], [], [], []
     # The shape table: [reuse flag], per step output [known, donor, dims...], stash flags.
     offsets: dict[int, int] = {}
     size = 1
@@ -330,6 +355,9 @@ def graph_module(plan: Plan, keep_slots, clear_after,
                 kernels.append(kernel)
                 step_funcs.append(code)
                 used.add(kind)
+                if kind in LOOP_FAMILIES:
+                    loop_kernels.append((f"tn_k{k}_kernel",
+                                         LOOP_FAMILIES[kind].loop_kernel(node)))
         kinds.append(kind)
         if kind == "py":
             takes = "".join(
@@ -381,7 +409,34 @@ static const Py_ssize_t tn_graph_inputs[] = {_slots(inputs)};
 static const Py_ssize_t tn_written[] = {_slots(written)};
 
 {"".join(kernels)}
+/* The schedule from here on is straight-line code around calls (the loops
+ * are in the kernels above, the loop libraries and the runtime): -O1 builds
+ * it in a fraction of -O3's time, and it runs as fast. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize ("O1")
+#endif
 {chr(10).join(step_funcs)}
+
+static int tn_bound = {int(not loop_kernels)};
+
+/* The loops of capsule `i` (of type `name`), or NULL with an exception set. */
+static const void *tn_loops_of(PyObject *capsules, Py_ssize_t i, const char *name)
+{{
+    return PyCapsule_GetPointer(PyTuple_GET_ITEM(capsules, i), name);
+}}
+
+static PyObject *tn_bind_loops(PyObject *self, PyObject *capsules)
+{{
+    const Py_ssize_t n = {len(loop_kernels)};
+    (void)self;
+    if (!PyTuple_Check(capsules) || PyTuple_GET_SIZE(capsules) != n) {{
+        PyErr_Format(PyExc_TypeError, "bind_loops: expected a tuple of %zd loop capsules", n);
+        return NULL;
+    }}
+{_bind_lines(loop_kernels)}
+    tn_bound = 1;
+    Py_RETURN_NONE;
+}}
 
 static PyObject *tn_run(PyObject *self, PyObject *args)
 {{
@@ -393,6 +448,11 @@ static PyObject *tn_run(PyObject *self, PyObject *args)
     const npy_intp *planned = NULL;
     npy_intp *status;
     (void)self; (void)tn_written; (void)committed;
+    if (!tn_bound) {{
+        PyErr_SetString(PyExc_RuntimeError, "run: this graph's elementwise loops are not bound "
+                        "yet (bind_loops)");
+        return NULL;
+    }}
     if (!PyArg_ParseTuple(args, "O!O!OO!O!:run", &PyList_Type, &storage, &PyList_Type, &inputs,
                           &shapes, &PyTuple_Type, &py_steps, &PyArray_Type, &status_obj))
         return NULL;
@@ -451,6 +511,8 @@ fail:
 static PyMethodDef tn_methods[] = {{
     {{"run", (PyCFunction)tn_run, METH_VARARGS,
      "run(storage, inputs, shapes, py_steps, status): run the whole schedule once"}},
+    {{"bind_loops", (PyCFunction)tn_bind_loops, METH_O,
+     "bind_loops(capsules): the elementwise loops, from tenure.linkers.c.kernels.loops"}},
     {{NULL, NULL, 0, NULL}}
 }};
 """
@@ -471,7 +533,8 @@ PyMODINIT_FUNC PyInit_{name}(void)
     return PyModule_Create(&tn_module);
 }}
 """
-    return GraphModule(name, source, flags, kinds, offsets, size, stash)
+    return GraphModule(name, source, flags, kinds, offsets, size, stash,
+                       [loop for _, loop in loop_kernels])
 
 
 def shape_table(module: GraphModule, plan: Plan, shapes: dict | None, sized: Plan | None = None):

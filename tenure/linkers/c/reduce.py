@@ -93,15 +93,14 @@ NumPy's).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 
 import numpy as np
 
+from tenure.linkers.c import kernels
 from tenure.linkers.c.elemwise import (
     _HEADERS, _IDENTIFIER, _NPY_TYPES, COMPILE_FLAGS, _c_string, _comment, _input_label, _kernel,
-    _load, _no_contract, _omp_for, _parallel_region, _table, _thread_count, _thread_id,
-    parallel_settings)
+    _load, _no_contract, _table, parallel_settings)
 from tenure.linkers.c.elemwise import SUPPORT_CODE as _EW_SUPPORT_CODE
 from tenure.linkers.c.standalone import module_text
 from tenure.symbolic.graph import Apply
@@ -387,11 +386,50 @@ static void {fname}_kept(char *const *ptr, const npy_intp *s, npy_intp n,
 """
 
 
-def c_function(node: Apply, fname: str) -> str:
+def loop_code(node: Apply, name: str) -> str:
+    """C defining ``name_row``, ``name_kept`` (and for a mean ``name_divide``):
+    ``node``'s arithmetic (the runtime's ``tn_rd_row_fn`` and
+    ``tn_rd_divide_fn``).  It depends only on the reduction, the dtypes and
+    the scalar body, not on the axes or the graph: :mod:`.kernels` compiles
+    it once for every graph that needs it.  ``NotImplementedError`` when the
+    node has no C code."""
+    plan = _Plan(node)
+    nops = len(plan.in_dtypes) + 1
+    code = _values(plan, name) + _row_reducer(plan, name, nops) + _kept(plan, name)
+    if plan.fn == "mean":
+        t = plan.atype
+        code += f"""
+static void {name}_divide(char *p, double count)
+{{
+    {t} v;
+    memcpy(&v, p, sizeof v);
+    v = ({t})((double)v / count);
+    memcpy(p, &v, sizeof v);
+}}
+"""
+    return _no_contract(code)
+
+
+def loop_kernel(node: Apply) -> "kernels.LoopKernel":
+    """``node``'s loops as a :class:`.kernels.LoopKernel` (compiled apart
+    from the graph, shared by every graph that needs them)."""
+    divide = "divide" if _Plan(node).fn == "mean" else None
+    return kernels.LoopKernel(loop_code(node, kernels.PLACEHOLDER), SUPPORT_CODE, COMPILE_FLAGS,
+                              struct="tn_rd_loops", members=("row", "kept", divide),
+                              capsule=kernels.reduce_capsule_name)
+
+
+def c_function(node: Apply, fname: str, *, bound: bool = False) -> str:
     """C source of ``static int fname(PyArrayObject **inputs, PyArrayObject
-    **outputs)`` computing ``node`` (see the module doc for the contract).
-    Needs :data:`SUPPORT_CODE` earlier in the module.  Raises
-    ``NotImplementedError`` when the node has no C code."""
+    **outputs)`` computing ``node`` (see the module doc for the contract): a
+    description (``static tn_rd_kernel fname_kernel``) handed to the
+    runtime's ``tn_rd_run``, which does everything but the arithmetic.
+
+    The arithmetic, :func:`loop_code`, is in this source unless ``bound``:
+    then the description's loops are NULL until the module binds them to a
+    loop library's (:func:`loop_kernel`; the C linker does that).  Needs
+    :data:`SUPPORT_CODE` earlier in the module.  Raises ``NotImplementedError``
+    when the node has no C code."""
     if not _IDENTIFIER.match(fname):
         raise ValueError(f"c_function: {fname!r} is not a C identifier")
     plan = _Plan(node)
@@ -400,121 +438,34 @@ def c_function(node: Apply, fname: str) -> str:
     dtypes = [plan.out_dtype] + plan.in_dtypes
     ndims = [plan.out_ndim] + plan.in_ndims
     labels = ["output 0"] + [_input_label(node, i) for i in range(nin)]
-    name = _c_string(fname)
-    t = plan.atype
-    if plan.fn in ("max", "min"):
-        ufunc = "maximum" if plan.fn == "max" else "minimum"
-        empty = (f'PyErr_Format(PyExc_ValueError, "%s: zero-size array to reduction operation '
-                 f'{ufunc} which has no identity", {name}); return -1;')
-    else:
-        empty = "(void)0;"
-    if plan.fn == "mean":
-        final = f"""
-    if (count == 0 && PyArray_SIZE(ops[0]) > 0
-            && PyErr_WarnEx(PyExc_RuntimeWarning, "Mean of empty slice.", 1) < 0)
-        return -1;   /* NumPy warns too; a warning made an error propagates */
-    {{
-        const double c = (double)count;
-        char *p = PyArray_BYTES(ops[0]);
-        npy_intp idx[NPY_MAXDIMS] = {{0}};
-        for (npy_intp i = 0; i < PyArray_SIZE(ops[0]); i++) {{
-            {t} v;
-            memcpy(&v, p, sizeof v);
-            v = ({t})((double)v / c);
-            memcpy(p, &v, sizeof v);
-            p = tn_rd_step(ops[0], idx, p);
-        }}
-    }}"""
-    else:
-        final = ""
-    # The loops depend only on the reduction kind, the dtypes and the scalar
-    # body, not on the axes: named after their text and include-guarded, the
-    # nodes of a module that share them compile them once.
-    pieces = (_values(plan, "TN_RD_HELPER") + _row_reducer(plan, "TN_RD_HELPER", nops)
-              + _kept(plan, "TN_RD_HELPER"))
-    helper = "tn_rd_" + hashlib.sha256(pieces.encode()).hexdigest()[:16]
-    guard = helper.upper()
-    pieces = (f"#ifndef {guard}\n#define {guard}\n" + pieces.replace("TN_RD_HELPER", helper)
-              + f"#endif /* {guard} */\n")
+    no_identity = {"max": '"maximum"', "min": '"minimum"'}.get(plan.fn, "NULL")
     par = parallel_settings()
-    return _no_contract(pieces + f"""
+    minsize, threads = (-1, 0) if par is None else (min(max(par.minsize, 1), 2**62), par.threads)
+    if bound:
+        loops = "{NULL, NULL, NULL}"
+    else:
+        divide = f"{fname}_divide" if plan.fn == "mean" else "NULL"
+        loops = f"{{{fname}_row, {fname}_kept, {divide}}}"
+    return ("" if bound else loop_code(node, fname)) + f"""
 /* {_comment(str(node.op))} */
+static const int {fname}_types[{nops}] = {_table(_NPY_TYPES[d.name] for d in dtypes)};
+static const char *const {fname}_dtypes[{nops}] = {_table(_c_string(d.name) for d in dtypes)};
+static const int {fname}_ndims[{nops}] = {_table(map(str, ndims))};
+static const char *const {fname}_labels[{nops}] = {_table(map(_c_string, labels))};
+static const int {fname}_reduced[{max(plan.full_nd, 1)}] = {_table(map(str, plan.reduced or [0]))};
+static const {plan.atype} {fname}_identity = {plan.identity()};
+static {"" if bound else "const "}tn_rd_kernel {fname}_kernel = {{
+    {_c_string(fname)}, {nops}, {fname}_types, {fname}_dtypes, {fname}_ndims, {fname}_labels,
+    {plan.full_nd}, {fname}_reduced, {int(plan.keepdims)}, &{fname}_identity,
+    (int)sizeof {fname}_identity, {no_identity}, {minsize}, {threads}, {loops}}};
+
 static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
 {{
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#endif
-    static const int type_nums[{nops}] = {_table(_NPY_TYPES[d.name] for d in dtypes)};
-    static const char *const dtype_names[{nops}] = {_table(_c_string(d.name) for d in dtypes)};
-    static const int ndims[{nops}] = {_table(map(str, ndims))};
-    static const char *const labels[{nops}] = {_table(map(_c_string, labels))};
-    static const int reduced[{max(plan.full_nd, 1)}] = {_table(map(str, plan.reduced or [0]))};
-    const {t} identity = {plan.identity()};
     PyArrayObject *ops[{nops}];
-    npy_intp shape[NPY_MAXDIMS], strides[{nops} * NPY_MAXDIMS], count;
-    int nd, contiguous, tn_status = 0;
     ops[0] = outputs[0];{"".join(f" ops[{i + 1}] = inputs[{i}];" for i in range(nin))}
-    if (tn_ew_check({name}, {nops}, ops, type_nums, dtype_names, ndims, labels) < 0)
-        return -1;
-    if (tn_rd_layout({name}, {nops}, ops, labels, {plan.full_nd}, reduced, {int(plan.keepdims)},
-                     shape, strides, &count) < 0)
-        return -1;
-    if (count == 0) {{  /* as NumPy: even when the output is empty too */
-        {empty}
-    }}
-    if (PyArray_SIZE(ops[0]) == 0)
-        return 0;
-    tn_rd_fill(ops[0], &identity, sizeof identity);
-    contiguous = tn_rd_compact({nops}, ops, {plan.full_nd}, &nd, shape, strides);
-    if (count > 0) {{
-        npy_intp s[{nops}], unit;
-        const int rows = strides[nd - 1] == 0;  /* output stride on the innermost axis */
-        /* Threads take parts of one kept axis: disjoint output elements, each
-         * reduced in the serial order (see the module doc). */
-        const int split = tn_rd_split_axis(nd, shape, strides, {BLOCK}, &unit);
-        const npy_intp units = split < 0 ? 1 : (shape[split] + unit - 1) / unit;
-        for (int j = 0; j < {nops}; j++)
-            s[j] = strides[j * NPY_MAXDIMS + nd - 1];
-{_thread_count(par, "(split < 0 ? 0 : count * PyArray_SIZE(ops[0]))", 8)}
-        const npy_intp per_chunk = tn_chunk(units, tn_nthreads);
-        const npy_intp chunks = (units + per_chunk - 1) / per_chunk;
-        /* Ctrl-C (see elemwise.py's tn_interruptible): the caller's thread
-         * checks every TN_CHECK_BLOCKS rows; the threads then stop. */
-        const int interruptible = tn_interruptible;
-        volatile int stop = 0;
-{_parallel_region(par, 8)}
-        {{
-{_thread_id(par, 12)}
-            npy_intp visits = 0;
-{_omp_for(par, 12)}
-            for (npy_intp chunk = 0; chunk < chunks; chunk++) {{
-                const npy_intp first = chunk * per_chunk;
-                const npy_intp last = units - first < per_chunk ? units : first + per_chunk;
-                npy_intp box[NPY_MAXDIMS], index[NPY_MAXDIMS];
-                char *ptr[{nops}];
-                if (stop)
-                    continue;
-                tn_rd_box({nops}, ops, nd, shape, strides, split, unit, first, last, box, index,
-                          ptr);
-                do {{
-                    if (rows)
-                        {helper}_row(ptr, s, box[nd - 1], contiguous, &tn_status);
-                    else
-                        {helper}_kept(ptr, s, box[nd - 1], contiguous, &tn_status);
-                    if (interruptible && tn_tid == 0 && ++visits % TN_CHECK_BLOCKS == 0
-                            && PyErr_CheckSignals() < 0)
-                        stop = 1;
-                }} while (!stop && tn_ew_next(nd - 1, box, strides, {nops}, index, ptr));
-            }}
-        }}
-        if (stop)
-            return -1;   /* KeyboardInterrupt (or a handler's error) is set */
-    }}{final}
-    if (tn_status)
-        return tn_ew_fail({name}, tn_status);
-    return 0;
+    return tn_rd_run(&{fname}_kernel, ops);
 }}
-""")
+"""
 
 
 # --------------------------------------------------------------------------

@@ -63,16 +63,20 @@ def _compile(inputs, outputs, **flags):
 _KERNEL = re.compile(r'tn_ew_kernel \w+ = \{\s*"\w+", \d+, \w+, \w+, \w+, \w+,\s*\d+, (-?\d+), (\d+),')
 
 
+#: a reduction's description: ... its identity's size, the ufunc named when
+#: there is none, then the thread settings
+_REDUCTION = re.compile(r'\(int\)sizeof \w+, (?:NULL|"\w+"), (-?\d+), (\d+),')
+
+
 def _thread_settings(source: str) -> set[tuple[int, int]]:
-    """The (minsize, threads) of every elementwise kernel in ``source``."""
-    return {(int(m), int(t)) for m, t in _KERNEL.findall(source)}
+    """The (minsize, threads) of every elementwise kernel and reduction in ``source``."""
+    return {(int(m), int(t)) for m, t in _KERNEL.findall(source) + _REDUCTION.findall(source)}
 
 
 def _runs_threads(source: str) -> bool:
-    """Whether some loop of a generated module may run on threads: an
-    elementwise kernel whose description allows them (the runtime's driver
-    runs it), or a reduction with its own parallel region."""
-    return "#pragma omp parallel" in source or any(m >= 0 for m, _ in _thread_settings(source))
+    """Whether some loop of a generated module may run on threads: a kernel
+    whose description allows them (the runtime's drivers run the threads)."""
+    return any(m >= 0 for m, _ in _thread_settings(source))
 
 
 def _check_all_settings(inputs, outputs, values, rtol):

@@ -97,6 +97,55 @@ typedef struct {
     tn_mat a, b, c;
 } tn_mm_desc;
 
+/* A node's two loops, as a loop library hands them out (in a capsule of this
+ * name: tenure/linkers/c/kernels.py); a graph module copies them into its
+ * tn_ew_kernel descriptions when it is bound (bind_loops). */
+typedef struct {
+    tn_ew_typed_fn typed;
+    tn_ew_strided_fn strided;
+} tn_ew_loops;
+#define TN_EW_LOOPS_CAPSULE "tenure.linkers.c.kernels.loops"
+
+/* ------------------------------------------------------------------------
+ * Reductions (src/reduce.c)
+ *
+ * A generated reduction is its loops and a description; the runtime's
+ * tn_rd_run does the rest (checks, layout, identity, threads, Ctrl-C).
+ * row(ptr, s, n, contiguous, status): the n values at ptr[1..] (byte strides
+ *   s[1..]) combined into the output element at ptr[0];
+ * kept(ptr, s, n, contiguous, status): out[k] combined with value k along a
+ *   kept innermost axis of n elements;
+ * divide(p, count): for a mean, the output element at p divided by count
+ *   (NULL for the other reductions).
+ */
+typedef void (*tn_rd_row_fn)(char *const *ptr, const npy_intp *s, npy_intp n, int contiguous,
+                             int *status);
+typedef void (*tn_rd_divide_fn)(char *p, double count);
+
+typedef struct {
+    tn_rd_row_fn row, kept;
+    tn_rd_divide_fn divide;
+} tn_rd_loops;
+#define TN_RD_LOOPS_CAPSULE "tenure.linkers.c.kernels.reduce_loops"
+
+typedef struct {
+    const char *name;              /* for error messages */
+    int nops;                      /* the output, then the inputs */
+    const int *type_nums;
+    const char *const *dtype_names;
+    const int *ndims;
+    const char *const *labels;
+    int full_nd;                   /* the inputs' broadcast ndim */
+    const int *reduced;            /* per axis of it: 1 when reduced */
+    int keepdims;
+    const void *identity;          /* the output dtype's identity of the reduction */
+    int itemsize;
+    const char *no_identity;       /* max, min: the ufunc named in the empty error; else NULL */
+    npy_intp minsize;              /* threads for at least this many visits; -1: never */
+    int threads;                   /* how many (0: OpenMP's default) */
+    tn_rd_loops loops;
+} tn_rd_kernel;
+
 /* The table a runtime hands out; TN_RUNTIME_ABI changes with its layout. */
 #define TN_RUNTIME_ABI 1
 
@@ -143,6 +192,8 @@ typedef struct {
     int (*rd_compact)(int nops, PyArrayObject *const *ops, int full_nd, int *nd, npy_intp *shape, npy_intp *strides);
     int (*rd_split_axis)(int nd, const npy_intp *shape, const npy_intp *strides, npy_intp block, npy_intp *unit);
     void (*rd_box)(int nops, PyArrayObject *const *ops, int nd, const npy_intp *shape, const npy_intp *strides, int split, npy_intp unit, npy_intp first, npy_intp last, npy_intp *box, npy_intp *index, char **ptr);
+
+    int (*rd_run)(const tn_rd_kernel *kernel, PyArrayObject **ops);
 
     /* a graph module's schedule (src/schedule.c) */
     int (*cl_fits)(PyArrayObject *a, int typenum, int nd, const npy_intp *shape);
@@ -274,6 +325,7 @@ static int tn_import_runtime(void)
 #define tn_rd_compact (tn_rt->rd_compact)
 #define tn_rd_split_axis (tn_rt->rd_split_axis)
 #define tn_rd_box (tn_rt->rd_box)
+#define tn_rd_run (tn_rt->rd_run)
 
 #endif /* !TN_RUNTIME_BUILD */
 #endif /* TENURE_RUNTIME_H */

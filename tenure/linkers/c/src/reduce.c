@@ -223,3 +223,113 @@ static void tn_rd_box(int nops, PyArrayObject *const *ops, int nd, const npy_int
             ptr[j] += lo * strides[j * NPY_MAXDIMS + split];
     }
 }
+
+/* Elements of the innermost axis a thread takes at a time (a multiple of
+ * every vector width; tenure.linkers.c.reduce.BLOCK says the same). */
+#define TN_RD_BLOCK 4096
+
+/* The threads a reduction of `work` element visits runs on. */
+static int tn_rd_threads(const tn_rd_kernel *kernel, npy_intp work)
+{
+#ifdef _OPENMP
+    if (kernel->minsize >= 0 && work >= kernel->minsize && tn_omp_usable())
+        return kernel->threads > 0 ? kernel->threads : omp_get_max_threads();
+#else
+    (void)kernel;
+    (void)work;
+#endif
+    return 1;
+}
+
+/* Mean: every output element divided by the count of the values it reduced. */
+static int tn_rd_divide(const tn_rd_kernel *kernel, PyArrayObject *out, npy_intp count)
+{
+    npy_intp idx[NPY_MAXDIMS] = {0};
+    char *p = PyArray_BYTES(out);
+    if (count == 0 && PyArray_SIZE(out) > 0
+            && PyErr_WarnEx(PyExc_RuntimeWarning, "Mean of empty slice.", 1) < 0)
+        return -1;   /* NumPy warns too; a warning made an error propagates */
+    for (npy_intp i = 0; i < PyArray_SIZE(out); i++) {
+        kernel->loops.divide(p, (double)count);
+        p = tn_rd_step(out, idx, p);
+    }
+    return 0;
+}
+
+/* Run the reduction `kernel` of ops[1..] into ops[0]: 0, or -1 with an
+ * exception set.  The output is filled with the identity, then each of its
+ * elements combined with its values, row by row (`row`: the innermost axis is
+ * reduced) or along a kept innermost axis (`kept`).  Threads take parts of
+ * one kept axis: disjoint output elements, each reduced in the serial order,
+ * so the result never depends on the thread count. */
+static int tn_rd_run(const tn_rd_kernel *kernel, PyArrayObject **ops)
+{
+    const int nops = kernel->nops;
+    npy_intp shape[NPY_MAXDIMS], strides[nops * NPY_MAXDIMS], count;
+    int nd, contiguous, status = 0;
+    if (tn_ew_check(kernel->name, nops, ops, kernel->type_nums, kernel->dtype_names,
+                    kernel->ndims, kernel->labels) < 0)
+        return -1;
+    if (tn_rd_layout(kernel->name, nops, ops, kernel->labels, kernel->full_nd, kernel->reduced,
+                     kernel->keepdims, shape, strides, &count) < 0)
+        return -1;
+    if (count == 0 && kernel->no_identity != NULL) {  /* as NumPy: even for an empty output */
+        PyErr_Format(PyExc_ValueError, "%s: zero-size array to reduction operation %s which "
+                     "has no identity", kernel->name, kernel->no_identity);
+        return -1;
+    }
+    if (PyArray_SIZE(ops[0]) == 0)
+        return 0;
+    tn_rd_fill(ops[0], kernel->identity, (size_t)kernel->itemsize);
+    contiguous = tn_rd_compact(nops, ops, kernel->full_nd, &nd, shape, strides);
+    if (count > 0) {
+        npy_intp s[nops], unit;
+        const int rows = strides[nd - 1] == 0;  /* output stride on the innermost axis */
+        const int split = tn_rd_split_axis(nd, shape, strides, TN_RD_BLOCK, &unit);
+        const npy_intp units = split < 0 ? 1 : (shape[split] + unit - 1) / unit;
+        const int nthreads = tn_rd_threads(kernel, split < 0 ? 0 : count * PyArray_SIZE(ops[0]));
+        const npy_intp per_chunk = tn_chunk(units, nthreads);
+        const npy_intp chunks = (units + per_chunk - 1) / per_chunk;
+        const tn_rd_row_fn loop = rows ? kernel->loops.row : kernel->loops.kept;
+        /* Ctrl-C: the caller's thread checks every TN_CHECK_BLOCKS rows; the
+         * threads then stop. */
+        const int interruptible = tn_interruptible;
+        volatile int stop = 0;
+        for (int j = 0; j < nops; j++)
+            s[j] = strides[j * NPY_MAXDIMS + nd - 1];
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1) reduction(| : status)
+#endif
+        {
+            int tid = 0;
+            npy_intp visits = 0;
+#ifdef _OPENMP
+            tid = omp_get_thread_num();
+#pragma omp for schedule(dynamic, 1)
+#endif
+            for (npy_intp chunk = 0; chunk < chunks; chunk++) {
+                const npy_intp first = chunk * per_chunk;
+                const npy_intp last = units - first < per_chunk ? units : first + per_chunk;
+                npy_intp box[NPY_MAXDIMS], index[NPY_MAXDIMS];
+                char *ptr[nops];
+                if (stop)
+                    continue;
+                tn_rd_box(nops, ops, nd, shape, strides, split, unit, first, last, box, index,
+                          ptr);
+                do {
+                    loop(ptr, s, box[nd - 1], contiguous, &status);
+                    if (interruptible && tid == 0 && ++visits % TN_CHECK_BLOCKS == 0
+                            && PyErr_CheckSignals() < 0)
+                        stop = 1;
+                } while (!stop && tn_ew_next(nd - 1, box, strides, nops, index, ptr));
+            }
+        }
+        if (stop)
+            return -1;   /* KeyboardInterrupt (or a handler's error) is set */
+    }
+    if (kernel->loops.divide != NULL && tn_rd_divide(kernel, ops[0], count) < 0)
+        return -1;
+    if (status)
+        return tn_ew_fail(kernel->name, status);
+    return 0;
+}

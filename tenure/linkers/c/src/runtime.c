@@ -59,6 +59,7 @@ static const tn_runtime_api tn_api = {
     .rd_compact = tn_rd_compact,
     .rd_split_axis = tn_rd_split_axis,
     .rd_box = tn_rd_box,
+    .rd_run = tn_rd_run,
     .cl_fits = tn_cl_fits,
     .cl_overlap = tn_cl_overlap,
     .cl_unsafe_overlap = tn_cl_unsafe_overlap,

@@ -1,0 +1,219 @@
+"""Elementwise loops compiled once and shared by every graph that needs them.
+
+An elementwise node's arithmetic is two small C loops over one block (typed
+and strided, see :func:`.elemwise.loop_kernel`); everything else about
+running it (checks, layout, threads, Ctrl-C) is the runtime's loop driver.
+The loops depend only on the node's scalar expression and dtypes, so a graph
+module does not compile them: it names them by key (the digest of their C
+text) and is bound to them after it is loaded (``bind_loops``).
+
+- :func:`request` makes sure every loop of a graph is loaded or being built:
+  loops this process has, nothing; loops another process built, loaded from
+  the cache through the kernel index; the rest compiled together into one
+  *loop library* (an extension module in the C cache, with its lock, atomic
+  publish and corruption recovery), in a background thread, so gcc builds
+  it while the graph module compiles.
+- :func:`loops` waits for them and returns their capsules, in order.
+
+The kernel index (``<cache entries>/kernel-index/<key>``, one small JSON file
+per loop) says which library holds a loop: a new graph made only of loops
+built before, in this process or another, compiles none.  An index file
+that points at a library gone from the cache (or a corrupt one) is ignored
+and the loop is built again.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import os
+import threading
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from tenure.linkers.c import cache, runtime
+from tenure.linkers.c.compiler import CompileError
+
+__all__ = ["LoopKernel", "capsule_name", "index_dir", "loops", "reduce_capsule_name", "request"]
+
+#: the capsule names of the loop structs (include/tenure_runtime.h:
+#: TN_EW_LOOPS_CAPSULE, TN_RD_LOOPS_CAPSULE)
+capsule_name = "tenure.linkers.c.kernels.loops"
+reduce_capsule_name = "tenure.linkers.c.kernels.reduce_loops"
+
+#: where a library's loops are named in its source: the placeholder
+PLACEHOLDER = "@K@"
+
+_HEADERS = """#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <numpy/arrayobject.h>
+"""
+
+_lock = threading.Lock()
+#: key -> Future of ``{key: capsule, ...}``: the library holding that loop
+#: (done, or being built)
+_libraries: dict[str, concurrent.futures.Future] = {}
+_pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="tenure-loops")
+
+
+@dataclass(frozen=True)
+class LoopKernel:
+    """One node's loops: ``code`` defines ``@K@_<member>`` for each of
+    ``members`` (``@K@`` is replaced by a name unique to the key), which fill
+    a C struct of type ``struct`` (``tn_ew_loops``: typed, strided;
+    ``tn_rd_loops``: row, kept, divide -- a member may be ``None``: NULL),
+    handed out in a capsule named ``capsule``; ``support``: the C they need
+    before them; ``flags``: to build with."""
+
+    code: str
+    support: str
+    flags: tuple[str, ...]
+    struct: str = "tn_ew_loops"
+    members: tuple = ("typed", "strided")
+    capsule: str = capsule_name
+
+    @cached_property
+    def key(self) -> str:
+        material = "\0".join([self.code, self.support, *self.flags, self.struct,
+                               *map(str, self.members), runtime.digest()])
+        return hashlib.sha256(material.encode("utf-8")).hexdigest()[:24]
+
+    @property
+    def symbol(self) -> str:
+        return f"tn_loop_{self.key}"
+
+
+def index_dir(compiledir=None) -> Path:
+    """The kernel index of ``compiledir`` (default ``config.compiledir``)."""
+    return cache.entries_dir(compiledir) / "kernel-index"
+
+
+def request(kernels) -> None:
+    """Make sure each of ``kernels`` is loaded, or being built (see the module doc)."""
+    with _lock:
+        missing = []
+        for kernel in {k.key: k for k in kernels}.values():
+            if kernel.key in _libraries:
+                continue
+            found = _from_index(kernel)
+            if found is None:
+                missing.append(kernel)
+            else:
+                done = concurrent.futures.Future()
+                done.set_result(found)
+                _libraries[kernel.key] = done
+        if missing:
+            future = _pool.submit(_build_library, missing)
+            for kernel in missing:
+                _libraries[kernel.key] = future
+
+
+def loops(keys) -> tuple:
+    """The capsules of the loops with these keys, in order (waiting for builds
+    under way); ``CompileError`` when a build failed (the next request builds
+    it again), ``KeyError`` for a key never requested."""
+    with _lock:
+        futures = [_libraries[key] for key in keys]
+    capsules = []
+    for key, future in zip(keys, futures):
+        try:
+            capsules.append(future.result()[key])
+        except CompileError:
+            with _lock:
+                if _libraries.get(key) is future:
+                    del _libraries[key]
+            raise
+    return tuple(capsules)
+
+
+def library_source(kernels, name: str) -> str:
+    """The source of a loop library holding ``kernels``: module ``name`` whose
+    ``loops`` is ``{key: capsule}``."""
+    support = list(dict.fromkeys(k.support for k in kernels))
+    bodies, entries = [], []
+    for k in kernels:
+        bodies.append(k.code.replace(PLACEHOLDER, k.symbol))
+        members = ", ".join("NULL" if m is None else f"{k.symbol}_{m}" for m in k.members)
+        bodies.append(f"static const {k.struct} {k.symbol} = {{{members}}};\n")
+        entries.append(f'    {{"{k.key}", &{k.symbol}, "{k.capsule}"}},')
+    return (_HEADERS + runtime.header() + "".join(support) + "".join(bodies) + f"""
+static const struct {{ const char *key; const void *loops; const char *capsule; }} tn_table[] = {{
+{chr(10).join(entries)}
+}};
+
+static struct PyModuleDef tn_module = {{
+    PyModuleDef_HEAD_INIT, "{name}", "tenure elementwise loops", -1, NULL, NULL, NULL, NULL, NULL
+}};
+
+PyMODINIT_FUNC PyInit_{name}(void)
+{{
+    PyObject *module = PyModule_Create(&tn_module), *table = PyDict_New();
+    if (module == NULL || table == NULL || PyModule_AddObject(module, "loops", table) < 0) {{
+        Py_XDECREF(table);
+        Py_XDECREF(module);
+        return NULL;
+    }}
+    for (size_t i = 0; i < sizeof tn_table / sizeof tn_table[0]; i++) {{
+        PyObject *capsule = PyCapsule_New((void *)tn_table[i].loops, tn_table[i].capsule, NULL);
+        if (capsule == NULL || PyDict_SetItemString(table, tn_table[i].key, capsule) < 0) {{
+            Py_XDECREF(capsule);
+            Py_DECREF(module);
+            return NULL;
+        }}
+        Py_DECREF(capsule);
+    }}
+    return module;
+}}
+""")
+
+
+def _library_name(kernels) -> str:
+    digest = hashlib.sha256("".join(sorted(k.key for k in kernels)).encode()).hexdigest()
+    return f"tn_loops_{digest[:20]}"
+
+
+def _flags(kernels) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(f for k in kernels for f in k.flags))
+
+
+def _build_library(kernels) -> dict:
+    """Compile (or load from the cache) one library of ``kernels``, record its
+    loops in the index, and return ``{key: capsule}``."""
+    name = _library_name(kernels)
+    source = library_source(kernels, name)
+    flags = _flags(kernels)
+    module = cache.load_module(name, source, flags=flags)
+    record = {"name": name, "entry": cache.cache_key(source, flags), "flags": list(flags)}
+    for kernel in kernels:
+        _write_index(kernel.key, record)
+    return dict(module.loops)
+
+
+def _write_index(key: str, record: dict) -> None:
+    directory = index_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = directory / f".{key}.{os.getpid()}.{threading.get_ident()}"
+        tmp.write_text(json.dumps(record), encoding="utf-8")
+        os.replace(tmp, directory / key)
+    except OSError:
+        pass   # an index that cannot be written costs a rebuild later, nothing else
+
+
+def _from_index(kernel: LoopKernel) -> dict | None:
+    """``{key: capsule}`` of the library another build left in the cache
+    holding ``kernel``, or None (no index entry, or it leads nowhere usable)."""
+    try:
+        record = json.loads((index_dir() / kernel.key).read_text(encoding="utf-8"))
+        name, entry, flags = record["name"], record["entry"], tuple(record["flags"])
+        source = (cache.entries_dir() / entry / f"{name}.c").read_text(encoding="utf-8")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if f'{{"{kernel.key}", &{kernel.symbol}, ' not in source:
+        return None
+    try:
+        return dict(cache.load_module(name, source, flags=flags).loops)
+    except (CompileError, ImportError, OSError, KeyError, AttributeError, ValueError):
+        return None
