@@ -74,9 +74,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tenure.linkers.c.elemwise import (_IDENTIFIER, _NPY_TYPES, _c_string, _comment,
-                                       _input_label, _no_contract)
-from tenure.linkers.c import runtime
+from tenure.linkers.c.cgen import (HEADERS, IDENTIFIER, NPY_TYPES, c_string, comment,
+                                   input_label, table)
 from tenure.linkers.c.standalone import module_text
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops import scalar as ps
@@ -109,7 +108,7 @@ def _dtype(node: Apply) -> str:
         dtypes |= {node.inputs[1].dtype, node.inputs[4].dtype}
     if len(dtypes) != 1:
         raise NotImplementedError(f"{op}: mixed dtypes {sorted(dtypes)}")
-    if out not in _NPY_TYPES:
+    if out not in NPY_TYPES:
         raise NotImplementedError(f"{op}: no C code for dtype {out}")
     if isinstance(op, (Dot, MatMul)) and min(v.ndim for v in node.inputs) == 0:
         raise NotImplementedError(f"{op}: a 0-d operand (a scaling)")
@@ -159,11 +158,6 @@ def has_c_code(node: Apply) -> bool:
 # The generated functions
 
 
-def _table(values) -> str:
-    values = list(values)
-    return "{" + ", ".join(values or ["-1"]) + "}"
-
-
 def _mul(dtype: str, x: str, y: str) -> str:
     """C for NumPy's ``x * y`` in ``dtype`` (integers wrap, bool is AND)."""
     if dtype == "bool":
@@ -178,17 +172,17 @@ def c_function(node: Apply, fname: str) -> str:
     **outputs)`` and ``fname_shape`` computing ``node`` (see the module doc
     for the contract).  Needs the C runtime's API earlier in the module.
     Raises ``NotImplementedError`` when the node has no C code."""
-    if not _IDENTIFIER.match(fname):
+    if not IDENTIFIER.match(fname):
         raise ValueError(f"c_function: {fname!r} is not a C identifier")
     dtype = _dtype(node)
     op = node.op
-    name = _c_string(fname)
-    tnum, tname = _NPY_TYPES[dtype], _c_string(dtype)
-    labels = [_c_string(_input_label(node, i)) for i in range(len(node.inputs))]
+    name = c_string(fname)
+    tnum, tname = NPY_TYPES[dtype], c_string(dtype)
+    labels = [c_string(input_label(node, i)) for i in range(len(node.inputs))]
     checks = " ||\n        ".join(
         f"tn_bl_check({name}, {labels[i]}, inputs[{i}], {tnum}, {tname}, {v.ndim}) < 0"
         for i, v in enumerate(node.inputs))
-    head = f"/* {_comment(str(op))} on {dtype} */"
+    head = f"/* {comment(str(op))} on {dtype} */"
     if isinstance(op, Outer):
         return f"""
 {head}
@@ -236,9 +230,9 @@ static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
 }}
 """
     ax = _axes(node)
-    axes = (f"static const int {fname}_ba[] = {_table(map(str, ax['ba']))};\n"
-            f"static const int {fname}_bb[] = {_table(map(str, ax['bb']))};\n"
-            f"static const int {fname}_bo[] = {_table(map(str, ax['bo']))};\n"
+    axes = (f"static const int {fname}_ba[] = {table(map(str, ax['ba']), empty='-1')};\n"
+            f"static const int {fname}_bb[] = {table(map(str, ax['bb']), empty='-1')};\n"
+            f"static const int {fname}_bo[] = {table(map(str, ax['bo']), empty='-1')};\n"
             f"static const tn_mm_axes {fname}_axes = {{{len(ax['bo'])}, {fname}_ba, {fname}_bb, "
             f"{fname}_bo, {ax['am']}, {ax['ak']}, {ax['bk']}, {ax['bn']}, {ax['om']}, "
             f"{ax['on']}, {ax['ond']}}};\n")
@@ -365,20 +359,16 @@ done:
 }
 """
 
-_HEADERS = """#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <numpy/arrayobject.h>
-"""
 
 
 def _entry(node: Apply, entry: str, fname: str) -> tuple[str, str]:
     dtype = _dtype(node)
     out = node.outputs[0]
     inplace = node.op.destroy_map.get(0, [-1])[0] if isinstance(node.op, Gemm) else -1
-    doc = _c_string(f"{entry}(*inputs, out=None): {node.op} compiled; returns the output")
+    doc = c_string(f"{entry}(*inputs, out=None): {node.op} compiled; returns the output")
     code = f"""
 static const tn_bl_spec {entry}_spec = {{
-    {_c_string(entry)}, {len(node.inputs)}, {_NPY_TYPES[dtype]}, {out.ndim}, {inplace},
+    {c_string(entry)}, {len(node.inputs)}, {NPY_TYPES[dtype]}, {out.ndim}, {inplace},
     {fname}_shape, {fname}}};
 
 static PyObject *tn_entry_{entry}(PyObject *self, PyObject *args, PyObject *kwds)
@@ -387,7 +377,7 @@ static PyObject *tn_entry_{entry}(PyObject *self, PyObject *args, PyObject *kwds
     return tn_bl_call(&{entry}_spec, args, kwds);
 }}
 """
-    method = (f'{{{_c_string(entry)}, (PyCFunction)(void (*)(void))tn_entry_{entry}, '
+    method = (f'{{{c_string(entry)}, (PyCFunction)(void (*)(void))tn_entry_{entry}, '
               f'METH_VARARGS | METH_KEYWORDS, {doc}}},')
     return code, method
 
@@ -400,7 +390,7 @@ def module_source(node: Apply | Mapping[str, Apply], name: str) -> str:
     output into ``out``, else, for in-place Gemm, into ``z`` when ``z`` has the
     output's shape and is writeable, else into a new array, and returns it."""
     return module_text(name, node, prefix="tn_bl", c_function=c_function, entry=_entry,
-                       headers=_HEADERS, support="", entry_support=_ENTRY_SUPPORT,
+                       headers=HEADERS, support="", entry_support=_ENTRY_SUPPORT,
                        doc="tenure BLAS kernels", init="\n    if (tn_blas_init() < 0)\n        return NULL;")
 
 

@@ -34,15 +34,17 @@ class TemplateError(ValueError):
     """A repeat block that cannot be expanded; the message names the file and line."""
 
 
-def expand(text: str, path: str | Path = "<template>") -> str:
-    """``text`` with every repeat block written out once per column."""
+def expand(text: str, path: str | Path | None = "<template>") -> str:
+    """``text`` with every repeat block written out once per column
+    (``path``: the name ``#line`` markers give; None: no markers)."""
     out, last = [], 0
     for block in _BLOCK.finditer(text):
         line = text.count("\n", 0, block.start()) + 1
         out.append(text[last:block.start()])
         out.append(_expand_block(block, path, line, text))
         last = block.end()
-        out.append(f'\n#line {text.count(chr(10), 0, last) + 1} "{path}"')
+        if path is not None:
+            out.append(f'\n#line {text.count(chr(10), 0, last) + 1} "{path}"')
     out.append(text[last:])
     return "".join(out)
 
@@ -58,7 +60,8 @@ def _expand_block(block: re.Match, path, line: int, text: str) -> str:
                 raise TemplateError(f"{path}:{line}: @{use.group(1)}@ is not a variable of "
                                     f"this repeat block ({', '.join(values)})")
             return values[use.group(1)]
-        copies.append(f'#line {body_line} "{path}"\n' + _USE.sub(value, body))
+        marker = f'#line {body_line} "{path}"\n' if path is not None else ""
+        copies.append(marker + _USE.sub(value, body))
     return "".join(copies)
 
 

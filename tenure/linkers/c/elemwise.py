@@ -84,9 +84,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tenure.linkers.c import kernels, runtime
-from tenure.linkers.c.standalone import _IDENTIFIER, module_text
-from tenure.linkers.c.standalone import c_string as _c_string
+from tenure.linkers.c import kernels
+from tenure.linkers.c.cgen import (HEADERS, IDENTIFIER, NPY_TYPES, c_string, comment,
+                                   input_label, no_contract, table)
+from tenure.linkers.c.standalone import module_text
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.composite import Composite
@@ -105,9 +106,6 @@ COMPILE_FLAGS = ("-fno-math-errno", "-fno-trapping-math", "-DTN_VECTOR_MATH", "-
 #: cutting changes no element's path through a vectorized loop (see the module doc)
 BLOCK = 4096
 
-_NPY_TYPES = {"bool": "NPY_BOOL", "float32": "NPY_FLOAT32", "float64": "NPY_FLOAT64",
-              **{f"{s}int{b}": f"NPY_{s.upper()}INT{b}"
-                 for s in ("", "u") for b in (8, 16, 32, 64)}}
 
 
 
@@ -130,7 +128,7 @@ class _Value:
 
 
 @dataclass
-class _Kernel:
+class ScalarKernel:
     """What one elementwise node computes, ready to print as C."""
 
     in_dtypes: list            # per node input: np.dtype, or None when it is a Python number
@@ -147,7 +145,7 @@ class _Kernel:
         return name
 
 
-def _kernel(node: Apply) -> _Kernel:
+def scalar_kernel(node: Apply) -> ScalarKernel:
     """The C body of an Elemwise node; ``NotImplementedError`` when some step
     or dtype has no C code."""
     op = node.op
@@ -157,7 +155,7 @@ def _kernel(node: Apply) -> _Kernel:
         raise NotImplementedError(f"{op}: {len(node.outputs)} outputs (one expected)")
     weak = {i: value for i, _, value in op.weak_inputs}
     out = node.outputs[0]
-    kernel = _Kernel(in_dtypes=[None if i in weak else np.dtype(v.dtype)
+    kernel = ScalarKernel(in_dtypes=[None if i in weak else np.dtype(v.dtype)
                                 for i, v in enumerate(node.inputs)],
                      in_ndims=[v.ndim for v in node.inputs],
                      out_dtype=np.dtype(out.dtype), out_ndim=out.ndim)
@@ -174,7 +172,7 @@ def _kernel(node: Apply) -> _Kernel:
     return kernel
 
 
-def _emit(op: ps.ScalarOp, args: list[_Value], kernel: _Kernel) -> _Value:
+def _emit(op: ps.ScalarOp, args: list[_Value], kernel: ScalarKernel) -> _Value:
     """Append the statements computing ``op(*args)`` (a Composite step by step)."""
     if isinstance(op, Composite):
         temps: list[_Value] = []
@@ -203,7 +201,7 @@ def _emit(op: ps.ScalarOp, args: list[_Value], kernel: _Kernel) -> _Value:
 def has_c_code(node: Apply) -> bool:
     """Whether :func:`c_function` can compile ``node``."""
     try:
-        _kernel(node)
+        scalar_kernel(node)
     except (NotImplementedError, OverflowError):
         return False
     return True
@@ -213,16 +211,7 @@ def has_c_code(node: Apply) -> bool:
 # The loop
 
 
-def _comment(text: str) -> str:
-    return text.replace("*/", "* /").replace("\n", " ")
-
-
-def _input_label(node: Apply, i: int) -> str:
-    name = node.inputs[i].name
-    return f"input {i} ({name})" if name else f"input {i}"
-
-
-def _operands(kernel: _Kernel) -> tuple[list[int], list]:
+def _operands(kernel: ScalarKernel) -> tuple[list[int], list]:
     """The inputs read from memory (not the Python numbers), and the dtypes
     of the loop's operands: the output, then those inputs."""
     read = [i for i, d in enumerate(kernel.in_dtypes) if d is not None]
@@ -236,14 +225,14 @@ def loop_code(node: Apply, name: str) -> str:
     graph: :mod:`.kernels` compiles it once for every graph that needs it.
     Needs :data:`SUPPORT_CODE` earlier; ``NotImplementedError`` when the node
     has no C code."""
-    kernel = _kernel(node)
+    kernel = scalar_kernel(node)
     read, dtypes = _operands(kernel)
     # One typed loop serves contiguous rows and filled ones (rows[j] is at[j]
     # when contiguous): each copy of a vectorized loop costs compile time.
     typed, strided = _inner_loops(kernel, read, dtypes)
     inner_strides = " ".join(f"const npy_intp s{j} = strides[{j}];" for j in range(len(dtypes)))
-    return _no_contract(f"""
-/* {_comment(str(node.op.scalar_op))} on {", ".join(d.name for d in dtypes[1:])} */
+    return no_contract(f"""
+/* {comment(str(node.op.scalar_op))} on {", ".join(d.name for d in dtypes[1:])} */
 static int {name}_typed(char *const *at, char *const *rows, npy_intp m)
 {{
 #if defined(__clang__)
@@ -284,12 +273,12 @@ def c_function(node: Apply, fname: str, *, bound: bool = False) -> str:
     module binds them to a loop library's (:func:`loop_kernel`; the C linker
     does that, see :mod:`.module`).  Needs :data:`SUPPORT_CODE` earlier in
     the module.  Raises ``NotImplementedError`` when the node has no C code."""
-    if not _IDENTIFIER.match(fname):
+    if not IDENTIFIER.match(fname):
         raise ValueError(f"c_function: {fname!r} is not a C identifier")
-    kernel = _kernel(node)
+    kernel = scalar_kernel(node)
     read, dtypes = _operands(kernel)
     ndims = [kernel.out_ndim] + [kernel.in_ndims[i] for i in read]
-    labels = ["output 0"] + [_input_label(node, i) for i in read]
+    labels = ["output 0"] + [input_label(node, i) for i in read]
     nops = len(dtypes)
     width = max(d.itemsize for d in dtypes)
     par = parallel_settings()
@@ -297,13 +286,13 @@ def c_function(node: Apply, fname: str, *, bound: bool = False) -> str:
     assigns = "".join(f" ops[{j + 1}] = inputs[{i}];" for j, i in enumerate(read))
     loops = "NULL, NULL" if bound else f"{fname}_typed, {fname}_strided"
     return ("" if bound else loop_code(node, fname)) + f"""
-/* {_comment(str(node.op))} */
-static const int {fname}_types[{nops}] = {_table(_NPY_TYPES[d.name] for d in dtypes)};
-static const char *const {fname}_dtypes[{nops}] = {_table(_c_string(d.name) for d in dtypes)};
-static const int {fname}_ndims[{nops}] = {_table(map(str, ndims))};
-static const char *const {fname}_labels[{nops}] = {_table(map(_c_string, labels))};
+/* {comment(str(node.op))} */
+static const int {fname}_types[{nops}] = {table(NPY_TYPES[d.name] for d in dtypes)};
+static const char *const {fname}_dtypes[{nops}] = {table(c_string(d.name) for d in dtypes)};
+static const int {fname}_ndims[{nops}] = {table(map(str, ndims))};
+static const char *const {fname}_labels[{nops}] = {table(map(c_string, labels))};
 static {"" if bound else "const "}tn_ew_kernel {fname}_kernel = {{
-    {_c_string(fname)}, {nops}, {fname}_types, {fname}_dtypes, {fname}_ndims, {fname}_labels,
+    {c_string(fname)}, {nops}, {fname}_types, {fname}_dtypes, {fname}_ndims, {fname}_labels,
     {width}, {minsize}, {threads}, {loops}}};
 
 static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
@@ -319,7 +308,7 @@ def row_operands(node: Apply) -> tuple[tuple[int, ...], int]:
     """``(inputs read, widest itemsize)`` of the loop :func:`c_function`
     writes for ``node`` (the inputs given as Python numbers are not read):
     what :func:`row_buffer_bytes` needs, worked out once per node."""
-    read, dtypes = _operands(_kernel(node))
+    read, dtypes = _operands(scalar_kernel(node))
     return tuple(read), max(d.itemsize for d in dtypes)
 
 
@@ -415,12 +404,7 @@ def parallel_settings() -> Parallel | None:
     return Parallel(config.openmp_elemwise_minsize, config.openmp_threads)
 
 
-def _table(values) -> str:
-    """A C array initializer."""
-    return "{" + ", ".join(values) + "}"
-
-
-def _inner_loops(kernel: _Kernel, read: list[int], dtypes: list) -> tuple[str, str]:
+def _inner_loops(kernel: ScalarKernel, read: list[int], dtypes: list) -> tuple[str, str]:
     """The loop over one block (``m`` elements) twice: typed over aligned rows
     (the one the compiler vectorizes; input pointers from ``rows``, the
     output's from ``at``), and over byte strides with memcpy loads from ``at``."""
@@ -430,17 +414,17 @@ def _inner_loops(kernel: _Kernel, read: list[int], dtypes: list) -> tuple[str, s
         [f"{types[0]} *const o0 = ({types[0]} *)at[0];"]
         + [f"const {types[j]} *const p{j} = (const {types[j]} *)rows[{j}];"
            for j in range(1, len(dtypes))],
-        [_load(v, d, f"p{j}[k]") for j, (v, d) in enumerate(zip(names, dtypes[1:]), 1)],
+        [load_element(v, d, f"p{j}[k]") for j, (v, d) in enumerate(zip(names, dtypes[1:]), 1)],
         names, kernel.body, "o0[k] = r;", vectorize=True)
     strided = _loop(
         [f"char *q{j} = at[{j}];" for j in range(len(dtypes))],
-        [_load(v, d, f"q{j}", strided=True) for j, (v, d) in enumerate(zip(names, dtypes[1:]), 1)],
+        [load_element(v, d, f"q{j}", strided=True) for j, (v, d) in enumerate(zip(names, dtypes[1:]), 1)],
         names, kernel.body, "memcpy(q0, &r, sizeof r);", vectorize=False,
         step=", ".join(f"q{j} += s{j}" for j in range(len(dtypes))))
     return contiguous, strided
 
 
-def _load(name: str, dtype: np.dtype, source: str, strided: bool = False) -> str:
+def load_element(name: str, dtype: np.dtype, source: str, strided: bool = False) -> str:
     """Read one input element into ``name``.  Bools are normalised to 0/1: a
     bool array viewed from other bytes may hold any nonzero value."""
     ctype = ps.c_type(dtype)
@@ -467,19 +451,9 @@ def _loop(setup: list[str], loads: list[str], names: list[str], body: list[str],
     return "\n".join(lines)
 
 
-def _no_contract(code: str) -> str:
-    """``code`` compiled without floating-point contraction: GCC fuses a * b + c
-    into an FMA, even across statements, unless told not to, and NumPy rounds
-    twice.  (Helpers and functions all carry the same options, so GCC still
-    inlines the helpers.)"""
-    return ("#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n"
-            '#pragma GCC optimize("fp-contract=off")\n#endif\n' + code
-            + "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif\n")
-
-
 #: the scalar helpers every generated function needs, once per module, after
 #: the runtime's API (:func:`.runtime.header`, where the loop driver is)
-SUPPORT_CODE = _no_contract(ps.C_SUPPORT_CODE)
+SUPPORT_CODE = no_contract(ps.C_SUPPORT_CODE)
 
 
 # --------------------------------------------------------------------------
@@ -659,31 +633,27 @@ done:
 }
 """
 
-_HEADERS = """#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <numpy/arrayobject.h>
-"""
 
 
 def _entry(node: Apply, entry: str, fname: str) -> tuple[str, str]:
     """The spec and wrapper of one entry, and its method-table line."""
-    kernel = _kernel(node)
+    kernel = scalar_kernel(node)
     nin = len(node.inputs)
     inplace = dict(node.op.inplace_pattern).get(0, -1)
-    labels = [_input_label(node, i) for i in range(nin)]
+    labels = [input_label(node, i) for i in range(nin)]
     # (A Python-number input's slot is skipped; any valid dtype fills its row.)
     dtypes = [d if d is not None else kernel.out_dtype for d in kernel.in_dtypes]
     out = kernel.out_dtype
-    doc = _c_string(f"{entry}(*inputs, out=None): {node.op} compiled; returns the output")
+    doc = c_string(f"{entry}(*inputs, out=None): {node.op} compiled; returns the output")
     code = f"""
-static const int {entry}_weak[] = {_table("1" if d is None else "0" for d in kernel.in_dtypes)};
-static const int {entry}_types[] = {_table(_NPY_TYPES[d.name] for d in dtypes)};
-static const char *const {entry}_dtypes[] = {_table(_c_string(d.name) for d in dtypes)};
-static const int {entry}_ndims[] = {_table(str(n) for n in kernel.in_ndims)};
-static const char *const {entry}_labels[] = {_table(map(_c_string, labels))};
+static const int {entry}_weak[] = {table("1" if d is None else "0" for d in kernel.in_dtypes)};
+static const int {entry}_types[] = {table(NPY_TYPES[d.name] for d in dtypes)};
+static const char *const {entry}_dtypes[] = {table(c_string(d.name) for d in dtypes)};
+static const int {entry}_ndims[] = {table(str(n) for n in kernel.in_ndims)};
+static const char *const {entry}_labels[] = {table(map(c_string, labels))};
 static const tn_ew_spec {entry}_spec = {{
-    {_c_string(entry)}, {nin}, {entry}_weak, {entry}_types, {entry}_dtypes, {entry}_ndims,
-    {entry}_labels, {_NPY_TYPES[out.name]}, {kernel.out_ndim}, {_c_string(out.name)}, {inplace},
+    {c_string(entry)}, {nin}, {entry}_weak, {entry}_types, {entry}_dtypes, {entry}_ndims,
+    {entry}_labels, {NPY_TYPES[out.name]}, {kernel.out_ndim}, {c_string(out.name)}, {inplace},
     {fname}}};
 
 static PyObject *tn_entry_{entry}(PyObject *self, PyObject *args, PyObject *kwds)
@@ -692,7 +662,7 @@ static PyObject *tn_entry_{entry}(PyObject *self, PyObject *args, PyObject *kwds
     return tn_ew_call(&{entry}_spec, args, kwds);
 }}
 """
-    method = (f'{{{_c_string(entry)}, (PyCFunction)(void (*)(void))tn_entry_{entry}, '
+    method = (f'{{{c_string(entry)}, (PyCFunction)(void (*)(void))tn_entry_{entry}, '
               f'METH_VARARGS | METH_KEYWORDS, {doc}}},')
     return code, method
 
@@ -709,7 +679,7 @@ def module_source(node: Apply | Mapping[str, Apply], name: str) -> str:
     returns it.  Inputs that overlap the output other than exactly are copied
     first, so any ``out`` is safe."""
     return module_text(name, node, prefix="tn_ew", c_function=c_function, entry=_entry,
-                       headers=_HEADERS, support=SUPPORT_CODE, entry_support=_ENTRY_SUPPORT,
+                       headers=HEADERS, support=SUPPORT_CODE, entry_support=_ENTRY_SUPPORT,
                        doc="tenure elementwise kernels")
 
 

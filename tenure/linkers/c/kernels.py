@@ -34,6 +34,7 @@ from functools import cached_property
 from pathlib import Path
 
 from tenure.linkers.c import cache, runtime
+from tenure.linkers.c.cgen import HEADERS
 from tenure.linkers.c.compiler import CompileError
 
 __all__ = ["LoopKernel", "capsule_name", "index_dir", "loops", "reduce_capsule_name", "request"]
@@ -46,10 +47,6 @@ reduce_capsule_name = "tenure.linkers.c.kernels.reduce_loops"
 #: where a library's loops are named in its source: the placeholder
 PLACEHOLDER = "@K@"
 
-_HEADERS = """#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <numpy/arrayobject.h>
-"""
 
 _lock = threading.Lock()
 #: key -> Future of ``{key: capsule, ...}``: the library holding that loop
@@ -138,7 +135,7 @@ def library_source(kernels, name: str) -> str:
         members = ", ".join("NULL" if m is None else f"{k.symbol}_{m}" for m in k.members)
         bodies.append(f"static const {k.struct} {k.symbol} = {{{members}}};\n")
         entries.append(f'    {{"{k.key}", &{k.symbol}, "{k.capsule}"}},')
-    return (_HEADERS + runtime.header() + "".join(support) + "".join(bodies) + f"""
+    return (HEADERS + runtime.header() + "".join(support) + "".join(bodies) + f"""
 static const struct {{ const char *key; const void *loops; const char *capsule; }} tn_table[] = {{
 {chr(10).join(entries)}
 }};

@@ -78,19 +78,13 @@ from tenure.linkers.c import nnet as _nnet
 from tenure.linkers.c import reduce as _reduce
 from tenure.linkers.c import subtensor as _subtensor
 from tenure.linkers.c import runtime, views
-from tenure.linkers.c.views import _DTYPES
-from tenure.linkers.c.views import typenum as _typenum
-from tenure.linkers.c.elemwise import _c_string, _comment
+from tenure.linkers.c.cgen import C_DTYPES, HEADERS, c_string, comment, typenum
 from tenure.linkers.commit import CommitPoint
 from tenure.linkers.plan import Plan
 from tenure.symbolic.graph import Apply
 
 __all__ = ["GraphModule", "graph_module", "step_kind"]
 
-_HEADERS = """#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <numpy/arrayobject.h>
-"""
 
 
 
@@ -100,7 +94,7 @@ def step_kind(node: Apply) -> str:
     if len(node.outputs) != 1:
         return "py"
     try:
-        _typenum(node.outputs[0].dtype)
+        typenum(node.outputs[0].dtype)
     except NotImplementedError:
         return "py"
     families = [("elemwise", elemwise), ("blas", blas)]
@@ -159,7 +153,7 @@ def _c_step(k: int, step, kind: str, offset: int, label: str) -> tuple[str, str]
     nd = out.ndim
     nin = len(node.inputs)
     weak = {i for i, _, _ in getattr(node.op, "weak_inputs", ())} if kind == "elemwise" else set()
-    lines = [f"/* step {k}: {_comment(label)} */",
+    lines = [f"/* step {k}: {comment(label)} */",
              f"static int tn_step{k}(PyObject **S, const npy_intp *planned, PyObject **aside)",
              "{",
              f"    PyArrayObject *in[{max(nin, 1)}], *out;",
@@ -168,7 +162,7 @@ def _c_step(k: int, step, kind: str, offset: int, label: str) -> tuple[str, str]
         if i in weak:
             lines.append(f"    in[{i}] = NULL;")
         else:
-            what = _c_string(f"tenure: input {i} ({var}) of {label}")
+            what = c_string(f"tenure: input {i} ({var}) of {label}")
             lines.append(f"    if (tn_cl_array(S[{step.inputs[i]}], &in[{i}], {what}) < 0) "
                          "return -1;")
     lines.append(f"    if (!tn_cl_planned(planned, {offset}, {nd}, shape)) {{")
@@ -205,9 +199,9 @@ def _c_step(k: int, step, kind: str, offset: int, label: str) -> tuple[str, str]
     graph_in = "tn_graph_inputs"
     taken = "NULL" if destroyed else (
         f"(aside != NULL && planned[{offset}] == 1 && planned[{offset + 1}] >= 0 ? "
-        f"tn_cl_take(aside, planned[{offset + 1}], {_typenum(out.dtype)}, {nd}, shape) : NULL)")
+        f"tn_cl_take(aside, planned[{offset + 1}], {typenum(out.dtype)}, {nd}, shape) : NULL)")
     lines.append(f"    out = tn_cl_output(S[{step.outputs[0]}], {dest}, in, {nin}, S, {graph_in}, "
-                 f"TN_N_INPUTS, {_typenum(out.dtype)}, {nd}, shape, {taken});")
+                 f"TN_N_INPUTS, {typenum(out.dtype)}, {nd}, shape, {taken});")
     lines.append("    if (out == NULL) return -1;")
     if destroyed and kind == "elemwise":
         # Inputs that overlap the output other than exactly are read from a copy.
@@ -243,7 +237,7 @@ def _view_step(k: int, step, kind: str, offset: int, label: str) -> tuple[str, s
     nin = len(step.inputs)
     ins = ", ".join(f"S[{s}]" for s in step.inputs)
     code = "\n".join([
-        f"/* step {k}: {_comment(label)} */",
+        f"/* step {k}: {comment(label)} */",
         f"static int tn_step{k}(PyObject **S, const npy_intp *planned, PyObject **aside)",
         "{",
         f"    PyObject *in[{max(nin, 1)}] = {{{ins}}};",
@@ -264,28 +258,28 @@ def _subtensor_step(k: int, step, kind: str, offset: int, label: str) -> tuple[s
     fname = f"tn_k{k}"
     kernel = _subtensor.c_function(node, fname)
     x = node.inputs[0]
-    nd, typenum = x.ndim, _typenum(x.dtype)
+    nd, type_num = x.ndim, typenum(x.dtype)
     nin = len(step.inputs)
     ins = ", ".join(f"S[{s}]" for s in step.inputs)
-    what = _c_string(f"tenure: input 0 ({x}) of {label}")
+    what = c_string(f"tenure: input 0 ({x}) of {label}")
     destroyed = "x" if node.op.destroy_map.get(0) == [0] else "NULL"
     taken = "NULL" if destroyed != "NULL" else (
         f"(aside != NULL && planned[{offset}] == 1 && planned[{offset + 1}] >= 0 ? "
-        f"tn_cl_take(aside, planned[{offset + 1}], {typenum}, {nd}, PyArray_DIMS(x)) : NULL)")
+        f"tn_cl_take(aside, planned[{offset + 1}], {type_num}, {nd}, PyArray_DIMS(x)) : NULL)")
     code = "\n".join([
-        f"/* step {k}: {_comment(label)} */",
+        f"/* step {k}: {comment(label)} */",
         f"static int tn_step{k}(PyObject **S, const npy_intp *planned, PyObject **aside)",
         "{",
         f"    PyObject *in[{nin}] = {{{ins}}};",
         "    PyArrayObject *x, *out, *arrays[2];",
         # Checked first: the buffer takes x's dims, which must be the node's ndim.
-        f"    x = tn_vw_as_array(S[{step.inputs[0]}], {typenum}, {nd}, {what});",
+        f"    x = tn_vw_as_array(S[{step.inputs[0]}], {type_num}, {nd}, {what});",
         "    if (x == NULL) return -1;",
         "    arrays[0] = x;",
         f"    arrays[1] = PyArray_Check(S[{step.inputs[1]}]) ? "
         f"(PyArrayObject *)S[{step.inputs[1]}] : NULL;",
         f"    out = tn_cl_output(S[{step.outputs[0]}], {destroyed}, arrays, 2, S, "
-        f"tn_graph_inputs, TN_N_INPUTS, {typenum}, {nd}, PyArray_DIMS(x), {taken});",
+        f"tn_graph_inputs, TN_N_INPUTS, {type_num}, {nd}, PyArray_DIMS(x), {taken});",
         "    Py_DECREF(x);   /* the slot (or out, when it is x) still holds it */",
         "    if (out == NULL) return -1;",
         f"    if ({fname}(in, &out) < 0) {{ Py_DECREF(out); return -1; }}",
@@ -321,13 +315,13 @@ def graph_module(plan: Plan, keep_slots, clear_after,
     ``clear_after``: the slots emptied when a call returns; ``commit``: the
     schedule's commit point.
     """
-    kinds, kernels, step_funcs, calls, loop_kernels = [], [], [], [], []
+    kinds, loops, kernels, step_funcs, calls, loop_kernels = [], [], [], [], [], []
     # The shape table: [reuse flag], per step output [known, donor, dims...], stash flags.
     offsets: dict[int, int] = {}
     size = 1
     for step in plan.steps:
         for slot, var in zip(step.outputs, step.node.outputs):
-            if slot not in offsets and np.dtype(var.dtype).name in _DTYPES:
+            if slot not in offsets and np.dtype(var.dtype).name in C_DTYPES:
                 offsets[slot] = size
                 size += 2 + var.ndim
     stash = size
@@ -352,7 +346,8 @@ def graph_module(plan: Plan, keep_slots, clear_after,
             except NotImplementedError:
                 kind = "py"
             else:
-                kernels.append(kernel)
+                # The subtensor kernels' region loops first, at -O3; the rest is glue.
+                (loops if kind == "subtensor" else kernels).append(kernel)
                 step_funcs.append(code)
                 used.add(kind)
                 if kind in LOOP_FAMILIES:
@@ -362,9 +357,9 @@ def graph_module(plan: Plan, keep_slots, clear_after,
         if kind == "py":
             takes = "".join(
                 f" pre[{j}] = (PyObject *)tn_cl_take_planned(aside, planned, {offsets[o]}, "
-                f"{_typenum(v.dtype)}, {v.ndim});"
+                f"{typenum(v.dtype)}, {v.ndim});"
                 for j, (o, v) in enumerate(zip(step.outputs, node.outputs)) if o in offsets)
-            calls.append(f"    /* step {k}: {_comment(label)} */\n"
+            calls.append(f"    /* step {k}: {comment(label)} */\n"
                          f"    {{ static const Py_ssize_t ins[] = {_slots(step.inputs)}, "
                          f"outs[] = {_slots(step.outputs)};\n"
                          f"      PyObject *pre[{max(len(step.outputs), 1)}] = {{NULL}};{takes}\n"
@@ -380,15 +375,13 @@ def graph_module(plan: Plan, keep_slots, clear_after,
             # Ctrl-C between steps, until the call has written shared storage.
             calls.append(f"    if (PyErr_CheckSignals() < 0) {{ status[0] = {k}; goto fail; }}")
 
-    # The runtime (its API comes first) holds the loops of views, subtensors,
-    # products and softmax; the scalar helpers and reductions' are still here.
-    support = [runtime.header(), elemwise.SUPPORT_CODE]
+    # The runtime (its API comes first) holds the drivers and the loops of
+    # products and softmax; elementwise and reduction loops are in loop
+    # libraries: what is left here is glue, and the subtensor loops.
+    support = [runtime.header()]
     flags = list(elemwise.COMPILE_FLAGS)
-    if "reduce" in used:
-        support.append(_reduce.SUPPORT_CODE)
-        flags += list(_reduce.COMPILE_FLAGS)
-    for kind, family in (("nnet", _nnet), ("view", views), ("subtensor", _subtensor),
-                         ("blas", blas)):
+    for kind, family in (("elemwise", elemwise), ("reduce", _reduce), ("nnet", _nnet),
+                         ("view", views), ("subtensor", _subtensor), ("blas", blas)):
         if kind in used:
             flags += list(family.COMPILE_FLAGS)
     flags = tuple(dict.fromkeys(flags))
@@ -408,13 +401,14 @@ static const Py_ssize_t tn_graph_inputs[] = {_slots(inputs)};
 /* input slots of the shared variables written from the commit point on */
 static const Py_ssize_t tn_written[] = {_slots(written)};
 
-{"".join(kernels)}
-/* The schedule from here on is straight-line code around calls (the loops
- * are in the kernels above, the loop libraries and the runtime): -O1 builds
- * it in a fraction of -O3's time, and it runs as fast. */
+{"".join(loops)}
+/* From here on, glue: straight-line code around calls (the loops are above,
+ * in the loop libraries and in the runtime).  -O1 builds it in a fraction of
+ * -O3's time, and it runs as fast. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize ("O1")
 #endif
+{"".join(kernels)}
 {chr(10).join(step_funcs)}
 
 static int tn_bound = {int(not loop_kernels)};
@@ -516,12 +510,12 @@ static PyMethodDef tn_methods[] = {{
     {{NULL, NULL, 0, NULL}}
 }};
 """
-    source_body = _HEADERS + "".join(support) + body
+    source_body = HEADERS + "".join(support) + body
     digest = hashlib.sha256((source_body + repr(flags)).encode("utf-8")).hexdigest()[:24]
     name = f"tn_graph_{digest}"
     source = source_body + f"""
 static struct PyModuleDef tn_module = {{
-    PyModuleDef_HEAD_INIT, {_c_string(name)}, "a tenure graph, compiled", -1, tn_methods,
+    PyModuleDef_HEAD_INIT, {c_string(name)}, "a tenure graph, compiled", -1, tn_methods,
     NULL, NULL, NULL, NULL
 }};
 

@@ -4,8 +4,7 @@
 input's; integer and boolean inputs, which give float64, run their perform).
 
 Same API as :mod:`tenure.linkers.c.elemwise` and :mod:`tenure.linkers.c.reduce`
-(it imports elemwise's private helpers ``_HEADERS``, ``_NPY_TYPES``,
-``_c_string``, ``_comment``, ``_table``, ``_no_contract``):
+(the C text helpers come from :mod:`.cgen`):
 
 - :func:`has_c_code` ``(node) -> bool``; :func:`c_function` ``(node, fname) -> str``:
   the C definition of ``static int fname(PyArrayObject **inputs, PyArrayObject **outputs)``;
@@ -55,8 +54,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tenure.linkers.c.elemwise import (
-    _HEADERS, _NPY_TYPES, COMPILE_FLAGS, _c_string, _comment, _no_contract, _table)
+from tenure.linkers.c.cgen import HEADERS, NPY_TYPES, c_string, comment, table
+from tenure.linkers.c.elemwise import COMPILE_FLAGS
 from tenure.linkers.c.standalone import module_text
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
@@ -101,12 +100,12 @@ def c_function(node: Apply, fname: str) -> str:
     nd = len(reduced)
     dtype = np.dtype(node.outputs[0].dtype)
     return f"""
-/* {_comment(str(node.op))} on {dtype.name} */
+/* {comment(str(node.op))} on {dtype.name} */
 static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
 {{
-    static const int reduced[] = {_table(map(str, reduced or [0]))};
-    if (tn_nn_check({_c_string(str(node.op))}, inputs[0], outputs[0], {_NPY_TYPES[dtype.name]},
-                    {_c_string(dtype.name)}, {nd}, reduced, {keepdims}, {out_nd}) < 0)
+    static const int reduced[] = {table(map(str, reduced or [0]))};
+    if (tn_nn_check({c_string(str(node.op))}, inputs[0], outputs[0], {NPY_TYPES[dtype.name]},
+                    {c_string(dtype.name)}, {nd}, reduced, {keepdims}, {out_nd}) < 0)
         return -1;
     return tn_nn_run({kind}, inputs[0], outputs[0], {nd}, reduced);
 }}
@@ -178,12 +177,12 @@ def _entry(node: Apply, entry: str, fname: str) -> tuple[str, str]:
     dtype = np.dtype(node.outputs[0].dtype)
     # softmax / log_softmax keep every axis: their "reduced" axes keep their length
     shape_reduced = reduced if kind == 2 else [0] * len(reduced)
-    doc = _c_string(f"{entry}(x, out=None): {node.op} compiled; returns the output")
+    doc = c_string(f"{entry}(x, out=None): {node.op} compiled; returns the output")
     code = f"""
-static const int {entry}_reduced[] = {_table(map(str, shape_reduced or [0]))};
+static const int {entry}_reduced[] = {table(map(str, shape_reduced or [0]))};
 static const tn_nn_spec {entry}_spec = {{
-    {_c_string(entry)}, {len(reduced)}, {entry}_reduced, {keepdims},
-    {_NPY_TYPES[dtype.name]}, {out_nd}, {fname}}};
+    {c_string(entry)}, {len(reduced)}, {entry}_reduced, {keepdims},
+    {NPY_TYPES[dtype.name]}, {out_nd}, {fname}}};
 
 static PyObject *tn_entry_{entry}(PyObject *self, PyObject *args, PyObject *kwds)
 {{
@@ -191,7 +190,7 @@ static PyObject *tn_entry_{entry}(PyObject *self, PyObject *args, PyObject *kwds
     return tn_nn_call(&{entry}_spec, args, kwds);
 }}
 """
-    method = (f'{{{_c_string(entry)}, (PyCFunction)(void (*)(void))tn_entry_{entry}, '
+    method = (f'{{{c_string(entry)}, (PyCFunction)(void (*)(void))tn_entry_{entry}, '
               f'METH_VARARGS | METH_KEYWORDS, {doc}}},')
     return code, method
 
@@ -203,7 +202,7 @@ def module_source(node: Apply | Mapping[str, Apply], name: str) -> str:
     and ``out=`` (an array of the output's shape and dtype, or None for a new
     C-ordered one), computes into it and returns it."""
     return module_text(name, node, prefix="tn_nn", c_function=c_function, entry=_entry,
-                       headers=_HEADERS, support="", entry_support=_ENTRY_SUPPORT,
+                       headers=HEADERS, support="", entry_support=_ENTRY_SUPPORT,
                        doc="tenure softmax / log_softmax / logsumexp kernels")
 
 

@@ -4,9 +4,8 @@ of an elementwise ``Composite`` of the inputs, computed element by element from
 the inputs: the elementwise result is never stored, not even block by block).
 
 Same API as :mod:`tenure.linkers.c.elemwise`, which this module builds on
-(it imports that module's private helpers ``_kernel``, ``_load``, ``_c_string``,
-``_comment``, ``_table``, ``_no_contract``, ``_input_label``, ``_NPY_TYPES``,
-``_IDENTIFIER`` and ``_HEADERS``):
+(its ``scalar_kernel`` and ``load_element``; the C text helpers come from
+:mod:`.cgen`):
 
 - :func:`has_c_code` ``(node) -> bool``; :func:`c_function` ``(node, fname) -> str``:
   the C definition of ``static int fname(PyArrayObject **inputs, PyArrayObject **outputs)``;
@@ -98,9 +97,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from tenure.linkers.c import kernels
-from tenure.linkers.c.elemwise import (
-    _HEADERS, _IDENTIFIER, _NPY_TYPES, COMPILE_FLAGS, _c_string, _comment, _input_label, _kernel,
-    _load, _no_contract, _table, parallel_settings)
+from tenure.linkers.c.cgen import (HEADERS, IDENTIFIER, NPY_TYPES, c_string, comment,
+                                   input_label, no_contract, table)
+from tenure.linkers.c.elemwise import COMPILE_FLAGS, load_element, parallel_settings, scalar_kernel
 from tenure.linkers.c.elemwise import SUPPORT_CODE as _EW_SUPPORT_CODE
 from tenure.linkers.c.standalone import module_text
 from tenure.symbolic.graph import Apply
@@ -131,7 +130,7 @@ class _Plan:
             value, value_dtype = "v0", self.in_dtypes[0]
         elif isinstance(op, FusedReduce):
             fn, axes, keepdims = op.fn_name, op.axis, op.keepdims
-            kernel = _kernel(op.elemwise_op.make_node(*node.inputs))
+            kernel = scalar_kernel(op.elemwise_op.make_node(*node.inputs))
             if any(d is None for d in kernel.in_dtypes):
                 raise NotImplementedError("FusedReduce with Python-number inputs")
             self.in_dtypes = list(kernel.in_dtypes)
@@ -226,14 +225,14 @@ def _values(plan: _Plan, fname: str) -> str:
     voids = " ".join(f"(void){n};" for n in names)
     cont = _broadcast_pointers(plan, pad, "n", "0")
     cont += [pad + "TN_IVDEP", pad + "for (npy_intp k = 0; k < n; k++) {"]
-    cont += [pad + "    " + _load(n, d, f"p{i}[k]") for i, (n, d) in
+    cont += [pad + "    " + load_element(n, d, f"p{i}[k]") for i, (n, d) in
              enumerate(zip(names, plan.in_dtypes))]
     cont += [pad + "    " + voids] + [pad + "    " + s for s in plan.body]
     cont += [pad + f"    buf[k] = {plan.value};", pad + "}"]
     strided = [pad + f"const char *q{i} = ptr[{i + 1}];" for i in range(nin)]
     step = "".join(f", q{i} += s[{i + 1}]" for i in range(nin))
     strided += [pad + f"for (npy_intp k = 0; k < n; k++{step}) {{"]
-    strided += [pad + "    " + _load(n, d, f"q{i}", strided=True) for i, (n, d) in
+    strided += [pad + "    " + load_element(n, d, f"q{i}", strided=True) for i, (n, d) in
                 enumerate(zip(names, plan.in_dtypes))]
     strided += [pad + "    " + voids] + [pad + "    " + s for s in plan.body]
     strided += [pad + f"    buf[k] = {plan.value};", pad + "}"]
@@ -352,7 +351,7 @@ def _kept(plan: _Plan, fname: str) -> str:
              pad + f"{t} *const o = ({t} *)ptr[0] + c0;"]
     cont += _broadcast_pointers(plan, pad, "m", "c0")
     cont += [pad + "TN_IVDEP", pad + "for (npy_intp k = 0; k < m; k++) {"]
-    cont += [pad + "    " + _load(n, d, f"p{i}[k]") for i, (n, d) in
+    cont += [pad + "    " + load_element(n, d, f"p{i}[k]") for i, (n, d) in
              enumerate(zip(names, plan.in_dtypes))]
     cont += [pad + "    " + voids] + [pad + "    " + s for s in plan.body]
     cont += [pad + f"    const {t} val = {plan.value};", pad + f"    const {t} a = o[k];",
@@ -363,7 +362,7 @@ def _kept(plan: _Plan, fname: str) -> str:
                                             for i in range(nin)]
     step = ", q += s[0]" + "".join(f", q{i} += s[{i + 1}]" for i in range(nin))
     strided += [pad + f"for (npy_intp k = 0; k < n; k++{step}) {{"]
-    strided += [pad + "    " + _load(n, d, f"q{i}", strided=True) for i, (n, d) in
+    strided += [pad + "    " + load_element(n, d, f"q{i}", strided=True) for i, (n, d) in
                 enumerate(zip(names, plan.in_dtypes))]
     strided += [pad + "    " + voids] + [pad + "    " + s for s in plan.body]
     strided += [pad + f"    const {t} val = {plan.value};",
@@ -407,7 +406,7 @@ static void {name}_divide(char *p, double count)
     memcpy(p, &v, sizeof v);
 }}
 """
-    return _no_contract(code)
+    return no_contract(code)
 
 
 def loop_kernel(node: Apply) -> "kernels.LoopKernel":
@@ -430,14 +429,14 @@ def c_function(node: Apply, fname: str, *, bound: bool = False) -> str:
     loop library's (:func:`loop_kernel`; the C linker does that).  Needs
     :data:`SUPPORT_CODE` earlier in the module.  Raises ``NotImplementedError``
     when the node has no C code."""
-    if not _IDENTIFIER.match(fname):
+    if not IDENTIFIER.match(fname):
         raise ValueError(f"c_function: {fname!r} is not a C identifier")
     plan = _Plan(node)
     nin = len(plan.in_dtypes)
     nops = nin + 1
     dtypes = [plan.out_dtype] + plan.in_dtypes
     ndims = [plan.out_ndim] + plan.in_ndims
-    labels = ["output 0"] + [_input_label(node, i) for i in range(nin)]
+    labels = ["output 0"] + [input_label(node, i) for i in range(nin)]
     no_identity = {"max": '"maximum"', "min": '"minimum"'}.get(plan.fn, "NULL")
     par = parallel_settings()
     minsize, threads = (-1, 0) if par is None else (min(max(par.minsize, 1), 2**62), par.threads)
@@ -447,15 +446,15 @@ def c_function(node: Apply, fname: str, *, bound: bool = False) -> str:
         divide = f"{fname}_divide" if plan.fn == "mean" else "NULL"
         loops = f"{{{fname}_row, {fname}_kept, {divide}}}"
     return ("" if bound else loop_code(node, fname)) + f"""
-/* {_comment(str(node.op))} */
-static const int {fname}_types[{nops}] = {_table(_NPY_TYPES[d.name] for d in dtypes)};
-static const char *const {fname}_dtypes[{nops}] = {_table(_c_string(d.name) for d in dtypes)};
-static const int {fname}_ndims[{nops}] = {_table(map(str, ndims))};
-static const char *const {fname}_labels[{nops}] = {_table(map(_c_string, labels))};
-static const int {fname}_reduced[{max(plan.full_nd, 1)}] = {_table(map(str, plan.reduced or [0]))};
+/* {comment(str(node.op))} */
+static const int {fname}_types[{nops}] = {table(NPY_TYPES[d.name] for d in dtypes)};
+static const char *const {fname}_dtypes[{nops}] = {table(c_string(d.name) for d in dtypes)};
+static const int {fname}_ndims[{nops}] = {table(map(str, ndims))};
+static const char *const {fname}_labels[{nops}] = {table(map(c_string, labels))};
+static const int {fname}_reduced[{max(plan.full_nd, 1)}] = {table(map(str, plan.reduced or [0]))};
 static const {plan.atype} {fname}_identity = {plan.identity()};
 static {"" if bound else "const "}tn_rd_kernel {fname}_kernel = {{
-    {_c_string(fname)}, {nops}, {fname}_types, {fname}_dtypes, {fname}_ndims, {fname}_labels,
+    {c_string(fname)}, {nops}, {fname}_types, {fname}_dtypes, {fname}_ndims, {fname}_labels,
     {plan.full_nd}, {fname}_reduced, {int(plan.keepdims)}, &{fname}_identity,
     (int)sizeof {fname}_identity, {no_identity}, {minsize}, {threads}, {loops}}};
 
@@ -562,15 +561,15 @@ def _entry(node: Apply, entry: str, fname: str) -> tuple[str, str]:
     if nin > 64:
         raise NotImplementedError(f"module_source: {nin} inputs (at most 64)")
     # labels[-1] is never read: the broadcast helper reads labels[1..nin] of the operands.
-    labels = ["output 0"] + [_input_label(node, i) for i in range(nin)]
-    doc = _c_string(f"{entry}(*inputs, out=None): {node.op} compiled; returns the output")
+    labels = ["output 0"] + [input_label(node, i) for i in range(nin)]
+    doc = c_string(f"{entry}(*inputs, out=None): {node.op} compiled; returns the output")
     code = f"""
-static const int {entry}_ndims[] = {_table(str(n) for n in plan.in_ndims)};
-static const char *const {entry}_labels[] = {_table(map(_c_string, labels))};
-static const int {entry}_reduced[] = {_table(map(str, plan.reduced or [0]))};
+static const int {entry}_ndims[] = {table(str(n) for n in plan.in_ndims)};
+static const char *const {entry}_labels[] = {table(map(c_string, labels))};
+static const int {entry}_reduced[] = {table(map(str, plan.reduced or [0]))};
 static const tn_rd_spec {entry}_spec = {{
-    {_c_string(entry)}, {nin}, {entry}_ndims, {entry}_labels + 1, {plan.full_nd},
-    {entry}_reduced, {int(plan.keepdims)}, {_NPY_TYPES[plan.out_dtype.name]}, {plan.out_ndim},
+    {c_string(entry)}, {nin}, {entry}_ndims, {entry}_labels + 1, {plan.full_nd},
+    {entry}_reduced, {int(plan.keepdims)}, {NPY_TYPES[plan.out_dtype.name]}, {plan.out_ndim},
     {fname}}};
 
 static PyObject *tn_entry_{entry}(PyObject *self, PyObject *args, PyObject *kwds)
@@ -579,7 +578,7 @@ static PyObject *tn_entry_{entry}(PyObject *self, PyObject *args, PyObject *kwds
     return tn_rd_call(&{entry}_spec, args, kwds);
 }}
 """
-    method = (f'{{{_c_string(entry)}, (PyCFunction)(void (*)(void))tn_entry_{entry}, '
+    method = (f'{{{c_string(entry)}, (PyCFunction)(void (*)(void))tn_entry_{entry}, '
               f'METH_VARARGS | METH_KEYWORDS, {doc}}},')
     return code, method
 
@@ -591,7 +590,7 @@ def module_source(node: Apply | Mapping[str, Apply], name: str) -> str:
     ``out=`` (an array of the output's shape and dtype, or None for a new
     C-ordered one), computes into it and returns it."""
     return module_text(name, node, prefix="tn_rd", c_function=c_function, entry=_entry,
-                       headers=_HEADERS, support=SUPPORT_CODE, entry_support=_ENTRY_SUPPORT,
+                       headers=HEADERS, support=SUPPORT_CODE, entry_support=_ENTRY_SUPPORT,
                        doc="tenure reduction kernels")
 
 

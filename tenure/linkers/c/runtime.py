@@ -72,21 +72,23 @@ def runtime_name() -> str:
     return f"tenure_runtime_{digest()}"
 
 
-def expand_includes(path: Path, _seen: frozenset = frozenset()) -> str:
+def expand_includes(path: Path, *, markers: bool = True, _seen: frozenset = frozenset()) -> str:
     """The text of ``path`` with its local includes (found in :data:`INCLUDE_DIR`
-    or :data:`SOURCE_DIR`) expanded in place, each behind ``#line`` markers."""
+    or :data:`SOURCE_DIR`) expanded in place, each behind ``#line`` markers
+    (unless ``markers`` is false: text that generated code follows, whose
+    lines must keep their own numbers)."""
     if path in _seen:
         raise ValueError(f"runtime sources: {path.name} includes itself")
     text = path.read_text()
     if path.suffix == ".src":
-        text = ctemplate.expand(text, path)
-    out, last = [f'#line 1 "{path}"\n'], 0
+        text = ctemplate.expand(text, path if markers else None)
+    out, last = [f'#line 1 "{path}"\n' if markers else ""], 0
     for match in _LOCAL_INCLUDE.finditer(text):
         target = _find(match.group(1), path)
         line = text.count("\n", 0, match.end()) + 1
         out.append(text[last:match.start()])
-        out.append(expand_includes(target, _seen | {path}))
-        out.append(f'\n#line {line + 1} "{path}"\n')
+        out.append(expand_includes(target, markers=markers, _seen=_seen | {path}))
+        out.append(f'\n#line {line + 1} "{path}"\n' if markers else "\n")
         last = match.end() + 1
     out.append(text[last:])
     return "".join(out)
@@ -117,9 +119,8 @@ def header() -> str:
     the runtime's API (``tn_rt``, ``tn_import_runtime``, the ``tn_*`` names),
     the scalar code's error bits and the vector math declarations."""
     return (f'#define TN_RUNTIME_DIGEST "{digest()}"\n'
-            + expand_includes(INCLUDE_DIR / "tenure_runtime.h")
-            + expand_includes(INCLUDE_DIR / "scalar_errors.h")
-            + expand_includes(INCLUDE_DIR / "vector_math.h"))
+            + "".join(expand_includes(INCLUDE_DIR / name, markers=False)
+                      for name in ("tenure_runtime.h", "scalar_errors.h", "vector_math.h")))
 
 
 def load_runtime():

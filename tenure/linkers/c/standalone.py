@@ -8,23 +8,11 @@ them together into a module the C cache can build, the same way for all.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 
 from tenure.linkers.c import runtime
+from tenure.linkers.c.cgen import IDENTIFIER, c_string
 from tenure.symbolic.graph import Apply
-
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
-def c_string(text: str) -> str:
-    """``text`` as a C string literal (octal escapes: they never run on)."""
-    out = []
-    for byte in text.encode("utf-8"):
-        char = chr(byte)
-        out.append(char if 32 <= byte < 127 and char not in '"\\?' else f"\\{byte:03o}")
-    return '"' + "".join(out) + '"'
-
 
 def module_text(name: str, node: Apply | Mapping[str, Apply], *, prefix: str,
                 c_function: Callable[[Apply, str], str],
@@ -40,7 +28,7 @@ def module_text(name: str, node: Apply | Mapping[str, Apply], *, prefix: str,
     """
     nodes = dict(node) if isinstance(node, Mapping) else {"run": node}
     for text in [name, *nodes]:
-        if not _IDENTIFIER.match(text):
+        if not IDENTIFIER.match(text):
             raise ValueError(f"module_source: {text!r} is not a C identifier")
     functions, entries, methods = [], [], []
     for entry_name, apply in nodes.items():

@@ -45,9 +45,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tenure.linkers.c import runtime
 from tenure.linkers.c import views
-from tenure.linkers.c.standalone import c_string as _c_string
+from tenure.linkers.c.cgen import c_string, typenum
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.subtensor_update import IncSubtensor
@@ -104,9 +103,9 @@ def c_function(node: Apply, fname: str) -> str:
     xd, vd = np.dtype(x.dtype), np.dtype(v.dtype)
     region_nd = op.index_op.make_node(x, *node.inputs[2:]).outputs[0].ndim
     n = max(region_nd, 1)
-    whats = [_c_string(f"tenure: {op}: input {i} ({var})") for i, var in enumerate(node.inputs)]
+    whats = [c_string(f"tenure: {op}: input {i} ({var})") for i, var in enumerate(node.inputs)]
     region = views.region_function(op.pattern, f"{fname}_region", whats[0], whats, shift=1)
-    x_type, v_type = views.typenum(xd), views.typenum(vd)
+    x_type, v_type = typenum(xd), typenum(vd)
     lines = [
         f"static int {fname}(PyObject **in, PyArrayObject **out)", "{",
         f"    PyArrayObject *x = tn_vw_as_array(in[0], {x_type}, {x.ndim}, {whats[0]}), *v, *v0;",
@@ -121,7 +120,7 @@ def c_function(node: Apply, fname: str) -> str:
         "    if (v == NULL) { Py_DECREF(x); return -1; }",
         "    if ((PyObject *)*out != (PyObject *)x && PyArray_CopyInto(*out, x) < 0) goto fail;",
         f"    if ({fname}_region(*out, in, dims, strides, &data) < 0) goto fail;",
-        f"    if (tn_st_broadcast(v, {region_nd}, dims, vstrides, {_c_string(op.fn_name)}, "
+        f"    if (tn_st_broadcast(v, {region_nd}, dims, vstrides, {c_string(op.fn_name)}, "
         f"{whats[1]}) < 0) goto fail;",
     ]
     lines += _loop(region_nd, _update(op, xd, vd))

@@ -43,8 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tenure.linkers.c import runtime
-from tenure.linkers.c.standalone import c_string as _c_string
+from tenure.linkers.c.cgen import C_DTYPES, c_string, typenum
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops.indexing import In, Subtensor
 from tenure.symbolic.ops.shape import DimShuffle, Reshape
@@ -54,21 +53,10 @@ __all__ = ["COMPILE_FLAGS", "c_function", "has_c_code", "pattern_supported",
 
 COMPILE_FLAGS: tuple[str, ...] = ()
 
-_DTYPES = {"bool", "float32", "float64",
-           *(f"{s}int{b}" for s in ("", "u") for b in (8, 16, 32, 64))}
-
 #: the largest static index printed into C (Python ints are unbounded; beyond
 #: this every index is out of range and every slice bound clips the same way)
 _INTP_MAX = 2 ** 63 - 1
 
-
-
-def typenum(dtype) -> str:
-    """NumPy's C type number for ``dtype`` (``NotImplementedError`` without C code)."""
-    name = np.dtype(dtype).name
-    if name not in _DTYPES:
-        raise NotImplementedError(f"no C code for dtype {name}")
-    return f"NPY_{name.upper()}"
 
 
 def has_c_code(node: Apply) -> bool:
@@ -76,7 +64,7 @@ def has_c_code(node: Apply) -> bool:
     op = node.op
     if not isinstance(op, (DimShuffle, Reshape, Subtensor)) or len(node.outputs) != 1:
         return False
-    if np.dtype(node.inputs[0].dtype).name not in _DTYPES:
+    if np.dtype(node.inputs[0].dtype).name not in C_DTYPES:
         return False
     if isinstance(op, Reshape):
         return np.dtype(node.inputs[1].dtype).kind in "iu" and node.inputs[1].ndim == 1
@@ -112,7 +100,7 @@ def c_function(node: Apply, fname: str) -> str:
 
 def _what(node: Apply, i: int) -> str:
     """The C literal naming input ``i`` of ``node`` in errors."""
-    return _c_string(f"tenure: {node.op}: input {i} ({node.inputs[i]})")
+    return c_string(f"tenure: {node.op}: input {i} ({node.inputs[i]})")
 
 
 def _head(node: Apply, fname: str) -> list[str]:
@@ -133,7 +121,7 @@ def _dimshuffle(node: Apply, fname: str) -> str:
               "    char buf[64 * 24];"]
     # Dropped axes must have length 1 (perform's check and message).
     for axis in op.drop:
-        msg = _c_string(f"{op}: cannot drop axis {axis} of an array of shape %s: it has "
+        msg = c_string(f"{op}: cannot drop axis {axis} of an array of shape %s: it has "
                         "length %zd, not 1")
         lines += [f"    if (PyArray_DIM(a, {axis}) != 1) {{",
                   f"        PyErr_Format(PyExc_ValueError, {msg}, tn_vw_shape_str(buf, "
@@ -157,8 +145,8 @@ def _reshape(node: Apply, fname: str) -> str:
     nd = op.ndim
     n = max(nd, 1)
     shp = _what(node, 1)
-    invalid = _c_string("reshape: invalid shape %s (lengths must be >= 0, with at most one -1)")
-    cannot = _c_string("reshape: cannot reshape an array of shape %s (size %zd) into shape %s")
+    invalid = c_string("reshape: invalid shape %s (lengths must be >= 0, with at most one -1)")
+    cannot = c_string("reshape: cannot reshape an array of shape %s (size %zd) into shape %s")
     lines = _head(node, fname)
     lines += [
         f"    npy_intp dims[{n}];",

@@ -180,48 +180,9 @@ static int tn_ew_layout(const char *fname, int nops, PyArrayObject *const *ops,
         }
         k++;
     }
-    /* Innermost = smallest output stride (insertion sort, stable): a transposed
-     * or Fortran-ordered output is then walked in memory order. */
-    for (d = 1; d < k; d++) {
-        for (int e = d; e > 0; e--) {
-            npy_intp s0 = strides[e - 1], s1 = strides[e];
-            if ((s0 < 0 ? -s0 : s0) >= (s1 < 0 ? -s1 : s1))
-                break;
-            npy_intp t = shape[e]; shape[e] = shape[e - 1]; shape[e - 1] = t;
-            for (j = 0; j < nops; j++) {
-                npy_intp *s = strides + j * NPY_MAXDIMS;
-                t = s[e]; s[e] = s[e - 1]; s[e - 1] = t;
-            }
-        }
-    }
-    /* Merge axis d into the one before when every operand steps through both
-     * as through one. */
-    if (k > 0) {
-        int m = 0;
-        for (d = 1; d < k; d++) {
-            int merge = 1;
-            for (j = 0; j < nops && merge; j++) {
-                const npy_intp *s = strides + j * NPY_MAXDIMS;
-                merge = s[m] == s[d] * shape[d];
-            }
-            if (merge) {
-                shape[m] *= shape[d];
-                for (j = 0; j < nops; j++)
-                    strides[j * NPY_MAXDIMS + m] = strides[j * NPY_MAXDIMS + d];
-            } else {
-                m++;
-                shape[m] = shape[d];
-                for (j = 0; j < nops; j++)
-                    strides[j * NPY_MAXDIMS + m] = strides[j * NPY_MAXDIMS + d];
-            }
-        }
-        k = m + 1;
-    } else {  /* a single element */
-        k = 1;
-        shape[0] = 1;
-        for (j = 0; j < nops; j++)
-            strides[j * NPY_MAXDIMS] = 0;
-    }
+    /* Innermost = smallest output stride; merged where every operand allows. */
+    tn_sort_axes(k, nops, shape, strides, 0, 1);
+    k = tn_merge_axes(k, nops, shape, strides);
     *nd = k;
     for (j = 0; j < nops; j++) {
         const npy_intp s = strides[j * NPY_MAXDIMS + k - 1];

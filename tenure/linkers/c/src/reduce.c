@@ -126,49 +126,9 @@ static int tn_rd_compact(int nops, PyArrayObject *const *ops, int full_nd, int *
             strides[j * NPY_MAXDIMS + k] = strides[j * NPY_MAXDIMS + d];
         k++;
     }
-    /* insertion sort (stable) by the sum of the inputs' absolute strides, largest first */
-    for (d = 1; d < k; d++) {
-        for (int e = d; e > 0; e--) {
-            npy_intp w0 = 0, w1 = 0, t;
-            for (j = 1; j < nops; j++) {
-                const npy_intp s0 = strides[j * NPY_MAXDIMS + e - 1];
-                const npy_intp s1 = strides[j * NPY_MAXDIMS + e];
-                w0 += s0 < 0 ? -s0 : s0;
-                w1 += s1 < 0 ? -s1 : s1;
-            }
-            if (w0 >= w1)
-                break;
-            t = shape[e]; shape[e] = shape[e - 1]; shape[e - 1] = t;
-            for (j = 0; j < nops; j++) {
-                npy_intp *s = strides + j * NPY_MAXDIMS;
-                t = s[e]; s[e] = s[e - 1]; s[e - 1] = t;
-            }
-        }
-    }
-    if (k > 0) {
-        int m = 0;
-        for (d = 1; d < k; d++) {
-            int merge = 1;
-            for (j = 0; j < nops && merge; j++) {
-                const npy_intp *s = strides + j * NPY_MAXDIMS;
-                merge = s[m] == s[d] * shape[d];
-            }
-            if (merge) {
-                shape[m] *= shape[d];
-            } else {
-                m++;
-                shape[m] = shape[d];
-            }
-            for (j = 0; j < nops; j++)
-                strides[j * NPY_MAXDIMS + m] = strides[j * NPY_MAXDIMS + d];
-        }
-        k = m + 1;
-    } else {  /* a single element */
-        k = 1;
-        shape[0] = 1;
-        for (j = 0; j < nops; j++)
-            strides[j * NPY_MAXDIMS] = 0;
-    }
+    /* Innermost = the inputs' smallest strides; merged where every operand allows. */
+    tn_sort_axes(k, nops, shape, strides, 1, nops);
+    k = tn_merge_axes(k, nops, shape, strides);
     *nd = k;
     for (j = 0; j < nops; j++) {
         const npy_intp s = strides[j * NPY_MAXDIMS + k - 1];

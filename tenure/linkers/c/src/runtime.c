@@ -21,6 +21,7 @@
 #include "scalar_errors.h"
 #include "vector_math.h"
 
+#include "axes.c"
 #include "elemwise.c"
 #include "schedule.c"
 #include "reduce.c"
