@@ -12,12 +12,13 @@ What the C linker calls (the same shape as tenure/linkers/c/elemwise.py):
   writes the output's shape (``outputs[0]``'s ndim entries): -1 with a Python
   exception when the inputs are bad.  ``fname`` calls it itself.
 - the C runtime's API (:func:`.runtime.header`) earlier in the module, after
-  ``#include <Python.h>`` and ``#include <numpy/arrayobject.h>``.  The runtime (``src/blas.c.src``) holds the BLAS pointer
-  table, the staging of operands, batches of products and one product kernel
-  per dtype; ``tn_blas_init()`` imports ``scipy.linalg.cython_blas`` and
-  takes ``dgemm``, ``sgemm``, ``dgemv``, ``sgemv``, ``ddot`` and ``sdot``
-  from its ``__pyx_capi__`` capsules (Fortran ABI), keeping the module alive;
-  0, or -1 with ``ImportError`` set.  Repeated calls are free; the runtime
+  ``#include <Python.h>`` and ``#include <numpy/arrayobject.h>``.  The runtime
+  (``src/blas.c.src``) holds the BLAS pointer table, the staging of operands,
+  batches of products and one product kernel per dtype; ``tn_blas_init()``
+  imports ``scipy.linalg.cython_blas`` and takes ``dgemm``, ``sgemm``,
+  ``dgemv``, ``sgemv``, ``ddot`` and ``sdot`` from its ``__pyx_capi__``
+  capsules (Fortran ABI), keeping the module alive; 0, or -1 with
+  ``ImportError`` set.  Repeated calls are free; the runtime
   calls it before every float product, so a module's init need not.
 - :data:`COMPILE_FLAGS`: flags to build with.
 
@@ -391,7 +392,7 @@ def module_source(node: Apply | Mapping[str, Apply], name: str) -> str:
     output's shape and is writeable, else into a new array, and returns it."""
     return module_text(name, node, prefix="tn_bl", c_function=c_function, entry=_entry,
                        headers=HEADERS, support="", entry_support=_ENTRY_SUPPORT,
-                       doc="tenure BLAS kernels", init="\n    if (tn_blas_init() < 0)\n        return NULL;")
+                       doc="tenure BLAS kernels")
 
 
 def build_module(node: Apply | Mapping[str, Apply], name: str, compiledir=None):

@@ -24,8 +24,8 @@ from pathlib import Path
 
 __all__ = ["TemplateError", "expand"]
 
-_BLOCK = re.compile(r"/\*\*begin repeat\s*\n(?P<head>.*?)\*/\s*\n(?P<body>.*?)/\*\*end repeat\*\*/",
-                    re.DOTALL)
+_BLOCK = re.compile(r"/\*\*begin repeat\s*\n(?P<head>.*?)\*/\s*\n"
+                    r"(?P<body>.*?)/\*\*end repeat\*\*/", re.DOTALL)
 _VARIABLE = re.compile(r"#\s*(?P<name>\w+)\s*=\s*(?P<values>[^#]*)#")
 _USE = re.compile(r"@(\w+)@")
 
@@ -44,7 +44,8 @@ def expand(text: str, path: str | Path | None = "<template>") -> str:
         out.append(_expand_block(block, path, line, text))
         last = block.end()
         if path is not None:
-            out.append(f'\n#line {text.count(chr(10), 0, last) + 1} "{path}"')
+            # the text left starts with the end of the block's last line
+            out.append(f'\n#line {text.count(chr(10), 0, last) + 2} "{path}"')
     out.append(text[last:])
     return "".join(out)
 

@@ -414,11 +414,13 @@ def _inner_loops(kernel: ScalarKernel, read: list[int], dtypes: list) -> tuple[s
         [f"{types[0]} *const o0 = ({types[0]} *)at[0];"]
         + [f"const {types[j]} *const p{j} = (const {types[j]} *)rows[{j}];"
            for j in range(1, len(dtypes))],
-        [load_element(v, d, f"p{j}[k]") for j, (v, d) in enumerate(zip(names, dtypes[1:]), 1)],
+        [load_element(v, d, f"p{j}[k]")
+         for j, (v, d) in enumerate(zip(names, dtypes[1:]), 1)],
         names, kernel.body, "o0[k] = r;", vectorize=True)
     strided = _loop(
         [f"char *q{j} = at[{j}];" for j in range(len(dtypes))],
-        [load_element(v, d, f"q{j}", strided=True) for j, (v, d) in enumerate(zip(names, dtypes[1:]), 1)],
+        [load_element(v, d, f"q{j}", strided=True)
+         for j, (v, d) in enumerate(zip(names, dtypes[1:]), 1)],
         names, kernel.body, "memcpy(q0, &r, sizeof r);", vectorize=False,
         step=", ".join(f"q{j} += s{j}" for j in range(len(dtypes))))
     return contiguous, strided

@@ -4,7 +4,11 @@
 module (see :mod:`tenure.linkers.c.module`) whose ``run`` executes the entire
 schedule in one C call per function call: nodes with C code (elementwise,
 products, reductions) call their generated kernels, every other node calls
-its Python ``perform`` from inside the C loop, so every graph runs.
+its Python ``perform`` from inside the C loop, so every graph runs.  The
+graph's elementwise and reduction loops come from loop libraries
+(:mod:`.kernels`), built in the background while the module compiles and
+shared with every other graph that needs them; the module is bound to them
+once loaded.
 
 Memory: :class:`CThunk` is a :class:`~tenure.linkers.python.PythonThunk` that
 runs its calls in C over the same storage list, so what it holds between

@@ -61,6 +61,15 @@ the slot.  A subtensor step (``set/inc_subtensor`` with basic indices:
 when the op destroys it and it fits); the kernel copies ``x`` into any other
 buffer, then writes the region.
 
+What a module holds: only what depends on the graph.  The C that does not
+(the loop drivers, these steps' helpers ``tn_cl_*``, views, products,
+softmax) is the C runtime's (:mod:`.runtime`: real files compiled once per
+machine, reached through ``tn_rt``); the arithmetic of elementwise nodes and
+reductions is in loop libraries shared by every graph (:mod:`.kernels`),
+which the module's descriptions point to once ``bind_loops(capsules)`` has
+run (``run`` refuses to start before).  What is left is glue -- the steps,
+``run`` -- compiled at ``-O1``, and the region loops of subtensor steps.
+
 The source depends only on the graph, the plan made without sizes, the kept
 slots and ``allow_gc``: compiling the same graph again (in this process or
 another) hits the on-disk cache.
@@ -297,11 +306,13 @@ def _bind_lines(loop_kernels) -> str:
     lines = []
     for i, (user, loop) in enumerate(loop_kernels):
         if loop.struct == "tn_ew_loops":
-            lines += [f"    {{ const tn_ew_loops *l = tn_loops_of(capsules, {i}, TN_EW_LOOPS_CAPSULE);",
+            lines += [f"    {{ const tn_ew_loops *l = tn_loops_of(capsules, {i}, "
+                      "TN_EW_LOOPS_CAPSULE);",
                       "      if (l == NULL) return NULL;",
                       f"      {user}.typed = l->typed; {user}.strided = l->strided; }}"]
         else:
-            lines += [f"    {{ const tn_rd_loops *l = tn_loops_of(capsules, {i}, TN_RD_LOOPS_CAPSULE);",
+            lines += [f"    {{ const tn_rd_loops *l = tn_loops_of(capsules, {i}, "
+                      "TN_RD_LOOPS_CAPSULE);",
                       "      if (l == NULL) return NULL;",
                       f"      {user}.loops = *l; }}"]
     return "\n".join(lines)

@@ -37,7 +37,8 @@ def module_text(name: str, node: Apply | Mapping[str, Apply], *, prefix: str,
         code, method = entry(apply, entry_name, fname)
         entries.append(code)
         methods.append("    " + method)
-    return (headers + runtime.header() + support + "".join(functions) + entry_support + "".join(entries) + f"""
+    return (headers + runtime.header() + support + "".join(functions) + entry_support
+            + "".join(entries) + f"""
 static PyMethodDef tn_methods[] = {{
 {chr(10).join(methods)}
     {{NULL, NULL, 0, NULL}}

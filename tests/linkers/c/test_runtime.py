@@ -1,0 +1,212 @@
+"""The C runtime (real C sources compiled once), its template mechanism, and
+the loop libraries that share compiled loops across graphs."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tenure as tn
+from tenure.linkers.c import cache, compiler, ctemplate, kernels, runtime
+from tenure.linkers.c.cgen import HEADERS
+
+C = tn.Mode(linker="c")
+
+
+# --------------------------------------------------------------------------
+# the sources
+
+
+@pytest.mark.parametrize("openmp", [False, True], ids=["serial", "openmp"])
+def test_runtime_sources_compile_without_warnings(cc, tmp_path, openmp):
+    """Every runtime file, as the runtime build sees them, under -Wall -Wextra -Werror."""
+    if openmp and not compiler.supports_openmp(cc):
+        pytest.skip("no OpenMP")
+    source = tmp_path / "runtime.c"
+    source.write_text(runtime.runtime_source())
+    flags = ["-Wall", "-Wextra", "-Werror", *runtime.COMPILE_FLAGS[:-1]]
+    recipe = compiler.make_recipe(tuple(flags), openmp=openmp)
+    compiler.compile_shared_library(source, tmp_path / "runtime.so", recipe)
+    assert (tmp_path / "runtime.so").is_file()
+
+
+def test_every_runtime_file_is_used():
+    """A file in include/ or src/ that no build includes would be dead code."""
+    text = runtime.runtime_source() + runtime.header()
+    for path in runtime.source_files():
+        assert f'"{path}"' in text or path.read_text()[:200] in text, path.name
+
+
+def test_digest_follows_the_sources(monkeypatch, tmp_path):
+    before = runtime.digest()
+    for path in runtime.source_files():
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    (tmp_path / "runtime.c").write_text((tmp_path / "runtime.c").read_text() + "\n/* changed */\n")
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(runtime, "INCLUDE_DIR", tmp_path)
+            patch.setattr(runtime, "SOURCE_DIR", tmp_path)
+            runtime.digest.cache_clear()
+            assert runtime.digest() != before
+            assert runtime.runtime_name() != f"tenure_runtime_{before}"
+    finally:
+        runtime.digest.cache_clear()
+    assert runtime.digest() == before
+
+
+def test_runtime_is_loaded_once_and_hands_out_its_table(cc):
+    module = runtime.load_runtime()
+    assert runtime.load_runtime() is module
+    assert module.__name__.endswith(runtime.runtime_name())
+    assert type(runtime.capsule()).__name__ == "PyCapsule"
+    assert module.FastCall is not None
+
+
+def test_a_module_built_for_another_runtime_refuses_to_load(cc, tmp_path):
+    name = "tn_test_other_runtime"
+    source = (HEADERS + runtime.header().replace(runtime.digest(), "0" * 20) + f"""
+static struct PyModuleDef def = {{PyModuleDef_HEAD_INIT, "{name}", NULL, -1, NULL}};
+PyMODINIT_FUNC PyInit_{name}(void)
+{{
+    import_array();
+    if (tn_import_runtime() < 0)
+        return NULL;
+    return PyModule_Create(&def);
+}}
+""")
+    with pytest.raises(ImportError, match=r"generated for the C runtime 0{20}.*but the runtime "
+                                          r"loaded is " + runtime.digest()):
+        cache.load_module(name, source, compiledir=tmp_path)
+
+
+# --------------------------------------------------------------------------
+# the template mechanism
+
+
+def test_repeat_blocks_expand_once_per_column():
+    text = textwrap.dedent("""\
+        int before;
+        /**begin repeat
+         * #name = a, b#
+         * #T = int, double#
+         */
+        static @T@ twice_@name@(@T@ x) { return x + x; }
+        /**end repeat**/
+        int after;
+        """)
+    out = ctemplate.expand(text, "t.c.src")
+    assert "static int twice_a(int x)" in out and "static double twice_b(double x)" in out
+    assert out.count('#line 6 "t.c.src"') == 2       # each copy names its line
+    lines = out.splitlines()
+    marker = max(i for i, line in enumerate(lines) if line.startswith("#line"))
+    assert lines[marker] == '#line 8 "t.c.src"' and lines[marker + 1] == "int after;"
+    assert "@" not in ctemplate.expand(text, None) and "#line" not in ctemplate.expand(text, None)
+
+
+@pytest.mark.parametrize("head, message", [
+    (" * #name = a, b#\n * #T = int#\n", "different numbers of values"),
+    (" * nothing here\n", "without variables"),
+])
+def test_bad_repeat_blocks_are_named(head, message):
+    text = f"x\n/**begin repeat\n{head} */\nint @name@;\n/**end repeat**/\n"
+    with pytest.raises(ctemplate.TemplateError, match=rf"t\.c\.src:2: .*{message}"):
+        ctemplate.expand(text, "t.c.src")
+
+
+def test_unknown_template_variable_is_named():
+    text = "/**begin repeat\n * #name = a#\n */\nint @nmae@;\n/**end repeat**/\n"
+    with pytest.raises(ctemplate.TemplateError, match="@nmae@ is not a variable"):
+        ctemplate.expand(text, "t.c.src")
+
+
+# --------------------------------------------------------------------------
+# loops shared across graphs
+
+
+def _loop_keys(f) -> list[str]:
+    return [loop.key for loop in f._thunk.graph.loop_kernels]
+
+
+def test_graphs_share_their_loops(cc):
+    x, y = tn.matrix("x"), tn.matrix("y")
+    f = tn.function([x, y], [tn.exp(x) * 2 + y, (x * y).sum(axis=1)], mode=C)
+    a, b = tn.matrix("a"), tn.matrix("b")   # other names, other graph, same arithmetic
+    g = tn.function([a, b], [(a * b).sum(axis=1), tn.exp(a) * 2 + b, a - b], mode=C)
+    assert len(_loop_keys(f)) == 2 and set(_loop_keys(f)) < set(_loop_keys(g))
+    futures = [kernels._libraries[key] for key in _loop_keys(f)]
+    assert all(kernels._libraries[key] is future for key, future in zip(_loop_keys(f), futures))
+    u, v = np.random.default_rng(0).random((2, 3, 4))
+    for got, want in zip(g(u, v), [(u * v).sum(axis=1), np.exp(u) * 2 + v, u - v]):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def _run(code: str, compiledir) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TENURE_FLAGS=f"compiledir={compiledir}")
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+_GRAPH = """
+    import json, numpy as np, tenure as tn
+    from tenure.linkers.c import cache
+    x, y = tn.matrix("x"), tn.matrix("y")
+    f = tn.function([x, y], {expr}, mode=tn.Mode(linker="c"))
+    u = np.arange(6.0).reshape(2, 3)
+    out = f(u, u + 1)
+    out = out if isinstance(out, list) else [out]
+    print(json.dumps({{"result": [np.asarray(r).tolist() for r in out],
+                      "names": sorted(e.name for e in cache.info().entries)}}))
+"""
+
+
+def test_another_process_finds_the_loops_through_the_index(cc, tmp_path):
+    first = _run(_GRAPH.format(expr="tn.tanh(x) * y + 1"), tmp_path)
+    assert first.returncode == 0, first.stderr
+    libraries = [n for n in json.loads(first.stdout)["names"] if n.startswith("tn_loops_")]
+    assert len(libraries) == 1
+    assert len(os.listdir(kernels.index_dir(tmp_path))) == 1
+    # Another graph (another output) with the same loop: no new library.
+    second = _run(_GRAPH.format(expr="[tn.tanh(x) * y + 1, x.T]"), tmp_path)
+    assert second.returncode == 0, second.stderr
+    names = json.loads(second.stdout)["names"]
+    assert [n for n in names if n.startswith("tn_loops_")] == libraries
+    assert len([n for n in names if n.startswith("tn_graph_")]) == 2
+
+
+def test_a_stale_index_entry_is_built_again(cc, tmp_path):
+    assert _run(_GRAPH.format(expr="tn.sqrt(x) * 3 - y"), tmp_path).returncode == 0
+    for entry in cache.info(tmp_path).entries:   # the library goes, its index stays
+        if entry.name.startswith("tn_loops_"):
+            cache._discard(cache.entries_dir(tmp_path), entry.path, entry.key)
+    (key,) = os.listdir(kernels.index_dir(tmp_path))
+    again = _run(_GRAPH.format(expr="[tn.sqrt(x) * 3 - y, x + 0]"), tmp_path)
+    assert again.returncode == 0, again.stderr
+    u = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_allclose(json.loads(again.stdout)["result"][0], np.sqrt(u) * 3 - (u + 1),
+                               rtol=1e-12)
+    assert any(n.startswith("tn_loops_") for n in json.loads(again.stdout)["names"])
+
+
+def test_an_unbound_module_refuses_to_run(cc, tmp_path):
+    """A graph module runs only once its loops are bound: the same source under
+    another name is a module nobody bound yet."""
+    x = tn.vector("x")
+    f = tn.function([x], tn.exp(x) + 1, mode=C)
+    graph = f._thunk.graph
+    name = "tn_test_unbound"
+    module = cache.load_module(name, graph.source.replace(graph.name, name), flags=graph.flags,
+                               openmp=compiler.openmp_enabled(), compiledir=tmp_path)
+    n_slots, n_steps = f._thunk.plan.n_slots, len(f._thunk.plan.steps)
+    args = ([None] * n_slots, [np.ones(3)], None, (None,) * (n_steps + 1), np.zeros(1, np.intp))
+    with pytest.raises(RuntimeError, match="loops are not bound"):
+        module.run(*args)
+    with pytest.raises(TypeError, match="expected a tuple of 1 loop capsules"):
+        module.bind_loops(())
+    with pytest.raises(ValueError):   # a capsule of another kind is refused by its name
+        module.bind_loops((runtime.capsule(),))
+    module.bind_loops(kernels.loops(_loop_keys(f)))
+    np.testing.assert_allclose(module.run(*args)[0], np.exp(1.0) + 1)
