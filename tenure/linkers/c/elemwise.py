@@ -78,6 +78,7 @@ without ``errno`` sqrt vectorizes, without trapping math the NaN-aware selects
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -147,22 +148,34 @@ class ScalarKernel:
 
 def scalar_kernel(node: Apply) -> ScalarKernel:
     """The C body of an Elemwise node; ``NotImplementedError`` when some step
-    or dtype has no C code."""
+    or dtype has no C code.  Worked out once per op and types (the linker
+    asks several times per node); the result is shared: read it, never
+    change it."""
     op = node.op
     if not isinstance(op, Elemwise):
         raise NotImplementedError(f"{op} is not an Elemwise op")
     if len(node.outputs) != 1:
         raise NotImplementedError(f"{op}: {len(node.outputs)} outputs (one expected)")
-    weak = {i: value for i, _, value in op.weak_inputs}
     out = node.outputs[0]
-    kernel = ScalarKernel(in_dtypes=[None if i in weak else np.dtype(v.dtype)
-                                for i, v in enumerate(node.inputs)],
-                     in_ndims=[v.ndim for v in node.inputs],
-                     out_dtype=np.dtype(out.dtype), out_ndim=out.ndim)
+    # Equal ops may hold other Python numbers (weak inputs are not props), and
+    # equal numbers may print differently (0.0 and -0.0): both are in the key.
+    exact = tuple(repr(value) for _, _, value in op.weak_inputs)
+    return _scalar_kernel(op, op.weak_inputs, exact,
+                          tuple((v.dtype, v.ndim) for v in node.inputs), (out.dtype, out.ndim))
+
+
+@functools.lru_cache(maxsize=4096)
+def _scalar_kernel(op: Elemwise, weak_inputs: tuple, exact: tuple, inputs: tuple,
+                   output: tuple) -> ScalarKernel:
+    weak = {i: value for i, _, value in weak_inputs}
+    kernel = ScalarKernel(in_dtypes=[None if i in weak else np.dtype(dtype)
+                                     for i, (dtype, _) in enumerate(inputs)],
+                          in_ndims=[ndim for _, ndim in inputs],
+                          out_dtype=np.dtype(output[0]), out_ndim=output[1])
     ps.check_c_dtypes(str(op), [d for d in kernel.in_dtypes if d is not None]
-                       + [kernel.out_dtype])
+                      + [kernel.out_dtype])
     args = [_Value(number=weak[i]) if i in weak else _Value(f"v{i}", kernel.in_dtypes[i])
-            for i in range(len(node.inputs))]
+            for i in range(len(inputs))]
     result = _emit(op.scalar_op, args, kernel)
     value = (result.ident if result.ident is not None
              else op.scalar_op.c_weak_literal(0, result.number, kernel.out_dtype))

@@ -699,3 +699,12 @@ def test_random_layouts(layout, seed):
     assert got is out
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(built[entry](*inputs), want)
+
+
+def test_scalar_bodies_of_equal_ops_with_other_numbers_stay_apart():
+    """The scalar body is worked out once per op and types: ops that compare
+    equal but hold other Python numbers (2 and 3; 0.0 and -0.0) keep their own."""
+    x = tn.vector("x")
+    bodies = [ce.scalar_kernel(e.owner).body for e in (x + 2, x + 3, x + 0.0, x + (-0.0))]
+    assert len({tuple(body) for body in bodies}) == 4
+    assert ce.scalar_kernel((x + 2).owner) is ce.scalar_kernel((x + 2).owner)
