@@ -70,7 +70,7 @@ if importlib.util.find_spec("tenure") is None:
     # not installed (or a stale editable install): measure the checkout this script is in
     sys.path.insert(1, os.path.dirname(HERE))
 
-from workloads import LR, MlpTrain, SoftmaxGrad, _pytensor_mode, _symbolic_mlp  # noqa: E402
+from workloads import LR, MlpTrain, SoftmaxGrad, pytensor_mode, symbolic_mlp  # noqa: E402
 
 GRAPHS = ("demo", "mlp_train", "softmax_grad")
 SYSTEMS = ("tenure-c", "pytensor-c", "jax")
@@ -180,7 +180,7 @@ def pytensor_demo() -> dict:
     from pytensor import In, Out
     from pytensor.tensor.special import log_softmax
     d, lr = _demo_data(), DEMO_SIZES["lr"]
-    mode = _pytensor_mode("c")  # the C VM with the FAST_RUN rewrites, as in run.py
+    mode = pytensor_mode("c")  # the C VM with the FAST_RUN rewrites, as in run.py
     start = time.perf_counter()
     params = [pytensor.shared(p, borrow=True) for p in d["params"]]
     W1, b1, W2, b2, W3, b3 = params
@@ -270,7 +270,7 @@ def jax_mlp_train() -> dict:
     d = _mlp_data()
 
     def loss_of(params, x, t):
-        return jnp.mean((_symbolic_mlp(jax.nn.relu, x, params) - t) ** 2)
+        return jnp.mean((symbolic_mlp(jax.nn.relu, x, params) - t) ** 2)
 
     params = [jnp.asarray(p) for p in d["params"]]
     return {"graph": jax_compile_s(_jax_sgd(loss_of, LR), params, jnp.asarray(d["x"]),

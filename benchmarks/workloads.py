@@ -53,7 +53,7 @@ def _tenure_mode(linker, **options):
     return tn.Mode(linker=linker, **options)
 
 
-def _pytensor_mode(variant):
+def pytensor_mode(variant):
     """PyTensor's default mode, or its C mode (the C VM with all FAST_RUN rewrites)."""
     if variant == "default":
         return None
@@ -104,7 +104,7 @@ class Overhead:
             x = pt.vector("x", dtype="float64")
             f = pytensor.function([pytensor.In(x, borrow=True)],
                                   pytensor.Out((pt.exp(x) * 2 + 1).sum(), borrow=True),
-                                  mode=_pytensor_mode(variant))
+                                  mode=pytensor_mode(variant))
         xv = d["x"]
         return Built(lambda: f(xv), lambda r: [_np(r)], clock.s)
 
@@ -164,7 +164,7 @@ class Elemwise:
             x, z = pt.vector("x", dtype="float64"), pt.vector("z", dtype="float64")
             f = pytensor.function([pytensor.In(x, borrow=True), pytensor.In(z, borrow=True)],
                                   pytensor.Out(pt.exp(x) * 2 + pt.sin(z) * x, borrow=borrow_out),
-                                  mode=_pytensor_mode(variant))
+                                  mode=pytensor_mode(variant))
         xv, zv = d["x"], d["z"]
         return Built(lambda: f(xv, zv), lambda r: [_np(r)], clock.s)
 
@@ -230,7 +230,7 @@ class SoftmaxInfer:
             x = pt.matrix("x", dtype="float32")
             y = pt.exp(x - pt.log(pt.sum(pt.exp(x), axis=1, keepdims=True)))
             f = pytensor.function([pytensor.In(x, borrow=True)], pytensor.Out(y, borrow=True),
-                                  mode=_pytensor_mode(variant))
+                                  mode=pytensor_mode(variant))
         xv = d["x"]
         return Built(lambda: f(xv), lambda r: [_np(r)], clock.s)
 
@@ -290,7 +290,7 @@ class SoftmaxGrad:
             w = pt.matrix("w", dtype="float32")
             g = pytensor.grad(pt.sum(softmax(x, axis=1) * w), x)
             f = pytensor.function([pytensor.In(x, borrow=True), pytensor.In(w, borrow=True)],
-                                  pytensor.Out(g, borrow=True), mode=_pytensor_mode(variant))
+                                  pytensor.Out(g, borrow=True), mode=pytensor_mode(variant))
         xv, wv = d["x"], d["w"]
         return Built(lambda: f(xv, wv), lambda r: [_np(r)], clock.s)
 
@@ -339,7 +339,7 @@ def _pt_relu(h):
     return pt.maximum(h, 0)  # pytensor.tensor has no relu
 
 
-def _symbolic_mlp(relu, x, params):
+def symbolic_mlp(relu, x, params):
     h = x
     n = len(params) // 2
     for i in range(n):
@@ -371,7 +371,7 @@ class MlpInfer:
     @staticmethod
     def numpy(d):
         x, params = d["x"], d["params"]
-        return Built(lambda: _symbolic_mlp(lambda h: np.maximum(h, 0), x, params),
+        return Built(lambda: symbolic_mlp(lambda h: np.maximum(h, 0), x, params),
                      lambda r: [_np(r)])
 
     @staticmethod
@@ -382,7 +382,7 @@ class MlpInfer:
             params = [tn.shared(p, borrow=True) for p in d["params"]]
             x = tn.matrix("x", dtype="float32")
             f = tn.function([tn.In(x, borrow=True)],
-                            tn.Out(_symbolic_mlp(tn.relu, x, params), borrow=True),
+                            tn.Out(symbolic_mlp(tn.relu, x, params), borrow=True),
                             mode=_tenure_mode(linker))
         xv = d["x"]
         return Built(lambda: f(xv), lambda r: [_np(r)], clock.s)
@@ -396,8 +396,8 @@ class MlpInfer:
             params = [pytensor.shared(p, borrow=True) for p in d["params"]]
             x = pt.matrix("x", dtype="float32")
             f = pytensor.function([pytensor.In(x, borrow=True)],
-                                  pytensor.Out(_symbolic_mlp(_pt_relu, x, params), borrow=True),
-                                  mode=_pytensor_mode(variant))
+                                  pytensor.Out(symbolic_mlp(_pt_relu, x, params), borrow=True),
+                                  mode=pytensor_mode(variant))
         xv = d["x"]
         return Built(lambda: f(xv), lambda r: [_np(r)], clock.s)
 
@@ -409,7 +409,7 @@ class MlpInfer:
 
         def step():
             with torch.inference_mode():
-                return _symbolic_mlp(torch.relu, x, params)
+                return symbolic_mlp(torch.relu, x, params)
         return Built(step, lambda r: [_np(r)])
 
 
@@ -448,7 +448,7 @@ class MlpTrain:
             params = [tn.shared(p, borrow=True) for p in d["params"]]
             x = tn.matrix("x", dtype="float32")
             t = tn.matrix("t", dtype="float32")
-            loss = tn.mean((_symbolic_mlp(tn.relu, x, params) - t) ** 2)
+            loss = tn.mean((symbolic_mlp(tn.relu, x, params) - t) ** 2)
             grads = tn.grad(loss, params)
             f = tn.function([tn.In(x, borrow=True), tn.In(t, borrow=True)], loss,
                             updates=[(p, p - LR * g) for p, g in zip(params, grads)],
@@ -467,12 +467,12 @@ class MlpTrain:
             params = [pytensor.shared(p, borrow=True) for p in d["params"]]
             x = pt.matrix("x", dtype="float32")
             t = pt.matrix("t", dtype="float32")
-            loss = pt.mean((_symbolic_mlp(_pt_relu, x, params) - t) ** 2)
+            loss = pt.mean((symbolic_mlp(_pt_relu, x, params) - t) ** 2)
             grads = pytensor.grad(loss, params)
             lr = np.float32(LR)  # a Python float would upcast float32 to float64 in PyTensor
             f = pytensor.function([pytensor.In(x, borrow=True), pytensor.In(t, borrow=True)],
                                   loss, updates=[(p, p - lr * g) for p, g in zip(params, grads)],
-                                  mode=_pytensor_mode(variant))
+                                  mode=pytensor_mode(variant))
         xv, tv = d["x"], d["t"]
         return Built(lambda: f(xv, tv),
                      lambda r: [_np(r)] + [_np(p.get_value(borrow=True)) for p in params],
@@ -487,7 +487,7 @@ class MlpTrain:
 
         def step():
             opt.zero_grad()
-            loss = torch.mean((_symbolic_mlp(torch.relu, x, params) - t) ** 2)
+            loss = torch.mean((symbolic_mlp(torch.relu, x, params) - t) ** 2)
             loss.backward()
             opt.step()
             return loss.detach()
