@@ -55,6 +55,23 @@ _libraries: dict[str, concurrent.futures.Future] = {}
 _pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="tenure-loops")
 
 
+def _after_fork_in_child() -> None:
+    """A forked child has none of its parent's threads: the pool would count
+    them and never start its own, and builds under way there never finish
+    here.  The child gets a new pool and forgets those builds (loops already
+    loaded stay: the libraries are mapped in the child too)."""
+    global _lock, _pool
+    _lock = threading.Lock()
+    _pool = concurrent.futures.ThreadPoolExecutor(max_workers=2,
+                                                  thread_name_prefix="tenure-loops")
+    for key, future in list(_libraries.items()):
+        if not future.done():
+            del _libraries[key]
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 @dataclass(frozen=True)
 class LoopKernel:
     """One node's loops: ``code`` defines ``@K@_<member>`` for each of
@@ -109,15 +126,15 @@ def request(kernels) -> None:
 
 def loops(keys) -> tuple:
     """The capsules of the loops with these keys, in order (waiting for builds
-    under way); ``CompileError`` when a build failed (the next request builds
-    it again), ``KeyError`` for a key never requested."""
+    under way); the build's error (``CompileError``) when one failed (the next
+    request builds it again), ``KeyError`` for a key never requested."""
     with _lock:
         futures = [_libraries[key] for key in keys]
     capsules = []
     for key, future in zip(keys, futures):
         try:
             capsules.append(future.result()[key])
-        except CompileError:
+        except Exception:
             with _lock:
                 if _libraries.get(key) is future:
                     del _libraries[key]

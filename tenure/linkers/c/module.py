@@ -95,8 +95,6 @@ from tenure.symbolic.graph import Apply
 __all__ = ["GraphModule", "graph_module", "step_kind"]
 
 
-
-
 def step_kind(node: Apply) -> str:
     """``"elemwise"``, ``"blas"``, ``"reduce"``, ``"nnet"``, ``"view"``, ``"subtensor"``
     (C code), or ``"py"`` (its perform)."""

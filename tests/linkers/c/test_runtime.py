@@ -210,3 +210,28 @@ def test_an_unbound_module_refuses_to_run(cc, tmp_path):
         module.bind_loops((runtime.capsule(),))
     module.bind_loops(kernels.loops(_loop_keys(f)))
     np.testing.assert_allclose(module.run(*args)[0], np.exp(1.0) + 1)
+
+
+def test_a_forked_child_builds_loops_of_its_own(cc, tmp_path):
+    """The background builds run on threads, which a forked child does not
+    inherit: it must build new loops itself instead of waiting forever."""
+    code = """
+        import multiprocessing, numpy as np, tenure as tn
+        x = tn.vector("x")
+        f = tn.function([x], tn.exp(x) + 1, mode=tn.Mode(linker="c"))   # the pool's threads start
+
+        def child(queue):
+            y = tn.vector("y")
+            g = tn.function([y], tn.cos(y) * 7 - 2, mode=tn.Mode(linker="c"))   # new loops
+            queue.put(float(g(np.zeros(1))[0]))
+
+        ctx = multiprocessing.get_context("fork")
+        queue = ctx.Queue()
+        p = ctx.Process(target=child, args=(queue,))
+        p.start()
+        print(queue.get(timeout=120))
+        p.join(30)
+    """
+    result = _run(code, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert float(result.stdout.split()[-1]) == 5.0
