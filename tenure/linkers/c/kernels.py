@@ -1,11 +1,12 @@
-"""Elementwise loops compiled once and shared by every graph that needs them.
+"""Loops compiled once and shared by every graph that needs them.
 
 An elementwise node's arithmetic is two small C loops over one block (typed
-and strided, see :func:`.elemwise.loop_kernel`); everything else about
-running it (checks, layout, threads, Ctrl-C) is the runtime's loop driver.
-The loops depend only on the node's scalar expression and dtypes, so a graph
-module does not compile them: it names them by key (the digest of their C
-text) and is bound to them after it is loaded (``bind_loops``).
+and strided, :func:`.elemwise.loop_kernel`), a reduction's its row, kept and
+divide loops (:func:`.reduce.loop_kernel`); everything else about running
+them (checks, layout, threads, Ctrl-C) is the runtime's drivers.  The loops
+depend only on the node's scalar expression, reduction and dtypes, so a
+graph module does not compile them: it names them by key (the digest of
+their C text) and is bound to them after it is loaded (``bind_loops``).
 
 - :func:`request` makes sure every loop of a graph is loaded or being built:
   loops this process has, nothing; loops another process built, loaded from
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from tenure import config
 from tenure.linkers.c import cache, runtime
 from tenure.linkers.c.cgen import HEADERS
 from tenure.linkers.c.compiler import CompileError
@@ -119,7 +121,8 @@ def request(kernels) -> None:
                 done.set_result(found)
                 _libraries[kernel.key] = done
         if missing:
-            future = _pool.submit(_build_library, missing)
+            # The cache directory of now, not of when the thread gets to it.
+            future = _pool.submit(_build_library, missing, config.compiledir)
             for kernel in missing:
                 _libraries[kernel.key] = future
 
@@ -158,7 +161,7 @@ static const struct {{ const char *key; const void *loops; const char *capsule; 
 }};
 
 static struct PyModuleDef tn_module = {{
-    PyModuleDef_HEAD_INIT, "{name}", "tenure elementwise loops", -1, NULL, NULL, NULL, NULL, NULL
+    PyModuleDef_HEAD_INIT, "{name}", "tenure loops", -1, NULL, NULL, NULL, NULL, NULL
 }};
 
 PyMODINIT_FUNC PyInit_{name}(void)
@@ -192,21 +195,21 @@ def _flags(kernels) -> tuple[str, ...]:
     return tuple(dict.fromkeys(f for k in kernels for f in k.flags))
 
 
-def _build_library(kernels) -> dict:
-    """Compile (or load from the cache) one library of ``kernels``, record its
-    loops in the index, and return ``{key: capsule}``."""
+def _build_library(kernels, compiledir) -> dict:
+    """Compile (or load from the cache in ``compiledir``) one library of
+    ``kernels``, record its loops in the index, and return ``{key: capsule}``."""
     name = _library_name(kernels)
     source = library_source(kernels, name)
     flags = _flags(kernels)
-    module = cache.load_module(name, source, flags=flags)
+    module = cache.load_module(name, source, flags=flags, compiledir=compiledir)
     record = {"name": name, "entry": cache.cache_key(source, flags), "flags": list(flags)}
     for kernel in kernels:
-        _write_index(kernel.key, record)
+        _write_index(kernel.key, record, compiledir)
     return dict(module.loops)
 
 
-def _write_index(key: str, record: dict) -> None:
-    directory = index_dir()
+def _write_index(key: str, record: dict, compiledir) -> None:
+    directory = index_dir(compiledir)
     try:
         directory.mkdir(parents=True, exist_ok=True)
         tmp = directory / f".{key}.{os.getpid()}.{threading.get_ident()}"
