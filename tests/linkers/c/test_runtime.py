@@ -1,11 +1,14 @@
 """The C runtime (real C sources compiled once), its template mechanism, and
 the loop libraries that share compiled loops across graphs."""
 
+import configparser
+import fnmatch
 import json
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,6 +42,18 @@ def test_every_runtime_file_is_used():
     text = runtime.runtime_source() + runtime.header()
     for path in runtime.source_files():
         assert f'"{path}"' in text or path.read_text()[:200] in text, path.name
+
+
+def test_every_runtime_file_is_shipped_in_the_package():
+    """setup.cfg's package data must name every C file, or an installed wheel
+    (not the editable checkout the tests run from) has no runtime to build."""
+    config = configparser.ConfigParser()
+    config.read(Path(tn.__file__).parent.parent / "setup.cfg")
+    patterns = config["options.package_data"]["tenure.linkers.c"].split(",")
+    package = Path(runtime.__file__).parent
+    for path in runtime.source_files():
+        relative = path.relative_to(package).as_posix()
+        assert any(fnmatch.fnmatchcase(relative, p.strip()) for p in patterns), relative
 
 
 def test_digest_follows_the_sources(monkeypatch, tmp_path):

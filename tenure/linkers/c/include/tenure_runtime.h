@@ -1,8 +1,9 @@
 /* tenure's C runtime: what generated graph modules call.
  *
- * The runtime (the C files of src/, next to this directory) is the C that does not depend
- * on the graph: the elementwise loop driver, the schedule helpers of a graph
- * module's run(), the FastCall type.  It is compiled once per machine and
+ * The runtime (the C files of src/, next to this directory) is the C that
+ * does not depend on the graph: the elementwise and reduction drivers, the
+ * schedule helpers of a graph module's run(), views, products, softmax and
+ * the FastCall type.  It is compiled once per machine and
  * tenure version (tenure/linkers/c/runtime.py, through the disk cache) and
  * hands its functions to graph modules as a table of pointers in a capsule,
  * the way NumPy's C API does: a graph module includes this header, calls
@@ -156,26 +157,23 @@ typedef struct {
 
     /* elementwise (src/elemwise.c) */
     int (*ew_run)(const tn_ew_kernel *kernel, PyArrayObject **ops);
-    int (*ew_check)(const char *fname, int nops, PyArrayObject *const *ops, const int *type_nums,
-                    const char *const *dtype_names, const int *ndims, const char *const *labels);
-    int (*ew_next)(int nouter, const npy_intp *shape, const npy_intp *strides, int nops,
-                   npy_intp *index, char **ptr);
-    int (*ew_fail)(const char *fname, int status);
     PyObject *(*shape_tuple)(int nd, const npy_intp *dims);
-    npy_intp (*chunk)(npy_intp total, int nthreads);
     int (*omp_usable)(void);
 
-    /* views.c */
+    /* views (src/views.c) */
     PyArrayObject *(*vw_as_array)(PyObject *obj, int typenum, int nd, const char *what);
     int (*vw_read_int)(const char *ptr, int typenum, npy_intp *value);
     int (*vw_scalar)(PyObject *obj, const char *what, npy_intp *value);
     int (*vw_int_index)(npy_intp i, PyArrayObject *a, int axis, const char *what, char **data);
-    int (*vw_slice)(PyArrayObject *a, int axis, int has_start, npy_intp start, int has_stop, npy_intp stop, int has_step, npy_intp step, const char *what, char **data, npy_intp *dim, npy_intp *stride);
+    int (*vw_slice)(PyArrayObject *a, int axis, int has_start, npy_intp start, int has_stop,
+                    npy_intp stop, int has_step, npy_intp step, const char *what, char **data,
+                    npy_intp *dim, npy_intp *stride);
     PyObject *(*vw_view)(PyArrayObject *a, int nd, npy_intp *dims, npy_intp *strides, char *data);
     const char *(*vw_shape_str)(char *buf, size_t n, int nd, const npy_intp *dims);
 
-    /* subtensor.c */
-    int (*st_broadcast)(PyArrayObject *v, int nd, const npy_intp *dims, npy_intp *vstrides, const char *fn, const char *what);
+    /* set/inc_subtensor (src/subtensor.c) */
+    int (*st_broadcast)(PyArrayObject *v, int nd, const npy_intp *dims, npy_intp *vstrides,
+                        const char *fn, const char *what);
     PyArrayObject *(*st_value)(PyArrayObject *v, int typenum, int copy);
 
     /* softmax, log_softmax, logsumexp (src/nnet.c.src) */
@@ -184,19 +182,12 @@ typedef struct {
                     int out_nd);
     int (*nn_run)(int kind, PyArrayObject *x, PyArrayObject *out, int nd, const int *reduced);
 
-    /* reduce.c */
-    char *(*rd_step)(PyArrayObject *a, npy_intp *idx, char *p);
-    void (*rd_fill)(PyArrayObject *a, const void *value, size_t size);
-    int (*rd_broadcast)(const char *fname, int nops, PyArrayObject *const *ops, const char *const *labels, int full_nd, npy_intp *shape);
-    int (*rd_layout)(const char *fname, int nops, PyArrayObject *const *ops, const char *const *labels, int full_nd, const int *reduced, int keepdims, npy_intp *shape, npy_intp *strides, npy_intp *count);
-    int (*rd_compact)(int nops, PyArrayObject *const *ops, int full_nd, int *nd, npy_intp *shape, npy_intp *strides);
-    int (*rd_split_axis)(int nd, const npy_intp *shape, const npy_intp *strides, npy_intp block, npy_intp *unit);
-    void (*rd_box)(int nops, PyArrayObject *const *ops, int nd, const npy_intp *shape, const npy_intp *strides, int split, npy_intp unit, npy_intp first, npy_intp last, npy_intp *box, npy_intp *index, char **ptr);
-
+    /* reductions (src/reduce.c) */
+    int (*rd_broadcast)(const char *fname, int nops, PyArrayObject *const *ops,
+                        const char *const *labels, int full_nd, npy_intp *shape);
     int (*rd_run)(const tn_rd_kernel *kernel, PyArrayObject **ops);
 
     /* a graph module's schedule (src/schedule.c) */
-    int (*cl_fits)(PyArrayObject *a, int typenum, int nd, const npy_intp *shape);
     int (*cl_overlap)(PyArrayObject *a, PyArrayObject *b);
     int (*cl_unsafe_overlap)(PyArrayObject *out, PyArrayObject *a);
     int (*cl_array)(PyObject *obj, PyArrayObject **a, const char *what);
@@ -275,13 +266,8 @@ static int tn_import_runtime(void)
 
 #define tn_interruptible (*tn_rt->interruptible)
 #define tn_ew_run (tn_rt->ew_run)
-#define tn_ew_check (tn_rt->ew_check)
-#define tn_ew_next (tn_rt->ew_next)
-#define tn_ew_fail (tn_rt->ew_fail)
 #define tn_shape_tuple (tn_rt->shape_tuple)
-#define tn_chunk (tn_rt->chunk)
 #define tn_omp_usable (tn_rt->omp_usable)
-#define tn_cl_fits (tn_rt->cl_fits)
 #define tn_cl_overlap (tn_rt->cl_overlap)
 #define tn_cl_unsafe_overlap (tn_rt->cl_unsafe_overlap)
 #define tn_cl_array (tn_rt->cl_array)
@@ -318,13 +304,7 @@ static int tn_import_runtime(void)
 #define tn_nn_check (tn_rt->nn_check)
 #define tn_nn_run (tn_rt->nn_run)
 
-#define tn_rd_step (tn_rt->rd_step)
-#define tn_rd_fill (tn_rt->rd_fill)
 #define tn_rd_broadcast (tn_rt->rd_broadcast)
-#define tn_rd_layout (tn_rt->rd_layout)
-#define tn_rd_compact (tn_rt->rd_compact)
-#define tn_rd_split_axis (tn_rt->rd_split_axis)
-#define tn_rd_box (tn_rt->rd_box)
 #define tn_rd_run (tn_rt->rd_run)
 
 #endif /* !TN_RUNTIME_BUILD */

@@ -328,7 +328,8 @@ static PyObject *fc_call_locked(FastCall *self, PyObject *args)
         return NULL;
     }
     if (!PyList_Check(results)
-            || PyList_GET_SIZE(results) != self->n_out + PyTuple_GET_SIZE(self->update_containers)) {
+            || PyList_GET_SIZE(results)
+                   != self->n_out + PyTuple_GET_SIZE(self->update_containers)) {
         Py_DECREF(results);
         PyErr_SetString(PyExc_TypeError, "FastCall: run returned the wrong results");
         return NULL;
