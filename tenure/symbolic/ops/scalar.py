@@ -579,9 +579,24 @@ true_divide = _register("true_divide", 2, np.true_divide, "x / y", c={"f": "{0} 
 floor_divide = _register("floor_divide", 2, np.floor_divide, "x // y",
                          c="tn_floor_divide_{t}({0}, {1})")
 mod = _register("mod", 2, np.remainder, "x % y (sign of y, like Python)", c="tn_mod_{t}({0}, {1})")
-power = _register("power", 2, np.power, "x ** y",
-                  c={"iu": "tn_power_{t}({0}, {1}, &tn_status)", "f": "pow{f}({0}, {1})"},
-                  raises_for="iu")
+class _Power:
+    """C code of ``power``.  NumPy computes an array to the scalar power 0.5 as
+    its square root, which differs from ``pow`` at -inf (nan, not inf) and at
+    -0.0 (-0.0, not 0.0): a Python-number exponent 0.5 (a literal here) gets
+    ``sqrt`` too.  (A class, not a closure: ops stay picklable.)"""
+
+    def __call__(self, inputs, in_dtypes, out_dtype) -> str:
+        a, b = inputs
+        if out_dtype.kind in "iu":
+            return "(" + _expand("tn_power_{t}({0}, {1}, &tn_status)", inputs, out_dtype) + ")"
+        if out_dtype.kind != "f":
+            raise NotImplementedError(f"power has no C code for {in_dtypes[-1]} inputs")
+        if b == c_literal(np.asarray(0.5, in_dtypes[1]), in_dtypes[1]):
+            return "(" + _expand("sqrt{f}({0})", inputs, out_dtype) + ")"
+        return "(" + _expand("pow{f}({0}, {1})", inputs, out_dtype) + ")"
+
+
+power = _register("power", 2, np.power, "x ** y", c=_Power(), raises_for="iu")
 neg = _register("neg", 1, np.negative, "-x", c={"iu": "({T})(0u - ({U}){0})", "f": "-{0}"})
 abs_ = _register("abs", 1, np.absolute, "|x|", c={"bu": "{0}", "i": _ABS_I, "f": "fabs{f}({0})"})
 sign = _register("sign", 1, np.sign, "sign of x",

@@ -298,6 +298,23 @@ def test_weak_python_scalars_promote_like_numpy(name, dtype, scalar, left, data,
     _assert_same_values(result, expected)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("n", [1, 17])   # a scalar tail; a vectorized loop and its tail
+def test_power_one_half_is_numpys_square_root(dtype, n, mode):
+    """NumPy takes an array to the scalar power 0.5 as sqrt: nan at -inf and
+    -0.0 at -0.0, where pow gives inf and 0.0."""
+    x = tn.vector("x", dtype=dtype)
+    f = tn.function([x], [x ** 0.5, x ** 2.5], mode=mode)
+    arr = np.full(n, -np.inf, dtype=dtype)
+    arr[0] = -0.0
+    with np.errstate(all="ignore"):
+        want = [np.power(arr, 0.5), np.power(arr, 2.5)]
+        got = _run(f, arr)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+        np.testing.assert_array_equal(np.signbit(g), np.signbit(w))
+
+
 def test_float32_times_python_float_stays_float32(mode):
     x = tn.vector("x", dtype="float32")
     out = x * 2.0
