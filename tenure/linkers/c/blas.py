@@ -83,8 +83,8 @@ from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.blas import Dot, MatMul, Outer
 from tenure.symbolic.ops.gemm import Gemm
 
-__all__ = ["COMPILE_FLAGS", "build_module", "c_function", "has_c_code",
-           "module_source"]
+__all__ = ["COMPILE_FLAGS", "build_module", "c_function", "has_c_code", "module_source",
+           "product_axes", "product_dtype"]
 
 #: flags to compile the generated code with
 COMPILE_FLAGS = ("-fno-math-errno", "-fno-trapping-math")
@@ -97,7 +97,7 @@ _FLOATS = ("float32", "float64")
 # Which nodes, and how their axes map onto a batch of matrix products
 
 
-def _dtype(node: Apply) -> str:
+def product_dtype(node: Apply) -> str:
     """The one dtype of the node's arrays; NotImplementedError when there is none."""
     op = node.op
     if not isinstance(op, (Dot, MatMul, Outer, Gemm)):
@@ -116,7 +116,7 @@ def _dtype(node: Apply) -> str:
     return out
 
 
-def _axes(node: Apply) -> dict:
+def product_axes(node: Apply) -> dict:
     """For Dot / MatMul / Gemm: the axes of ``a``, ``b`` and the output playing
     each role (-1 where absent): per batch axis (ba, bb, bo), the rows (am, om),
     the summed axis (ak, bk) and the columns (bn, on)."""
@@ -149,7 +149,7 @@ def _axes(node: Apply) -> dict:
 def has_c_code(node: Apply) -> bool:
     """Whether :func:`c_function` can compile ``node``."""
     try:
-        _dtype(node)
+        product_dtype(node)
     except NotImplementedError:
         return False
     return True
@@ -175,7 +175,7 @@ def c_function(node: Apply, fname: str) -> str:
     Raises ``NotImplementedError`` when the node has no C code."""
     if not IDENTIFIER.match(fname):
         raise ValueError(f"c_function: {fname!r} is not a C identifier")
-    dtype = _dtype(node)
+    dtype = product_dtype(node)
     op = node.op
     name = c_string(fname)
     tnum, tname = NPY_TYPES[dtype], c_string(dtype)
@@ -230,7 +230,7 @@ static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
     return status;
 }}
 """
-    ax = _axes(node)
+    ax = product_axes(node)
     axes = (f"static const int {fname}_ba[] = {table(map(str, ax['ba']), empty='-1')};\n"
             f"static const int {fname}_bb[] = {table(map(str, ax['bb']), empty='-1')};\n"
             f"static const int {fname}_bo[] = {table(map(str, ax['bo']), empty='-1')};\n"
@@ -363,7 +363,7 @@ done:
 
 
 def _entry(node: Apply, entry: str, fname: str) -> tuple[str, str]:
-    dtype = _dtype(node)
+    dtype = product_dtype(node)
     out = node.outputs[0]
     inplace = node.op.destroy_map.get(0, [-1])[0] if isinstance(node.op, Gemm) else -1
     doc = c_string(f"{entry}(*inputs, out=None): {node.op} compiled; returns the output")

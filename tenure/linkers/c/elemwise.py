@@ -275,36 +275,62 @@ def loop_kernel(node: Apply) -> "kernels.LoopKernel":
     return kernels.LoopKernel(loop_code(node, kernels.PLACEHOLDER), SUPPORT_CODE, COMPILE_FLAGS)
 
 
-def c_function(node: Apply, fname: str, *, bound: bool = False) -> str:
+@dataclass(frozen=True)
+class Description:
+    """What the runtime's ``tn_ew_kernel`` says of a node's loop: the inputs
+    read from memory (operand ``j + 1`` is input ``read[j]``), per operand
+    (the output first) its dtype, ndim and label, the widest itemsize, and
+    when the loop takes threads (``minsize`` -1: never)."""
+
+    read: tuple[int, ...]
+    dtypes: tuple[np.dtype, ...]
+    ndims: tuple[int, ...]
+    labels: tuple[str, ...]
+    width: int
+    minsize: int
+    threads: int
+
+
+def description(node: Apply) -> Description:
+    """``node``'s :class:`Description` (``NotImplementedError`` without C code);
+    the thread settings are the config's now."""
+    kernel = scalar_kernel(node)
+    read, dtypes = _operands(kernel)
+    par = parallel_settings()
+    minsize, threads = (-1, 0) if par is None else (min(max(par.minsize, 1), 2**62), par.threads)
+    return Description(tuple(read), tuple(dtypes),
+                       (kernel.out_ndim,) + tuple(kernel.in_ndims[i] for i in read),
+                       ("output 0",) + tuple(input_label(node, i) for i in read),
+                       max(d.itemsize for d in dtypes), minsize, threads)
+
+
+def c_function(node: Apply, fname: str) -> str:
     """C source of ``static int fname(PyArrayObject **inputs, PyArrayObject
     **outputs)`` computing ``node`` (see the module doc for the contract): a
     description of the operands (``static tn_ew_kernel fname_kernel``) handed
     to the runtime's ``tn_ew_run``, which does everything but the arithmetic.
 
-    The arithmetic, :func:`loop_code`, is in this source unless ``bound``:
-    then the description's ``typed`` and ``strided`` are NULL until the
-    module binds them to a loop library's (:func:`loop_kernel`; the C linker
-    does that, see :mod:`.module`).  Needs :data:`SUPPORT_CODE` earlier in
-    the module.  Raises ``NotImplementedError`` when the node has no C code."""
+    The arithmetic, :func:`loop_code`, comes first.  This is the form of one
+    node compiled on its own (tests, debugging: :func:`module_source`); the
+    C linker compiles only the loops (:func:`loop_kernel`) and hands the
+    runtime's interpreter the :func:`description` instead.  Needs
+    :data:`SUPPORT_CODE` earlier in the module.  Raises
+    ``NotImplementedError`` when the node has no C code."""
     if not IDENTIFIER.match(fname):
         raise ValueError(f"c_function: {fname!r} is not a C identifier")
-    kernel = scalar_kernel(node)
-    read, dtypes = _operands(kernel)
-    ndims = [kernel.out_ndim] + [kernel.in_ndims[i] for i in read]
-    labels = ["output 0"] + [input_label(node, i) for i in read]
+    desc = description(node)
+    read, dtypes, ndims, labels = desc.read, desc.dtypes, desc.ndims, desc.labels
     nops = len(dtypes)
-    width = max(d.itemsize for d in dtypes)
-    par = parallel_settings()
-    minsize, threads = (-1, 0) if par is None else (min(max(par.minsize, 1), 2**62), par.threads)
+    width, minsize, threads = desc.width, desc.minsize, desc.threads
     assigns = "".join(f" ops[{j + 1}] = inputs[{i}];" for j, i in enumerate(read))
-    loops = "NULL, NULL" if bound else f"{fname}_typed, {fname}_strided"
-    return ("" if bound else loop_code(node, fname)) + f"""
+    loops = f"{fname}_typed, {fname}_strided"
+    return loop_code(node, fname) + f"""
 /* {comment(str(node.op))} */
 static const int {fname}_types[{nops}] = {table(NPY_TYPES[d.name] for d in dtypes)};
 static const char *const {fname}_dtypes[{nops}] = {table(c_string(d.name) for d in dtypes)};
 static const int {fname}_ndims[{nops}] = {table(map(str, ndims))};
 static const char *const {fname}_labels[{nops}] = {table(map(c_string, labels))};
-static {"" if bound else "const "}tn_ew_kernel {fname}_kernel = {{
+static const tn_ew_kernel {fname}_kernel = {{
     {c_string(fname)}, {nops}, {fname}_types, {fname}_dtypes, {fname}_ndims, {fname}_labels,
     {width}, {minsize}, {threads}, {loops}}};
 

@@ -5,15 +5,16 @@ and strided, :func:`.elemwise.loop_kernel`), a reduction's its row, kept and
 divide loops (:func:`.reduce.loop_kernel`); everything else about running
 them (checks, layout, threads, Ctrl-C) is the runtime's drivers.  The loops
 depend only on the node's scalar expression, reduction and dtypes, so a
-graph module does not compile them: it names them by key (the digest of
-their C text) and is bound to them after it is loaded (``bind_loops``).
+graph does not compile them: its schedule names them by key (the digest of
+their C text) and the runtime's interpreter is handed their capsules
+(``Schedule(description, loops, module)``, see :mod:`.module`).
 
 - :func:`request` makes sure every loop of a graph is loaded or being built:
   loops this process has, nothing; loops another process built, loaded from
   the cache through the kernel index; the rest compiled together into one
   *loop library* (an extension module in the C cache, with its lock, atomic
   publish and corruption recovery), in a background thread, so gcc builds
-  it while the graph module compiles.
+  it while the graph's compiled steps (if any) compile.
 - :func:`loops` waits for them and returns their capsules, in order.
 
 The kernel index (``<cache entries>/kernel-index/<key>``, one small JSON file

@@ -1,14 +1,16 @@
-"""The C linker: the whole graph compiled into one extension module.
+"""The C linker: the whole schedule run by the C runtime, one C call per call.
 
-``tn.Mode(linker="c")`` compiles a rewritten graph into one CPython extension
-module (see :mod:`tenure.linkers.c.module`) whose ``run`` executes the entire
-schedule in one C call per function call: nodes with C code (elementwise,
-products, reductions) call their generated kernels, every other node calls
-its Python ``perform`` from inside the C loop, so every graph runs.  The
-graph's elementwise and reduction loops come from loop libraries
-(:mod:`.kernels`), built in the background while the module compiles and
-shared with every other graph that needs them; the module is bound to them
-once loaded.
+``tn.Mode(linker="c")`` turns a rewritten graph's schedule into a
+description for the C runtime's interpreter (see
+:mod:`tenure.linkers.c.module`), which executes the entire schedule in one C
+call per function call: nodes with C code (elementwise, products,
+reductions, softmax, views, indexing) run C, every other node calls its
+Python ``perform`` from inside the C loop, so every graph runs.  The graph's
+elementwise and reduction loops come from loop libraries (:mod:`.kernels`),
+built in the background and shared with every other graph that needs them;
+only steps whose C depends on the node beyond a description (views,
+set/inc_subtensor, outer products) compile into a small module of the
+graph's own.
 
 Memory: :class:`CThunk` is a :class:`~tenure.linkers.python.PythonThunk` that
 runs its calls in C over the same storage list, so what it holds between
@@ -221,7 +223,7 @@ class CLinker:
 
     def make_thunk(self, fgraph, keep_outputs: set[int], allow_gc: bool = True):
         """``keep_outputs``: indices of fgraph outputs whose buffers may be reused."""
-        from tenure.linkers.c import cache, compiler, kernels
+        from tenure.linkers.c import cache, compiler, kernels, runtime
         from tenure.linkers.c.module import graph_module
         global _warned_no_compiler
         if compiler.find_compiler() is None:
@@ -240,16 +242,19 @@ class CLinker:
         graph = graph_module(plan, thunk.kept_slots, thunk._clear_after,
                              thunk._base_entry.commit)
         try:
-            # The loops build (in the background) while the graph module compiles.
+            # The loops build (in the background) while the compiled steps' module does.
             kernels.request(graph.loop_kernels)
-            module = cache.load_module(graph.name, graph.source, flags=graph.flags,
-                                       openmp=compiler.openmp_enabled())
-            module.bind_loops(kernels.loops([loop.key for loop in graph.loop_kernels]))
+            module = None
+            if graph.source is not None:
+                module = cache.load_module(graph.name, graph.source, flags=graph.flags,
+                                           openmp=compiler.openmp_enabled())
+            loops = kernels.loops([loop.key for loop in graph.loop_kernels])
+            run = runtime.load_runtime().Schedule(graph.description, loops, module)
         except compiler.CompileError as exc:
             warnings.warn(f"tenure: the C linker could not compile this graph and falls back "
                           f"to the Python executor: {exc.reason}", CLinkerWarning, stacklevel=3)
             return PythonLinker().make_thunk(fgraph, keep_outputs, allow_gc)
-        thunk._run = module.run
+        thunk._run = run
         thunk.graph = graph
         thunk._c_nodes = frozenset(step.node for step, kind in zip(plan.steps, graph.kinds)
                                    if kind != "py")

@@ -1,8 +1,13 @@
-"""The C linker's per-graph module: one CPython extension that runs a whole
-schedule in one call.
+"""A graph's schedule for the C runtime's interpreter, and the module of the
+steps it cannot describe.
 
-:func:`graph_module` turns a plan (its schedule, slots and frees) into the
-source of a module with one entry::
+:func:`graph_module` turns a plan (its schedule, slots and frees) into a
+:class:`ScheduleDescription` -- per step its kind, slots, frees and, for a C
+kernel, what the kernel needs to know -- and, when some step's C depends on
+the node beyond what a description says, the source of a small module of
+those steps.  The runtime's ``Schedule(description, loops, module)``
+(``src/interpret.c``) is then the function that runs the whole schedule in
+one C call::
 
     run(storage, inputs, shapes, py_steps, status) -> list of outputs
 
@@ -61,17 +66,17 @@ the slot.  A subtensor step (``set/inc_subtensor`` with basic indices:
 when the op destroys it and it fits); the kernel copies ``x`` into any other
 buffer, then writes the region.
 
-What a module holds: only what depends on the graph.  The C that does not
-(the loop drivers, these steps' helpers ``tn_cl_*``, views, products,
-softmax) is the C runtime's (:mod:`.runtime`: real files compiled once per
-machine, reached through ``tn_rt``); the arithmetic of elementwise nodes and
-reductions is in loop libraries shared by every graph (:mod:`.kernels`),
-which the module's descriptions point to once ``bind_loops(capsules)`` has
-run (``run`` refuses to start before).  What is left is glue -- the steps,
-``run`` -- compiled at ``-O1``, and the region loops of subtensor steps.
-
-The source depends only on the graph, the plan made without sizes, the kept
-slots and ``allow_gc``: compiling the same graph again (in this process or
+What is compiled per graph: as little as possible.  Elementwise nodes,
+reductions, products (but outer products), Gemm, softmax, log_softmax,
+logsumexp and views are data: the interpreter calls the runtime's drivers
+and view helpers with their description, and the arithmetic of elementwise
+nodes and reductions is in loop libraries shared by every graph
+(:mod:`.kernels`).  A graph made of those, and of steps without C code,
+compiles nothing once its loops exist.  Set/inc_subtensor and outer
+products are step functions (``tn_step_fn``) of the graph's module, which
+hands them to the interpreter in its ``steps`` capsule: glue compiled at
+``-O1``, and the region loops of subtensor steps at ``-O3``.  That source depends only on the graph and the
+plan made without sizes: compiling the same graph again (in this process or
 another) hits the on-disk cache.
 """
 
@@ -79,6 +84,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -87,10 +93,12 @@ from tenure.linkers.c import nnet as _nnet
 from tenure.linkers.c import reduce as _reduce
 from tenure.linkers.c import subtensor as _subtensor
 from tenure.linkers.c import runtime, views
-from tenure.linkers.c.cgen import C_DTYPES, HEADERS, c_string, comment, typenum
+from tenure.linkers.c.cgen import C_DTYPES, HEADERS, c_string, comment, input_label, typenum
 from tenure.linkers.commit import CommitPoint
 from tenure.linkers.plan import Plan
 from tenure.symbolic.graph import Apply
+from tenure.symbolic.ops.blas import Outer
+from tenure.symbolic.ops.gemm import Gemm
 
 __all__ = ["GraphModule", "graph_module", "step_kind"]
 
@@ -118,10 +126,12 @@ def step_kind(node: Apply) -> str:
 
 @dataclass
 class GraphModule:
-    """The source of one graph's module and what its caller needs to know."""
+    """One graph's schedule as the runtime's interpreter runs it, and the
+    source of the module holding its compiled steps (if any)."""
 
+    #: the module's name, and its source: None when no step needs compiling
     name: str
-    source: str
+    source: str | None
     flags: tuple[str, ...]
     #: per step: "elemwise", "blas", "reduce", "nnet" (kernels writing an
     #: output buffer), "view" (a new array over its input's memory: shape ops,
@@ -134,126 +144,249 @@ class GraphModule:
     shape_table_size: int = 0
     #: where the table's stash flags (one per slot) start
     stash_offset: int = 0
-    #: the elementwise loops the module must be bound to before it runs
-    #: (``bind_loops(kernels.loops(keys))``, in this order; see :mod:`.kernels`)
+    #: the loops the schedule runs, in the order of its loop indices
+    #: (``kernels.loops(keys)`` gives their capsules; see :mod:`.kernels`)
     loop_kernels: list = field(default_factory=list)
+    #: the ``description`` of ``Schedule(description, loops, module)``
+    description: ScheduleDescription | None = None
 
     @property
     def n_c_steps(self) -> int:
         return sum(k != "py" for k in self.kinds)
 
 
+#: the step kinds of the interpreter (src/interpret.c)
+PY, ELEMWISE, REDUCE, PRODUCT, GEMM, NNET, COMPILED, VIEW = range(8)
+
+
+# The description the interpreter reads (src/interpret.c parses these as the
+# tuples they are; the names are for Python readers and tests).
+
+class KernelHead(NamedTuple):
+    """What every C kernel step describes."""
+    name: str                      # for error messages
+    whats: tuple[str, ...]         # per input: how a wrong kind of value is named
+    weak: tuple[int, ...]          # per input: 1 = a Python number, never read
+    offset: int                    # output 0's entry in the shape table
+    out_type: int
+    out_nd: int
+    destroyed: int                 # the input the output overwrites, or -1
+
+
+class Operands(NamedTuple):
+    """Per operand of a loop (the output first)."""
+    types: tuple[int, ...]
+    dtypes: tuple[str, ...]
+    ndims: tuple[int, ...]
+    labels: tuple[str, ...]
+
+
+class ElemwiseParams(NamedTuple):
+    read: tuple[int, ...]          # operand j + 1 is input read[j]
+    operands: Operands
+    width: int                     # the widest itemsize
+    minsize: int                   # threads for at least this many elements; -1: never
+    threads: int
+    loop: int                      # index into the loops
+
+
+class ReduceParams(NamedTuple):
+    full_nd: int                   # the inputs' broadcast ndim
+    shape_src: tuple[int, ...]     # per output axis: its axis of the broadcast shape, or -1
+    operands: Operands
+    reduced: tuple[int, ...]       # per axis of the broadcast shape
+    keepdims: int
+    identity: bytes                # in the output dtype
+    no_identity: str | None        # the ufunc named when an empty reduction has no identity
+    minsize: int
+    threads: int
+    loop: int
+
+
+class Axes(NamedTuple):
+    """The roles of a product's axes (the runtime's ``tn_mm_axes``)."""
+    nb: int
+    ba: tuple[int, ...]
+    bb: tuple[int, ...]
+    bo: tuple[int, ...]
+    am: int
+    ak: int
+    bk: int
+    bn: int
+    om: int
+    on: int
+    ond: int
+
+
+class ProductParams(NamedTuple):
+    dtype: str
+    labels: tuple[str, ...]        # per input
+    in_nd: tuple[int, ...]
+    axes: Axes
+
+
+class NnetParams(NamedTuple):
+    dtype: str
+    kind: int                      # softmax, log_softmax, logsumexp (src/nnet.c.src)
+    reduced: tuple[int, ...]       # per input axis
+    keepdims: int                  # -1: the output has the input's shape
+    full_nd: int
+    shape_src: tuple[int, ...] | None
+
+
+class ViewParams(NamedTuple):
+    kind: int                      # views.DIMSHUFFLE, RESHAPE, SUBTENSOR
+    name: str                      # the op, for error messages
+    whats: tuple[str, ...]         # per input
+    in_type: int
+    in_nd: int
+    out_nd: int
+    order: tuple[int, ...]         # DimShuffle: per output axis, the input axis or -1
+    drop: tuple[int, ...]          # DimShuffle: the axes dropped
+    entries: tuple[int, ...]       # Subtensor: views.index_entries(pattern)
+
+
+class ScheduleStep(NamedTuple):
+    kind: int
+    ins: tuple[int, ...]           # slots
+    outs: tuple[int, ...]
+    frees: tuple[int, ...]         # slots dead after this step
+    head: KernelHead | None        # C kernel steps
+    #: per kind: the params above; a perform's takes (per output: table entry
+    #: of the buffer it may take or -1, typenum, ndim); a compiled step's index
+    params: object
+
+
+class ScheduleDescription(NamedTuple):
+    n_slots: int
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    clear: tuple[int, ...]         # emptied when a call returns
+    written: tuple[int, ...]       # shared storage written from the commit point on
+    commit_step: int               # len(steps): none
+    table_size: int
+    stash: int                     # where the table's stash flags start
+    steps: tuple[ScheduleStep, ...]
+
+
 def _slots(values) -> str:
     return "{" + ", ".join(str(v) for v in values) + "}" if values else "{0}"
 
 
-def _c_step(k: int, step, kind: str, offset: int, label: str) -> tuple[str, str]:
-    """The kernel and the step function of one C step."""
+def _typenum(dtype) -> int:
+    """NumPy's C type number of ``dtype``, as the interpreter compares it."""
+    return np.dtype(dtype).num
+
+
+def _head(k: int, step, offset: int, label: str, name: str | None = None,
+          weak: frozenset = frozenset()) -> tuple:
+    """What every C kernel step describes: ``(name, whats, weak, offset,
+    out_type, out_nd, destroyed)``."""
     node = step.node
-    family = {"elemwise": elemwise, "blas": blas, "reduce": _reduce, "nnet": _nnet}[kind]
-    fname = f"tn_k{k}"
-    # Elementwise and reduction loops are compiled apart and bound after
-    # loading (kernels.py).
-    kernel = (family.c_function(node, fname, bound=True) if kind in LOOP_FAMILIES
-              else family.c_function(node, fname))
     out = node.outputs[0]
-    nd = out.ndim
-    nin = len(node.inputs)
-    weak = {i for i, _, _ in getattr(node.op, "weak_inputs", ())} if kind == "elemwise" else set()
+    destroyed = node.op.destroy_map.get(0, [-1])[0]
+    whats = tuple(f"tenure: input {i} ({var}) of {label}" for i, var in enumerate(node.inputs))
+    return KernelHead(name or f"tn_k{k}", whats,
+                      tuple(int(i in weak) for i in range(len(node.inputs))), offset,
+                      _typenum(out.dtype), out.ndim, destroyed)
+
+
+def _operands(dtypes, ndims, labels) -> Operands:
+    return Operands(tuple(_typenum(d) for d in dtypes), tuple(np.dtype(d).name for d in dtypes),
+                    tuple(ndims), tuple(labels))
+
+
+def _reduced_shape(full_nd: int, axes, keepdims: bool) -> tuple[int, ...]:
+    """Per output axis: the axis of the inputs' broadcast shape it has, or -1
+    (a reduced axis kept as 1)."""
+    return tuple(d if d not in axes else -1 for d in range(full_nd)
+                 if d not in axes or keepdims)
+
+
+def _kernel_step(k: int, step, kind: str, offset: int, label: str, loops: list) -> tuple:
+    """The interpreter's ``(kind, head, params)`` of a step that is data: an
+    elementwise node, a reduction, a product, Gemm, softmax and its kin."""
+    node = step.node
+    if kind == "elemwise":
+        d = elemwise.description(node)
+        weak = frozenset(i for i, _, _ in getattr(node.op, "weak_inputs", ()))
+        loops.append(elemwise.loop_kernel(node))
+        return ELEMWISE, _head(k, step, offset, label, weak=weak), ElemwiseParams(
+            d.read, _operands(d.dtypes, d.ndims, d.labels), d.width, d.minsize, d.threads,
+            len(loops) - 1)
+    if kind == "reduce":
+        d = _reduce.description(node)
+        axes = {a for a, r in enumerate(d.reduced) if r}
+        loops.append(_reduce.loop_kernel(node))
+        return REDUCE, _head(k, step, offset, label), ReduceParams(
+            d.full_nd, _reduced_shape(d.full_nd, axes, d.keepdims),
+            _operands(d.dtypes, d.ndims, d.labels), d.reduced, int(d.keepdims), d.identity,
+            d.no_identity, d.minsize, d.threads, len(loops) - 1)
+    if kind == "blas":
+        ax = blas.product_axes(node)
+        axes = Axes(len(ax["bo"]), tuple(ax["ba"]), tuple(ax["bb"]), tuple(ax["bo"]), ax["am"],
+                ax["ak"], ax["bk"], ax["bn"], ax["om"], ax["on"], ax["ond"])
+        labels = tuple(input_label(node, i) for i in range(len(node.inputs)))
+        kind = GEMM if isinstance(node.op, Gemm) else PRODUCT
+        return kind, _head(k, step, offset, label), ProductParams(
+            blas.product_dtype(node), labels, tuple(v.ndim for v in node.inputs), axes)
+    nn_kind, reduced, keepdims, _ = _nnet.spec(node)
+    full_nd = node.inputs[0].ndim
+    src = None if keepdims < 0 else _reduced_shape(
+        full_nd, {a for a, r in enumerate(reduced) if r}, bool(keepdims))
+    return NNET, _head(k, step, offset, label, name=str(node.op)), NnetParams(
+        np.dtype(node.outputs[0].dtype).name, nn_kind, tuple(reduced), keepdims, full_nd, src)
+
+
+def _view_params(node: Apply) -> ViewParams:
+    """The interpreter's description of a view step."""
+    op, x = node.op, node.inputs[0]
+    kind = views.view_kind(node)
+    order = drop = entries = ()
+    if kind == views.DIMSHUFFLE:
+        order = tuple(-1 if e == "x" else e for e in op.new_order)
+        drop = tuple(op.drop)
+    elif kind == views.SUBTENSOR:
+        entries = views.index_entries(op.pattern)
+    return ViewParams(kind, str(op), views.whats(node), _typenum(x.dtype), x.ndim,
+                      node.outputs[0].ndim, order, drop, entries)
+
+
+def _is_data(kind: str, node: Apply) -> bool:
+    """Whether the interpreter runs this C step from its description (else it
+    is compiled into the graph module)."""
+    return kind in ("elemwise", "reduce", "nnet", "view") or (
+        kind == "blas" and not isinstance(node.op, Outer))
+
+
+def _compiled_step(k: int, step, kind: str, offset: int, label: str) -> tuple[str, str]:
+    """The kernel and the step function of an outer product: computed into
+    its output buffer, which it gets as every C kernel does."""
+    node = step.node
+    fname = f"tn_k{k}"
+    kernel = blas.c_function(node, fname)
+    out = node.outputs[0]
+    nd, nin = out.ndim, len(node.inputs)
     lines = [f"/* step {k}: {comment(label)} */",
              f"static int tn_step{k}(PyObject **S, const npy_intp *planned, PyObject **aside)",
              "{",
              f"    PyArrayObject *in[{max(nin, 1)}], *out;",
              "    npy_intp shape[NPY_MAXDIMS + 1];"]
     for i, var in enumerate(node.inputs):
-        if i in weak:
-            lines.append(f"    in[{i}] = NULL;")
-        else:
-            what = c_string(f"tenure: input {i} ({var}) of {label}")
-            lines.append(f"    if (tn_cl_array(S[{step.inputs[i]}], &in[{i}], {what}) < 0) "
-                         "return -1;")
-    lines.append(f"    if (!tn_cl_planned(planned, {offset}, {nd}, shape)) {{")
-    if kind == "elemwise":
-        lines.append(f"        tn_cl_broadcast(in, {nin}, {nd}, shape);")
-    elif kind == "blas":
-        lines.append(f"        if ({fname}_shape(in, shape) < 0) return -1;")
-    elif kind == "nnet" and not hasattr(node.op, "keepdims"):  # softmax, log_softmax
-        lines += [f"        shape[{d}] = PyArray_DIM(in[0], {d});" for d in range(nd)]
-    else:
-        op = node.op
-        full_nd = max(v.ndim for v in node.inputs)
-        axes = set(op.axis)
-        lines.append("        npy_intp full[NPY_MAXDIMS + 1];")
-        lines.append(f"        tn_cl_broadcast(in, {nin}, {full_nd}, full);")
-        o = 0
-        for d in range(full_nd):
-            if d not in axes:
-                lines.append(f"        shape[{o}] = full[{d}];")
-                o += 1
-            elif op.keepdims:
-                lines.append(f"        shape[{o}] = 1;")
-                o += 1
-        if o != nd:
-            raise NotImplementedError(f"{node}: reduced shape has {o} axes, output {nd}")
-        lines.append("        (void)full;")
-    lines.append("    }")
-    destroyed = node.op.destroy_map.get(0)
-    if destroyed and destroyed[0] not in weak:
-        dest = f"in[{destroyed[0]}]"
-    else:
-        dest = "NULL"
-        destroyed = None
-    graph_in = "tn_graph_inputs"
-    taken = "NULL" if destroyed else (
-        f"(aside != NULL && planned[{offset}] == 1 && planned[{offset + 1}] >= 0 ? "
-        f"tn_cl_take(aside, planned[{offset + 1}], {typenum(out.dtype)}, {nd}, shape) : NULL)")
-    lines.append(f"    out = tn_cl_output(S[{step.outputs[0]}], {dest}, in, {nin}, S, {graph_in}, "
-                 f"TN_N_INPUTS, {typenum(out.dtype)}, {nd}, shape, {taken});")
-    lines.append("    if (out == NULL) return -1;")
-    if destroyed and kind == "elemwise":
-        # Inputs that overlap the output other than exactly are read from a copy.
-        lines += [
-            f"    PyArrayObject *copies[{nin}] = {{NULL}};",
-            f"    for (int i = 0; i < {nin}; i++) {{",
-            "        if (in[i] != NULL && tn_cl_unsafe_overlap(out, in[i])) {",
-            "            copies[i] = (PyArrayObject *)PyArray_NewCopy(in[i], NPY_ANYORDER);",
-            "            if (copies[i] == NULL) {",
-            "                for (int j = 0; j < i; j++) Py_XDECREF(copies[j]);",
-            "                Py_DECREF(out);",
-            "                return -1;",
-            "            }",
-            "            in[i] = copies[i];",
-            "        }",
-            "    }",
-            f"    int rc = {fname}(in, &out);",
-            f"    for (int i = 0; i < {nin}; i++) Py_XDECREF(copies[i]);",
-            "    if (rc < 0) { Py_DECREF(out); return -1; }"]
-    else:
-        lines.append(f"    if ({fname}(in, &out) < 0) {{ Py_DECREF(out); return -1; }}")
-    lines += [f"    Py_SETREF(S[{step.outputs[0]}], (PyObject *)out);",
+        what = c_string(f"tenure: input {i} ({var}) of {label}")
+        lines.append(f"    if (tn_cl_array(S[{step.inputs[i]}], &in[{i}], {what}) < 0) "
+                     "return -1;")
+    taken = (f"(aside != NULL && planned[{offset}] == 1 && planned[{offset + 1}] >= 0 ? "
+             f"tn_cl_take(aside, planned[{offset + 1}], {typenum(out.dtype)}, {nd}, shape) : NULL)")
+    lines += [f"    if (!tn_cl_planned(planned, {offset}, {nd}, shape) && {fname}_shape(in, shape) < 0)",
+              "        return -1;",
+              f"    out = tn_cl_output(S[{step.outputs[0]}], NULL, in, {nin}, S, tn_graph_inputs, "
+              f"TN_N_INPUTS, {typenum(out.dtype)}, {nd}, shape, {taken});",
+              "    if (out == NULL) return -1;",
+              f"    if ({fname}(in, &out) < 0) {{ Py_DECREF(out); return -1; }}",
+              f"    Py_SETREF(S[{step.outputs[0]}], (PyObject *)out);",
               "    return 0;", "}", ""]
     return kernel, "\n".join(lines)
-
-
-def _view_step(k: int, step, kind: str, offset: int, label: str) -> tuple[str, str]:
-    """The kernel and the step function of a view step: ``fname(in)`` returns
-    the view (a new reference) that goes into the output slot; no buffer is
-    allocated or reused, so the shape table is not read."""
-    fname = f"tn_k{k}"
-    kernel = views.c_function(step.node, fname)
-    nin = len(step.inputs)
-    ins = ", ".join(f"S[{s}]" for s in step.inputs)
-    code = "\n".join([
-        f"/* step {k}: {comment(label)} */",
-        f"static int tn_step{k}(PyObject **S, const npy_intp *planned, PyObject **aside)",
-        "{",
-        f"    PyObject *in[{max(nin, 1)}] = {{{ins}}};",
-        f"    PyObject *out = {fname}(in);",
-        "    (void)planned; (void)aside;",
-        "    if (out == NULL) return -1;",
-        f"    Py_SETREF(S[{step.outputs[0]}], out);",
-        "    return 0;", "}", ""])
-    return kernel, code
 
 
 def _subtensor_step(k: int, step, kind: str, offset: int, label: str) -> tuple[str, str]:
@@ -295,36 +428,29 @@ def _subtensor_step(k: int, step, kind: str, offset: int, label: str) -> tuple[s
     return kernel, code
 
 
-#: the kernel families whose loops are compiled apart (:mod:`.kernels`)
-LOOP_FAMILIES = {"elemwise": elemwise, "reduce": _reduce}
-
-
-def _bind_lines(loop_kernels) -> str:
-    """The body of ``bind_loops``: capsule ``i`` into description ``i``."""
-    lines = []
-    for i, (user, loop) in enumerate(loop_kernels):
-        if loop.struct == "tn_ew_loops":
-            lines += [f"    {{ const tn_ew_loops *l = tn_loops_of(capsules, {i}, "
-                      "TN_EW_LOOPS_CAPSULE);",
-                      "      if (l == NULL) return NULL;",
-                      f"      {user}.typed = l->typed; {user}.strided = l->strided; }}"]
+def _py_takes(step, offsets) -> tuple:
+    """Per output of a perform: the table entry of the buffer it may take (or
+    -1), its typenum and ndim."""
+    takes = []
+    for slot, var in zip(step.outputs, step.node.outputs):
+        if slot in offsets:
+            takes += [offsets[slot], _typenum(var.dtype), var.ndim]
         else:
-            lines += [f"    {{ const tn_rd_loops *l = tn_loops_of(capsules, {i}, "
-                      "TN_RD_LOOPS_CAPSULE);",
-                      "      if (l == NULL) return NULL;",
-                      f"      {user}.loops = *l; }}"]
-    return "\n".join(lines)
+            takes += [-1, 0, 0]
+    return tuple(takes)
 
 
 def graph_module(plan: Plan, keep_slots, clear_after,
                  commit: CommitPoint | None = None) -> GraphModule:
-    """The module running ``plan``'s schedule (see the module doc).
+    """``plan``'s schedule for the interpreter, and the module of its
+    compiled steps (see the module doc).
 
     ``keep_slots``: output slots whose buffers are kept between calls;
     ``clear_after``: the slots emptied when a call returns; ``commit``: the
     schedule's commit point.
     """
-    kinds, loops, kernels, step_funcs, calls, loop_kernels = [], [], [], [], [], []
+    kinds, region_loops, kernels, step_funcs, loop_kernels, steps = [], [], [], [], [], []
+    compiled: list[int] = []
     # The shape table: [reuse flag], per step output [known, donor, dims...], stash flags.
     offsets: dict[int, int] = {}
     size = 1
@@ -336,208 +462,104 @@ def graph_module(plan: Plan, keep_slots, clear_after,
     stash = size
     size += plan.n_slots
     used = set()
-    commit_step = commit.step if commit is not None else len(plan.steps)
     for k, step in enumerate(plan.steps):
         node = step.node
         kind = step_kind(node)
         label = str(node)
-        if k == commit_step:
-            calls.append(f"    /* the commit point (tenure.linkers.commit) */\n"
-                         f"    if (tn_cl_commit(S, py_steps, {len(plan.steps)}, planned, "
-                         f"tn_written, {len(commit.written)}, backups) < 0) "
-                         f"{{ status[0] = {k}; goto fail; }}\n"
-                         f"    committed = 1;\n"
-                         f"    tn_interruptible = 0;")
-        if kind != "py":
-            make_step = {"view": _view_step, "subtensor": _subtensor_step}.get(kind, _c_step)
+        slots = (tuple(step.inputs), tuple(step.outputs), tuple(step.frees))
+        if kind == "view":
+            steps.append(ScheduleStep(VIEW, *slots, None, _view_params(node)))
+        elif kind != "py" and _is_data(kind, node):
+            try:
+                code, head, params = _kernel_step(k, step, kind, offsets[step.outputs[0]],
+                                                  label, loop_kernels)
+            except NotImplementedError:
+                kind = "py"
+            else:
+                steps.append(ScheduleStep(code, *slots, head, params))
+        elif kind != "py":
+            make_step = _subtensor_step if kind == "subtensor" else _compiled_step
             try:
                 kernel, code = make_step(k, step, kind, offsets[step.outputs[0]], label)
             except NotImplementedError:
                 kind = "py"
             else:
                 # The subtensor kernels' region loops first, at -O3; the rest is glue.
-                (loops if kind == "subtensor" else kernels).append(kernel)
+                (region_loops if kind == "subtensor" else kernels).append(kernel)
                 step_funcs.append(code)
                 used.add(kind)
-                if kind in LOOP_FAMILIES:
-                    loop_kernels.append((f"tn_k{k}_kernel",
-                                         LOOP_FAMILIES[kind].loop_kernel(node)))
-        kinds.append(kind)
+                steps.append(ScheduleStep(COMPILED, *slots, None, len(compiled)))
+                compiled.append(k)
         if kind == "py":
-            takes = "".join(
-                f" pre[{j}] = (PyObject *)tn_cl_take_planned(aside, planned, {offsets[o]}, "
-                f"{typenum(v.dtype)}, {v.ndim});"
-                for j, (o, v) in enumerate(zip(step.outputs, node.outputs)) if o in offsets)
-            calls.append(f"    /* step {k}: {comment(label)} */\n"
-                         f"    {{ static const Py_ssize_t ins[] = {_slots(step.inputs)}, "
-                         f"outs[] = {_slots(step.outputs)};\n"
-                         f"      PyObject *pre[{max(len(step.outputs), 1)}] = {{NULL}};{takes}\n"
-                         f"      if (tn_cl_py_step(S, PyTuple_GET_ITEM(py_steps, {k}), ins, "
-                         f"{len(step.inputs)}, outs, {len(step.outputs)}, pre) < 0) "
-                         f"{{ status[0] = {k}; goto fail; }} }}")
-        else:
-            calls.append(f"    if (tn_step{k}(S, planned, aside) < 0) "
-                         f"{{ status[0] = {k}; goto fail; }}")
-        for f in step.frees:
-            calls.append(f"    tn_cl_free(S, aside, planned, {stash}, {f});")
-        if k < commit_step:
-            # Ctrl-C between steps, until the call has written shared storage.
-            calls.append(f"    if (PyErr_CheckSignals() < 0) {{ status[0] = {k}; goto fail; }}")
+            steps.append(ScheduleStep(PY, *slots, None, _py_takes(step, offsets)))
+        kinds.append(kind)
+    written = tuple(commit.written) if commit is not None else ()
+    commit_step = commit.step if commit is not None else len(plan.steps)
+    description = ScheduleDescription(plan.n_slots, tuple(plan.inputs), tuple(plan.outputs),
+                                      tuple(sorted(clear_after)), written, commit_step, size,
+                                      stash, tuple(steps))
+    name, source, flags = None, None, ()
+    if compiled:
+        name, source, flags = _step_module(plan, used, compiled, region_loops, kernels,
+                                           step_funcs)
+    return GraphModule(name, source, flags, kinds, offsets, size, stash, loop_kernels,
+                       description)
 
-    # The runtime (its API comes first) holds the drivers and the loops of
-    # products and softmax; elementwise and reduction loops are in loop
-    # libraries: what is left here is glue, and the subtensor loops.
-    support = [runtime.header()]
+
+def _step_module(plan: Plan, used: set, compiled: list[int], region_loops, kernels,
+                 step_funcs) -> tuple[str, str, tuple]:
+    """``(name, source, flags)`` of the module of a graph's compiled steps:
+    their functions and the table the interpreter reaches them through."""
     flags = list(elemwise.COMPILE_FLAGS)
-    for kind, family in (("elemwise", elemwise), ("reduce", _reduce), ("nnet", _nnet),
-                         ("view", views), ("subtensor", _subtensor), ("blas", blas)):
+    for kind, family in (("subtensor", _subtensor), ("blas", blas)):
         if kind in used:
             flags += list(family.COMPILE_FLAGS)
     flags = tuple(dict.fromkeys(flags))
-    n_steps = len(plan.steps)
-    inputs, outputs = plan.inputs, plan.outputs
-    input_assign = "\n".join(
-        f"    v = PyList_GET_ITEM(inputs, {j}); Py_INCREF(v); Py_SETREF(S[{s}], v);"
-        for j, s in enumerate(inputs))
-    results = "\n".join(
-        f"    v = S[{s}]; Py_INCREF(v); PyList_SET_ITEM(results, {j}, v);"
-        for j, s in enumerate(outputs))
-    clears = "\n".join(f"    tn_cl_clear(S, {s});" for s in sorted(clear_after))
-    written = commit.written if commit is not None else ()
     body = f"""
-#define TN_N_INPUTS {len(inputs)}
-static const Py_ssize_t tn_graph_inputs[] = {_slots(inputs)};
-/* input slots of the shared variables written from the commit point on */
-static const Py_ssize_t tn_written[] = {_slots(written)};
+#define TN_N_INPUTS {len(plan.inputs)}
+static const Py_ssize_t tn_graph_inputs[] = {_slots(plan.inputs)};
 
-{"".join(loops)}
-/* From here on, glue: straight-line code around calls (the loops are above,
- * in the loop libraries and in the runtime).  -O1 builds it in a fraction of
- * -O3's time, and it runs as fast. */
+{"".join(region_loops)}
+/* From here on, glue: straight-line code around calls (the loops are above
+ * and in the runtime).  -O1 builds it in a fraction of -O3's time, and it
+ * runs as fast. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize ("O1")
 #endif
 {"".join(kernels)}
 {chr(10).join(step_funcs)}
 
-static int tn_bound = {int(not loop_kernels)};
-
-/* The loops of capsule `i` (of type `name`), or NULL with an exception set. */
-static const void *tn_loops_of(PyObject *capsules, Py_ssize_t i, const char *name)
-{{
-    return PyCapsule_GetPointer(PyTuple_GET_ITEM(capsules, i), name);
-}}
-
-static PyObject *tn_bind_loops(PyObject *self, PyObject *capsules)
-{{
-    const Py_ssize_t n = {len(loop_kernels)};
-    (void)self;
-    if (!PyTuple_Check(capsules) || PyTuple_GET_SIZE(capsules) != n) {{
-        PyErr_Format(PyExc_TypeError, "bind_loops: expected a tuple of %zd loop capsules", n);
-        return NULL;
-    }}
-{_bind_lines(loop_kernels)}
-    tn_bound = 1;
-    Py_RETURN_NONE;
-}}
-
-static PyObject *tn_run(PyObject *self, PyObject *args)
-{{
-    PyObject *storage, *inputs, *shapes, *py_steps, *status_obj, *results = NULL, *v, **S;
-    PyObject **aside = NULL;     /* dead buffers waiting for the step that takes them */
-    PyObject *backups[{max(len(written), 1)}] = {{NULL}};   /* backup mode: shared storage */
-    int committed = 0;
-    const int was_interruptible = tn_interruptible;   /* a call from inside another's step */
-    const npy_intp *planned = NULL;
-    npy_intp *status;
-    (void)self; (void)tn_written; (void)committed;
-    if (!tn_bound) {{
-        PyErr_SetString(PyExc_RuntimeError, "run: this graph's elementwise loops are not bound "
-                        "yet (bind_loops)");
-        return NULL;
-    }}
-    if (!PyArg_ParseTuple(args, "O!O!OO!O!:run", &PyList_Type, &storage, &PyList_Type, &inputs,
-                          &shapes, &PyTuple_Type, &py_steps, &PyArray_Type, &status_obj))
-        return NULL;
-    if (PyList_GET_SIZE(storage) != {plan.n_slots} || PyList_GET_SIZE(inputs) != {len(inputs)}
-            || PyTuple_GET_SIZE(py_steps) != {n_steps + 1}) {{
-        PyErr_SetString(PyExc_ValueError, "run: storage, inputs or py_steps of the wrong length");
-        return NULL;
-    }}
-    if (PyArray_TYPE((PyArrayObject *)status_obj) != NPY_INTP
-            || !PyArray_ISCARRAY((PyArrayObject *)status_obj)
-            || PyArray_SIZE((PyArrayObject *)status_obj) < 1) {{
-        PyErr_SetString(PyExc_ValueError, "run: status must be a writeable intp array");
-        return NULL;
-    }}
-    status = (npy_intp *)PyArray_DATA((PyArrayObject *)status_obj);
-    status[0] = -1;
-    if (shapes != Py_None) {{
-        if (!PyArray_Check(shapes) || PyArray_TYPE((PyArrayObject *)shapes) != NPY_INTP
-                || !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)shapes)
-                || PyArray_SIZE((PyArrayObject *)shapes) != {size}) {{
-            PyErr_SetString(PyExc_ValueError, "run: shapes must be None or a contiguous intp "
-                            "array of length {size}");
-            return NULL;
-        }}
-        planned = (const npy_intp *)PyArray_DATA((PyArrayObject *)shapes);
-        if (planned[0] & 1) {{
-            aside = (PyObject **)PyMem_Calloc({plan.n_slots}, sizeof(PyObject *));
-            if (aside == NULL)
-                return PyErr_NoMemory();
-        }}
-    }}
-    S = PySequence_Fast_ITEMS(storage);
-    tn_interruptible = {int(commit_step > 0)};   /* loops stop for Ctrl-C until the commit point */
-{input_assign}
-{chr(10).join(calls)}
-    results = PyList_New({len(outputs)});
-    if (results == NULL)
-        goto fail;
-{results}
-{clears}
-    (void)v;
-fail:
-    tn_interruptible = was_interruptible;
-    if (results == NULL && committed)
-        tn_cl_restore(S, tn_written, {len(written)}, backups);
-    for (Py_ssize_t i = 0; i < {len(written)}; i++)
-        Py_XDECREF(backups[i]);
-    if (aside != NULL) {{
-        for (Py_ssize_t i = 0; i < {plan.n_slots}; i++)
-            Py_XDECREF(aside[i]);
-        PyMem_Free(aside);
-    }}
-    return results;
-}}
-
-static PyMethodDef tn_methods[] = {{
-    {{"run", (PyCFunction)tn_run, METH_VARARGS,
-     "run(storage, inputs, shapes, py_steps, status): run the whole schedule once"}},
-    {{"bind_loops", (PyCFunction)tn_bind_loops, METH_O,
-     "bind_loops(capsules): the elementwise loops, from tenure.linkers.c.kernels.loops"}},
-    {{NULL, NULL, 0, NULL}}
-}};
+static const tn_step_fn tn_step_fns[] = {{{", ".join(f"tn_step{k}" for k in compiled)}}};
+static const tn_step_table tn_steps = {{{len(compiled)}, tn_step_fns}};
 """
-    source_body = HEADERS + "".join(support) + body
+    source_body = HEADERS + runtime.header() + body
     digest = hashlib.sha256((source_body + repr(flags)).encode("utf-8")).hexdigest()[:24]
     name = f"tn_graph_{digest}"
     source = source_body + f"""
 static struct PyModuleDef tn_module = {{
-    PyModuleDef_HEAD_INIT, {c_string(name)}, "a tenure graph, compiled", -1, tn_methods,
+    PyModuleDef_HEAD_INIT, {c_string(name)}, "a tenure graph's compiled steps", -1, NULL,
     NULL, NULL, NULL, NULL
 }};
 
 PyMODINIT_FUNC PyInit_{name}(void)
 {{
+    PyObject *module, *steps;
     import_array();
     if (tn_import_runtime() < 0)
         return NULL;
-    return PyModule_Create(&tn_module);
+    module = PyModule_Create(&tn_module);
+    if (module == NULL)
+        return NULL;
+    steps = PyCapsule_New((void *)&tn_steps, TN_STEP_TABLE_CAPSULE, NULL);
+    if (steps == NULL || PyModule_AddObject(module, "steps", steps) < 0) {{
+        Py_XDECREF(steps);
+        Py_DECREF(module);
+        return NULL;
+    }}
+    return module;
 }}
 """
-    return GraphModule(name, source, flags, kinds, offsets, size, stash,
-                       [loop for _, loop in loop_kernels])
+    return name, source, flags
 
 
 def shape_table(module: GraphModule, plan: Plan, shapes: dict | None, sized: Plan | None = None):

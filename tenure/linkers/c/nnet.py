@@ -61,7 +61,7 @@ from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
 
 __all__ = ["BLOCK", "COMPILE_FLAGS", "build_module", "c_function", "has_c_code",
-           "module_source"]
+           "module_source", "spec"]
 
 #: values exponentiated at a time (on the stack) along a row
 BLOCK = 256
@@ -81,7 +81,7 @@ def has_c_code(node: Apply) -> bool:
     return all(0 <= a < x.ndim for a in op.axis)
 
 
-def _spec(node: Apply) -> tuple[int, list[int], int, int]:
+def spec(node: Apply) -> tuple[int, list[int], int, int]:
     """``(kind, reduced flags per input axis, keepdims, output ndim)``."""
     if not has_c_code(node):
         raise NotImplementedError(f"no C code for {node.op}")
@@ -96,7 +96,7 @@ def _spec(node: Apply) -> tuple[int, list[int], int, int]:
 def c_function(node: Apply, fname: str) -> str:
     """C source of ``static int fname(PyArrayObject **inputs, PyArrayObject
     **outputs)`` computing ``node`` (see the module doc for the contract)."""
-    kind, reduced, keepdims, out_nd = _spec(node)
+    kind, reduced, keepdims, out_nd = spec(node)
     nd = len(reduced)
     dtype = np.dtype(node.outputs[0].dtype)
     return f"""
@@ -173,7 +173,7 @@ static PyObject *tn_nn_call(const tn_nn_spec *spec, PyObject *args, PyObject *kw
 
 
 def _entry(node: Apply, entry: str, fname: str) -> tuple[str, str]:
-    kind, reduced, keepdims, out_nd = _spec(node)
+    kind, reduced, keepdims, out_nd = spec(node)
     dtype = np.dtype(node.outputs[0].dtype)
     # softmax / log_softmax keep every axis: their "reduced" axes keep their length
     shape_reduced = reduced if kind == 2 else [0] * len(reduced)

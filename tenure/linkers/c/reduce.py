@@ -93,6 +93,7 @@ NumPy's).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -169,6 +170,11 @@ class _Plan:
         return f"({a} {'|' if self.fn == 'any' else '&'} {b})"
 
     def identity(self) -> str:
+        """C literal of :meth:`identity_value`."""
+        return ps.c_literal(self.identity_value(), self.acc)
+
+    def identity_value(self):
+        """The reduction's identity in the accumulator's dtype (as a Python number)."""
         d, fn = self.acc, self.fn
         if fn in ("sum", "mean", "any"):
             value = 0
@@ -181,7 +187,7 @@ class _Plan:
         else:
             info = np.iinfo(d)
             value = int(info.min) if fn == "max" else int(info.max)
-        return ps.c_literal(value, d)
+        return value
 
 
 def has_c_code(node: Apply) -> bool:
@@ -418,34 +424,63 @@ def loop_kernel(node: Apply) -> "kernels.LoopKernel":
                               capsule=kernels.reduce_capsule_name)
 
 
-def c_function(node: Apply, fname: str, *, bound: bool = False) -> str:
+@dataclass(frozen=True)
+class Description:
+    """What the runtime's ``tn_rd_kernel`` says of a reduction: per operand
+    (the output, then the inputs) its dtype, ndim and label; the inputs'
+    broadcast ndim and which of its axes are reduced; ``keepdims``; the
+    identity as the output dtype's bytes; the ufunc named when an empty
+    reduction has no identity (max, min); when loops take threads."""
+
+    dtypes: tuple[np.dtype, ...]
+    ndims: tuple[int, ...]
+    labels: tuple[str, ...]
+    full_nd: int
+    reduced: tuple[int, ...]
+    keepdims: bool
+    identity: bytes
+    no_identity: str | None
+    minsize: int
+    threads: int
+
+
+def description(node: Apply) -> Description:
+    """``node``'s :class:`Description` (``NotImplementedError`` without C code)."""
+    plan = _Plan(node)
+    nin = len(plan.in_dtypes)
+    par = parallel_settings()
+    minsize, threads = (-1, 0) if par is None else (min(max(par.minsize, 1), 2**62), par.threads)
+    return Description((plan.out_dtype, *plan.in_dtypes), (plan.out_ndim, *plan.in_ndims),
+                       ("output 0", *(input_label(node, i) for i in range(nin))),
+                       plan.full_nd, tuple(plan.reduced), bool(plan.keepdims),
+                       np.array(plan.identity_value(), dtype=plan.acc).tobytes(),
+                       {"max": "maximum", "min": "minimum"}.get(plan.fn), minsize, threads)
+
+
+def c_function(node: Apply, fname: str) -> str:
     """C source of ``static int fname(PyArrayObject **inputs, PyArrayObject
     **outputs)`` computing ``node`` (see the module doc for the contract): a
     description (``static tn_rd_kernel fname_kernel``) handed to the
     runtime's ``tn_rd_run``, which does everything but the arithmetic.
 
-    The arithmetic, :func:`loop_code`, is in this source unless ``bound``:
-    then the description's loops are NULL until the module binds them to a
-    loop library's (:func:`loop_kernel`; the C linker does that).  Needs
-    :data:`SUPPORT_CODE` earlier in the module.  Raises ``NotImplementedError``
-    when the node has no C code."""
+    The arithmetic, :func:`loop_code`, comes first.  This is the form of one
+    node compiled on its own (tests, debugging: :func:`module_source`); the
+    C linker compiles only the loops (:func:`loop_kernel`) and hands the
+    runtime's interpreter the :func:`description` instead.  Needs
+    :data:`SUPPORT_CODE` earlier in the module.  Raises
+    ``NotImplementedError`` when the node has no C code."""
     if not IDENTIFIER.match(fname):
         raise ValueError(f"c_function: {fname!r} is not a C identifier")
     plan = _Plan(node)
+    desc = description(node)
     nin = len(plan.in_dtypes)
     nops = nin + 1
-    dtypes = [plan.out_dtype] + plan.in_dtypes
-    ndims = [plan.out_ndim] + plan.in_ndims
-    labels = ["output 0"] + [input_label(node, i) for i in range(nin)]
-    no_identity = {"max": '"maximum"', "min": '"minimum"'}.get(plan.fn, "NULL")
-    par = parallel_settings()
-    minsize, threads = (-1, 0) if par is None else (min(max(par.minsize, 1), 2**62), par.threads)
-    if bound:
-        loops = "{NULL, NULL, NULL}"
-    else:
-        divide = f"{fname}_divide" if plan.fn == "mean" else "NULL"
-        loops = f"{{{fname}_row, {fname}_kept, {divide}}}"
-    return ("" if bound else loop_code(node, fname)) + f"""
+    dtypes, ndims, labels = desc.dtypes, desc.ndims, desc.labels
+    no_identity = c_string(desc.no_identity) if desc.no_identity else "NULL"
+    minsize, threads = desc.minsize, desc.threads
+    divide = f"{fname}_divide" if plan.fn == "mean" else "NULL"
+    loops = f"{{{fname}_row, {fname}_kept, {divide}}}"
+    return loop_code(node, fname) + f"""
 /* {comment(str(node.op))} */
 static const int {fname}_types[{nops}] = {table(NPY_TYPES[d.name] for d in dtypes)};
 static const char *const {fname}_dtypes[{nops}] = {table(c_string(d.name) for d in dtypes)};
@@ -453,7 +488,7 @@ static const int {fname}_ndims[{nops}] = {table(map(str, ndims))};
 static const char *const {fname}_labels[{nops}] = {table(map(c_string, labels))};
 static const int {fname}_reduced[{max(plan.full_nd, 1)}] = {table(map(str, plan.reduced or [0]))};
 static const {plan.atype} {fname}_identity = {plan.identity()};
-static {"" if bound else "const "}tn_rd_kernel {fname}_kernel = {{
+static const tn_rd_kernel {fname}_kernel = {{
     {c_string(fname)}, {nops}, {fname}_types, {fname}_dtypes, {fname}_ndims, {fname}_labels,
     {plan.full_nd}, {fname}_reduced, {int(plan.keepdims)}, &{fname}_identity,
     (int)sizeof {fname}_identity, {no_identity}, {minsize}, {threads}, {loops}}};

@@ -48,8 +48,9 @@ from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops.indexing import In, Subtensor
 from tenure.symbolic.ops.shape import DimShuffle, Reshape
 
-__all__ = ["COMPILE_FLAGS", "c_function", "has_c_code", "pattern_supported",
-           "region_function", "typenum"]
+__all__ = ["COMPILE_FLAGS", "DIMSHUFFLE", "INDEX_WIDTH", "INT", "NEWAXIS", "RESHAPE", "SLICE",
+           "SUBTENSOR", "c_function", "has_c_code", "index_entries", "pattern_supported",
+           "region_function", "typenum", "view_kind", "whats"]
 
 COMPILE_FLAGS: tuple[str, ...] = ()
 
@@ -84,6 +85,44 @@ def pattern_supported(pattern) -> bool:
             if not (slot is None or isinstance(slot, (int, In))) or isinstance(slot, bool):
                 return False
     return True
+
+
+#: what the runtime's interpreter calls each view (src/interpret.c)
+DIMSHUFFLE, RESHAPE, SUBTENSOR = range(3)
+#: the kinds of index entries, and the ints per entry (kind, then three values
+#: of (has, from an input, value or input index))
+NEWAXIS, INT, SLICE = range(3)
+INDEX_WIDTH = 10
+
+
+def whats(node: Apply) -> tuple[str, ...]:
+    """How errors name each input of a view node."""
+    return tuple(f"tenure: {node.op}: input {i} ({v})" for i, v in enumerate(node.inputs))
+
+
+def view_kind(node: Apply) -> int:
+    """:data:`DIMSHUFFLE`, :data:`RESHAPE` or :data:`SUBTENSOR`."""
+    return {DimShuffle: DIMSHUFFLE, Reshape: RESHAPE, Subtensor: SUBTENSOR}[type(node.op)]
+
+
+def index_entries(pattern, shift: int = 0) -> tuple[int, ...]:
+    """A basic index pattern as the interpreter reads it: :data:`INDEX_WIDTH`
+    ints per entry, ``In(pos)`` being input ``pos + shift``."""
+    if not pattern_supported(pattern):
+        raise NotImplementedError(f"no C code for the index pattern {pattern}")
+    out = []
+    for entry in pattern:
+        kind = {"newaxis": NEWAXIS, "int": INT, "slice": SLICE}[entry[0]]
+        values = []
+        for slot in list(entry[1:]) + [None] * (4 - len(entry)):
+            if slot is None:
+                values += [0, 0, 0]
+            elif isinstance(slot, In):
+                values += [1, 1, slot.pos + shift]
+            else:
+                values += [1, 0, max(-_INTP_MAX, min(_INTP_MAX, int(slot)))]
+        out += [kind, *values]
+    return tuple(out)
 
 
 def c_function(node: Apply, fname: str) -> str:

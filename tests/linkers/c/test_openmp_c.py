@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import tenure as tn
-from tenure.linkers.c import compiler
+from tenure.linkers.c import compiler, module
 from tenure.linkers.c import elemwise as ce
 from tenure.linkers.c.linker import CThunk
 from tenure.symbolic.ops.composite import FusedReduce
@@ -73,10 +73,17 @@ def _thread_settings(source: str) -> set[tuple[int, int]]:
     return {(int(m), int(t)) for m, t in _KERNEL.findall(source) + _REDUCTION.findall(source)}
 
 
-def _runs_threads(source: str) -> bool:
-    """Whether some loop of a generated module may run on threads: a kernel
+def _graph_thread_settings(graph) -> set[tuple[int, int]]:
+    """The (minsize, threads) of every elementwise kernel and reduction of a
+    compiled graph's schedule."""
+    return {(step.params.minsize, step.params.threads) for step in graph.description.steps
+            if step.kind in (module.ELEMWISE, module.REDUCE)}
+
+
+def _runs_threads(graph) -> bool:
+    """Whether some loop of a compiled graph may run on threads: a kernel
     whose description allows them (the runtime's drivers run the threads)."""
-    return any(m >= 0 for m, _ in _thread_settings(source))
+    return any(m >= 0 for m, _ in _graph_thread_settings(graph))
 
 
 def _check_all_settings(inputs, outputs, values, rtol):
@@ -89,10 +96,10 @@ def _check_all_settings(inputs, outputs, values, rtol):
     for got, ref in zip(want, reference):
         assert got.dtype == ref.dtype and got.shape == ref.shape
         np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol)
-    assert not _runs_threads(serial._thunk.graph.source)
+    assert not _runs_threads(serial._thunk.graph)
     for flags in SETTINGS[1:]:
         f = _compile(inputs, outputs, **flags)
-        assert _runs_threads(f._thunk.graph.source)
+        assert _runs_threads(f._thunk.graph)
         for i, got in enumerate(f(*values)):
             np.testing.assert_array_equal(got, want[i], err_msg=f"output {i} with {flags}")
 
@@ -229,8 +236,9 @@ def test_serial_source_has_no_openmp(cc):
         standalone = ce.module_source(_node(), "m")
         kernel = ce.c_function(_node(), "k")
     # (The shared support code keeps its `#ifdef _OPENMP` helpers: compiled out.)
-    for text in (f._thunk.graph.source, standalone):
-        assert "pragma omp" not in text and "omp_get" not in text
+    assert f._thunk.graph.source is None   # nothing but loops and their descriptions
+    assert _graph_thread_settings(f._thunk.graph) == {(-1, 0)}
+    assert "pragma omp" not in standalone and "omp_get" not in standalone
     assert not _mentions_openmp(kernel)
     assert _thread_settings(kernel) == {(-1, 0)}   # the runtime's driver: never threads
     assert "fopenmp" not in " ".join(f._thunk.graph.flags)

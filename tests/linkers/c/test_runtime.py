@@ -184,12 +184,15 @@ def test_another_process_finds_the_loops_through_the_index(cc, tmp_path):
     libraries = [n for n in json.loads(first.stdout)["names"] if n.startswith("tn_loops_")]
     assert len(libraries) == 1
     assert len(os.listdir(kernels.index_dir(tmp_path))) == 1
-    # Another graph (another output) with the same loop: no new library.
+    # Nothing else was compiled: the schedule is data for the runtime.
+    assert not [n for n in json.loads(first.stdout)["names"] if n.startswith("tn_graph_")]
+    # Another graph (another output, a view) with the same loop: no new
+    # library, and again nothing else compiled.
     second = _run(_GRAPH.format(expr="[tn.tanh(x) * y + 1, x.T]"), tmp_path)
     assert second.returncode == 0, second.stderr
     names = json.loads(second.stdout)["names"]
     assert [n for n in names if n.startswith("tn_loops_")] == libraries
-    assert len([n for n in names if n.startswith("tn_graph_")]) == 2
+    assert not [n for n in names if n.startswith("tn_graph_")]
 
 
 def test_a_stale_index_entry_is_built_again(cc, tmp_path):
@@ -206,25 +209,49 @@ def test_a_stale_index_entry_is_built_again(cc, tmp_path):
     assert any(n.startswith("tn_loops_") for n in json.loads(again.stdout)["names"])
 
 
-def test_an_unbound_module_refuses_to_run(cc, tmp_path):
-    """A graph module runs only once its loops are bound: the same source under
-    another name is a module nobody bound yet."""
+def test_a_schedule_refuses_what_does_not_fit_its_description(cc):
+    """The interpreter reads a description and capsules: a wrong one is an
+    exception when the schedule is made, never a crash when it runs."""
     x = tn.vector("x")
     f = tn.function([x], tn.exp(x) + 1, mode=C)
     graph = f._thunk.graph
-    name = "tn_test_unbound"
-    module = cache.load_module(name, graph.source.replace(graph.name, name), flags=graph.flags,
-                               openmp=compiler.openmp_enabled(), compiledir=tmp_path)
+    Schedule = runtime.load_runtime().Schedule
+    loops = kernels.loops(_loop_keys(f))
+    with pytest.raises(ValueError, match="loop 0 of 0"):
+        Schedule(graph.description, (), None)
+    with pytest.raises(ValueError):   # a capsule of another kind is refused by its name
+        Schedule(graph.description, (runtime.capsule(),), None)
+    bad_slot = graph.description._replace(outputs=(graph.description.n_slots,))
+    with pytest.raises(ValueError, match="slot .* out of range"):
+        Schedule(bad_slot, loops, None)
+    step = graph.description.steps[0]
+    bad_step = graph.description._replace(steps=(step._replace(kind=99),))
+    with pytest.raises(ValueError, match="unknown step kind 99"):
+        Schedule(bad_step, loops, None)
+    with pytest.raises(TypeError):
+        Schedule(graph.description[:-1], loops, None)
+    run = Schedule(graph.description, loops, None)
     n_slots, n_steps = f._thunk.plan.n_slots, len(f._thunk.plan.steps)
     args = ([None] * n_slots, [np.ones(3)], None, (None,) * (n_steps + 1), np.zeros(1, np.intp))
-    with pytest.raises(RuntimeError, match="loops are not bound"):
-        module.run(*args)
-    with pytest.raises(TypeError, match="expected a tuple of 1 loop capsules"):
-        module.bind_loops(())
-    with pytest.raises(ValueError):   # a capsule of another kind is refused by its name
-        module.bind_loops((runtime.capsule(),))
-    module.bind_loops(kernels.loops(_loop_keys(f)))
-    np.testing.assert_allclose(module.run(*args)[0], np.exp(1.0) + 1)
+    np.testing.assert_allclose(run(*args)[0], np.exp(1.0) + 1)
+    with pytest.raises(ValueError, match="wrong length"):
+        run([None], [np.ones(3)], None, (None,) * (n_steps + 1), np.zeros(1, np.intp))
+    with pytest.raises(TypeError, match="expected"):
+        run(*args[:4])
+
+
+def test_a_graph_of_known_loops_compiles_nothing(cc, tmp_path):
+    """Its steps are data for the runtime's interpreter; its loops are built."""
+    with tn.config.change_flags(compiledir=str(tmp_path)):
+        x, y = tn.matrix("x"), tn.matrix("y")
+        first = tn.function([x, y], [tn.exp(x) * y, (x @ y).sum(axis=0)], mode=C)
+        before = {e.name for e in cache.info(tmp_path).entries}
+        a, b = tn.matrix("a"), tn.matrix("b")
+        second = tn.function([a, b], [(a @ b).sum(axis=0), tn.exp(b) * a], mode=C)
+        assert {e.name for e in cache.info(tmp_path).entries} == before
+    assert second._thunk.graph.source is None
+    u = np.arange(4.0).reshape(2, 2)
+    np.testing.assert_allclose(second(u, u + 1)[1], first(u + 1, u)[0])
 
 
 def test_a_forked_child_builds_loops_of_its_own(cc, tmp_path):

@@ -147,6 +147,21 @@ typedef struct {
     tn_rd_loops loops;
 } tn_rd_kernel;
 
+/* ------------------------------------------------------------------------
+ * The schedule interpreter (src/interpret.c)
+ *
+ * A graph module holds only the steps whose C depends on the node beyond
+ * what a description says (views, set/inc_subtensor, outer products): each
+ * is a tn_step_fn, and the module hands them out as a tn_step_table in a
+ * capsule named TN_STEP_TABLE_CAPSULE, its attribute `steps`. */
+typedef int (*tn_step_fn)(PyObject **S, const npy_intp *planned, PyObject **aside);
+
+typedef struct {
+    Py_ssize_t n;
+    const tn_step_fn *fns;
+} tn_step_table;
+#define TN_STEP_TABLE_CAPSULE "tenure.linkers.c.module.steps"
+
 /* The table a runtime hands out; TN_RUNTIME_ABI changes with its layout. */
 #define TN_RUNTIME_ABI 1
 

@@ -3,7 +3,7 @@
  * (tenure/linkers/c/runtime.py builds it through the disk cache).
  *
  * Its module (named TN_RUNTIME_NAME, which carries the digest of the sources)
- * has the FastCall type and `_C_API`, a capsule holding the table of
+ * has the FastCall and Schedule types and `_C_API`, a capsule holding the table of
  * function pointers that graph modules call (include/tenure_runtime.h).
  *
  * runtime.py puts these definitions in front of the sources:
@@ -30,6 +30,7 @@
 #include "fastcall.c"
 #include "blas.c.src"
 #include "nnet.c.src"
+#include "interpret.c"
 
 static const tn_runtime_api tn_api = {
     .abi = TN_RUNTIME_ABI,
@@ -83,7 +84,7 @@ PyMODINIT_FUNC TN_RUNTIME_INIT(void)
 {
     PyObject *module, *capsule;
     import_array();
-    if (tn_fastcall_ready() < 0)
+    if (tn_fastcall_ready() < 0 || PyType_Ready(&ScheduleType) < 0)
         return NULL;
     module = PyModule_Create(&tn_runtime_module);
     if (module == NULL)
@@ -91,6 +92,12 @@ PyMODINIT_FUNC TN_RUNTIME_INIT(void)
     Py_INCREF(&FastCallType);
     if (PyModule_AddObject(module, "FastCall", (PyObject *)&FastCallType) < 0) {
         Py_DECREF(&FastCallType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&ScheduleType);
+    if (PyModule_AddObject(module, "Schedule", (PyObject *)&ScheduleType) < 0) {
+        Py_DECREF(&ScheduleType);
         Py_DECREF(module);
         return NULL;
     }
