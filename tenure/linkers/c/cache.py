@@ -202,9 +202,26 @@ def _check_module_source(name, source) -> None:
     if not isinstance(source, str):
         raise TypeError(f"load_module: source must be C code as a str, "
                         f"got {type(source).__name__}")
-    if not re.search(rf"\bPyInit_{name}\b", source):
+    if not _mentions_word(source, f"PyInit_{name}"):
         raise ValueError(f"load_module: the source must define the module init function "
                          f"PyInit_{name} for name {name!r}, and it does not mention it")
+
+
+def _mentions_word(text: str, word: str) -> bool:
+    """Whether ``word`` stands in ``text`` as a whole identifier (str.find, not
+    a regex: loop libraries are hundreds of kilobytes, checked on every load)."""
+    start = text.find(word)
+    while start >= 0:
+        end = start + len(word)
+        if ((start == 0 or not _is_identifier_char(text[start - 1]))
+                and (end == len(text) or not _is_identifier_char(text[end]))):
+            return True
+        start = text.find(word, start + 1)
+    return False
+
+
+def _is_identifier_char(char: str) -> bool:
+    return char.isascii() and (char.isalnum() or char == "_")
 
 
 def _key_guard(key: str) -> threading.Lock:

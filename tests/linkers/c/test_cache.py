@@ -320,6 +320,8 @@ def test_name_must_be_a_c_identifier(name):
 def test_source_must_define_the_init_function():
     with pytest.raises(ValueError, match="PyInit_other"):
         cache.load_module("other", add_source("addmod"))
+    with pytest.raises(ValueError, match="PyInit_add "):   # a longer name is not the name
+        cache.load_module("add", add_source("addmod"))
     with pytest.raises(TypeError, match="str"):
         cache.load_module("addmod", add_source().encode())
 
