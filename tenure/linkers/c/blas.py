@@ -2,31 +2,29 @@
 axes), ``Outer`` and ``Gemm`` (in place or not), through the BLAS that SciPy
 ships, found at run time (no BLAS headers or libraries at build time).
 
-What the C linker calls (the same shape as tenure/linkers/c/elemwise.py):
+What the C linker uses:
 
-- :func:`has_c_code` ``(node) -> bool``: whether :func:`c_function` can handle it.
-- :func:`c_function` ``(node, fname) -> str``: the C definitions of
-  ``static int fname(PyArrayObject **inputs, PyArrayObject **outputs)`` and of
-  ``static int fname_shape(PyArrayObject **inputs, npy_intp *shape)``, which
-  checks the inputs (dtype, ndim, alignment of the products' lengths) and
-  writes the output's shape (``outputs[0]``'s ndim entries): -1 with a Python
-  exception when the inputs are bad.  ``fname`` calls it itself.
-- the C runtime's API (:func:`.runtime.header`) earlier in the module, after
-  ``#include <Python.h>`` and ``#include <numpy/arrayobject.h>``.  The runtime
-  (``src/blas.c.src``) holds the BLAS pointer table, the staging of operands,
+- :func:`has_c_code` ``(node) -> bool``: whether the node has C code.
+- :func:`product_dtype` and :func:`product_axes` ``(node)``: what the schedule
+  interpreter tells the C runtime of a ``Dot``, ``MatMul`` or ``Gemm`` (the
+  roles of the axes, ``tn_mm_axes``).  The runtime (``src/blas.c.src``) holds
+  the checks (``tn_bl_check``, ``tn_mm_shape``: dtype, ndim, alignment of
+  the products' lengths), the BLAS pointer table, the staging of operands,
   batches of products and one product kernel per dtype; ``tn_blas_init()``
   imports ``scipy.linalg.cython_blas`` and takes ``dgemm``, ``sgemm``,
   ``dgemv``, ``sgemv``, ``ddot`` and ``sdot`` from its ``__pyx_capi__``
   capsules (Fortran ABI), keeping the module alive; 0, or -1 with
-  ``ImportError`` set.  Repeated calls are free; the runtime
-  calls it before every float product, so a module's init need not.
-- :data:`COMPILE_FLAGS`: flags to build with.
+  ``ImportError`` set.  Repeated calls are free; the runtime calls it before
+  every float product.
+- :func:`c_function` ``(node, fname) -> str``, for ``Outer`` only (its
+  loops are the node's): the C definitions of ``static int
+  fname(PyArrayObject **inputs, PyArrayObject **outputs)`` and of ``static
+  int fname_shape(PyArrayObject **inputs, npy_intp *shape)``, which checks
+  the inputs and writes the output's shape; compiled into the graph's module
+  (:mod:`.module`), after the C runtime's API.
+- :data:`COMPILE_FLAGS`: flags to build that with.
 
-For tests and debugging: :func:`module_source` ``(node or {entry: node},
-name)`` gives a complete extension module whose entries are called like
-``run(*inputs, out=None)``; :func:`build_module` compiles and loads it.
-
-The generated function — its contract with the caller (as elemwise's):
+A product's kernel — its contract with the caller (as elemwise's):
 
 - ``inputs[i]`` is node input ``i``: an ndarray of exactly the input's dtype
   (native byte order) and ndim, any strides (negative, zero, unaligned);
@@ -73,18 +71,14 @@ other than bool / integers / float32 / float64 (complex, float16), 0-d
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 
-from tenure.linkers.c.cgen import (HEADERS, IDENTIFIER, NPY_TYPES, c_string, comment,
-                                   input_label, table)
-from tenure.linkers.c.standalone import module_text
+from tenure.linkers.c.cgen import IDENTIFIER, NPY_TYPES, c_string, comment, input_label
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.blas import Dot, MatMul, Outer
 from tenure.symbolic.ops.gemm import Gemm
 
-__all__ = ["COMPILE_FLAGS", "build_module", "c_function", "has_c_code", "module_source",
-           "product_axes", "product_dtype"]
+__all__ = ["COMPILE_FLAGS", "c_function", "has_c_code", "product_axes", "product_dtype"]
 
 #: flags to compile the generated code with
 COMPILE_FLAGS = ("-fno-math-errno", "-fno-trapping-math")
@@ -147,7 +141,7 @@ def product_axes(node: Apply) -> dict:
 
 
 def has_c_code(node: Apply) -> bool:
-    """Whether :func:`c_function` can compile ``node``."""
+    """Whether the C runtime (or, for ``Outer``, :func:`c_function`) computes ``node``."""
     try:
         product_dtype(node)
     except NotImplementedError:
@@ -170,13 +164,16 @@ def _mul(dtype: str, x: str, y: str) -> str:
 
 def c_function(node: Apply, fname: str) -> str:
     """C source of ``static int fname(PyArrayObject **inputs, PyArrayObject
-    **outputs)`` and ``fname_shape`` computing ``node`` (see the module doc
-    for the contract).  Needs the C runtime's API earlier in the module.
-    Raises ``NotImplementedError`` when the node has no C code."""
+    **outputs)`` and ``fname_shape`` computing an ``Outer`` node (see the
+    module doc for the contract).  Needs the C runtime's API earlier in the
+    module.  Raises ``NotImplementedError`` for any other node (the other
+    products are the runtime's, described to it by the schedule)."""
     if not IDENTIFIER.match(fname):
         raise ValueError(f"c_function: {fname!r} is not a C identifier")
     dtype = product_dtype(node)
     op = node.op
+    if not isinstance(op, Outer):
+        raise NotImplementedError(f"{op}: the C runtime computes it (no per-node C)")
     name = c_string(fname)
     tnum, tname = NPY_TYPES[dtype], c_string(dtype)
     labels = [c_string(input_label(node, i)) for i in range(len(node.inputs))]
@@ -184,8 +181,7 @@ def c_function(node: Apply, fname: str) -> str:
         f"tn_bl_check({name}, {labels[i]}, inputs[{i}], {tnum}, {tname}, {v.ndim}) < 0"
         for i, v in enumerate(node.inputs))
     head = f"/* {comment(str(op))} on {dtype} */"
-    if isinstance(op, Outer):
-        return f"""
+    return f"""
 {head}
 static int {fname}_shape(PyArrayObject **inputs, npy_intp *shape)
 {{
@@ -230,173 +226,3 @@ static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
     return status;
 }}
 """
-    ax = product_axes(node)
-    axes = (f"static const int {fname}_ba[] = {table(map(str, ax['ba']), empty='-1')};\n"
-            f"static const int {fname}_bb[] = {table(map(str, ax['bb']), empty='-1')};\n"
-            f"static const int {fname}_bo[] = {table(map(str, ax['bo']), empty='-1')};\n"
-            f"static const tn_mm_axes {fname}_axes = {{{len(ax['bo'])}, {fname}_ba, {fname}_bb, "
-            f"{fname}_bo, {ax['am']}, {ax['ak']}, {ax['bk']}, {ax['bn']}, {ax['om']}, "
-            f"{ax['on']}, {ax['ond']}}};\n")
-    if isinstance(op, Gemm):
-        return axes + f"""
-{head}
-static int {fname}_shape(PyArrayObject **inputs, npy_intp *shape)
-{{
-    if ({checks})
-        return -1;
-    if (tn_mm_shape({name}, {labels[2]}, {labels[3]}, &{fname}_axes, inputs[2], inputs[3],
-                    shape) < 0)
-        return -1;
-    return tn_bl_broadcast2({name}, {labels[0]}, inputs[0], shape);
-}}
-
-static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
-{{
-    npy_intp shape[2];
-    {ps.c_type(dtype)} alpha, beta;
-    if ({fname}_shape(inputs, shape) < 0
-            || tn_bl_check_out({name}, outputs[0], {tnum}, {tname}, 2, shape) < 0)
-        return -1;
-    memcpy(&alpha, PyArray_BYTES(inputs[1]), sizeof alpha);
-    memcpy(&beta, PyArray_BYTES(inputs[4]), sizeof beta);
-    return tn_gemm({name}, &{fname}_axes, inputs[0], inputs[2], inputs[3], outputs[0],
-                   (double)alpha, (double)beta, {tnum});
-}}
-"""
-    return axes + f"""
-{head}
-static int {fname}_shape(PyArrayObject **inputs, npy_intp *shape)
-{{
-    if ({checks})
-        return -1;
-    return tn_mm_shape({name}, {labels[0]}, {labels[1]}, &{fname}_axes, inputs[0], inputs[1],
-                       shape);
-}}
-
-static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
-{{
-    npy_intp shape[NPY_MAXDIMS];
-    if ({fname}_shape(inputs, shape) < 0
-            || tn_bl_check_out({name}, outputs[0], {tnum}, {tname}, {ax['ond']}, shape) < 0)
-        return -1;
-    return tn_mm_run({name}, {labels[0]}, {labels[1]}, &{fname}_axes, inputs, outputs[0], {tnum});
-}}
-"""
-
-
-
-
-# --------------------------------------------------------------------------
-# A standalone module, for tests and debugging
-
-
-_ENTRY_SUPPORT = r"""
-/* Entry points of a standalone module: run(*inputs, out=None). */
-typedef struct {
-    const char *name;
-    int nin, out_type_num, out_ndim;
-    int inplace_input;                /* the input the output overwrites, or -1 */
-    int (*shape)(PyArrayObject **, npy_intp *);
-    int (*func)(PyArrayObject **, PyArrayObject **);
-} tn_bl_spec;
-
-static PyObject *tn_bl_call(const tn_bl_spec *spec, PyObject *args, PyObject *kwds)
-{
-    static char *keywords[] = {"out", NULL};
-    PyObject *out_obj = NULL, *empty = NULL;
-    PyArrayObject *in[8], *out = NULL;
-    npy_intp shape[NPY_MAXDIMS];
-    int ok = 0;
-    if (kwds != NULL) {
-        empty = PyTuple_New(0);
-        if (empty == NULL || !PyArg_ParseTupleAndKeywords(empty, kwds, "|O", keywords, &out_obj))
-            goto done;
-    }
-    if (PyTuple_GET_SIZE(args) != spec->nin) {
-        PyErr_Format(PyExc_TypeError, "%s: expected %d input(s), got %zd", spec->name, spec->nin,
-                     PyTuple_GET_SIZE(args));
-        goto done;
-    }
-    for (int i = 0; i < spec->nin; i++) {
-        PyObject *obj = PyTuple_GET_ITEM(args, i);
-        if (!PyArray_Check(obj)) {
-            PyErr_Format(PyExc_TypeError, "%s: input %d: expected a numpy.ndarray, got %s",
-                         spec->name, i, Py_TYPE(obj)->tp_name);
-            goto done;
-        }
-        in[i] = (PyArrayObject *)obj;
-    }
-    if (spec->shape(in, shape) < 0)
-        goto done;
-    if (out_obj != NULL && out_obj != Py_None) {
-        if (!PyArray_Check(out_obj)) {
-            PyErr_Format(PyExc_TypeError, "%s: out: expected a numpy.ndarray, got %s",
-                         spec->name, Py_TYPE(out_obj)->tp_name);
-            goto done;
-        }
-        out = (PyArrayObject *)out_obj;
-        Py_INCREF(out);
-    } else if (spec->inplace_input >= 0
-               && PyArray_EquivTypenums(PyArray_TYPE(in[spec->inplace_input]), spec->out_type_num)
-               && PyArray_NDIM(in[spec->inplace_input]) == spec->out_ndim
-               && PyArray_ISWRITEABLE(in[spec->inplace_input])
-               && PyArray_CompareLists(PyArray_DIMS(in[spec->inplace_input]), shape,
-                                       spec->out_ndim)) {
-        out = in[spec->inplace_input];
-        Py_INCREF(out);
-    } else {
-        out = (PyArrayObject *)PyArray_EMPTY(spec->out_ndim, shape, spec->out_type_num, 0);
-        if (out == NULL)
-            goto done;
-    }
-    ok = spec->func(in, &out) == 0;
-done:
-    Py_XDECREF(empty);
-    if (!ok) {
-        Py_XDECREF(out);
-        return NULL;
-    }
-    return (PyObject *)out;
-}
-"""
-
-
-
-def _entry(node: Apply, entry: str, fname: str) -> tuple[str, str]:
-    dtype = product_dtype(node)
-    out = node.outputs[0]
-    inplace = node.op.destroy_map.get(0, [-1])[0] if isinstance(node.op, Gemm) else -1
-    doc = c_string(f"{entry}(*inputs, out=None): {node.op} compiled; returns the output")
-    code = f"""
-static const tn_bl_spec {entry}_spec = {{
-    {c_string(entry)}, {len(node.inputs)}, {NPY_TYPES[dtype]}, {out.ndim}, {inplace},
-    {fname}_shape, {fname}}};
-
-static PyObject *tn_entry_{entry}(PyObject *self, PyObject *args, PyObject *kwds)
-{{
-    (void)self;
-    return tn_bl_call(&{entry}_spec, args, kwds);
-}}
-"""
-    method = (f'{{{c_string(entry)}, (PyCFunction)(void (*)(void))tn_entry_{entry}, '
-              f'METH_VARARGS | METH_KEYWORDS, {doc}}},')
-    return code, method
-
-
-def module_source(node: Apply | Mapping[str, Apply], name: str) -> str:
-    """A complete extension module ``name`` computing ``node``: entry ``run``,
-    or one entry per key of a mapping ``{entry_name: node}``.  An entry takes
-    the node's inputs (arrays; Gemm's alpha and beta as 0-d arrays) and
-    ``out=`` (an array of the output's shape to write, or None), computes the
-    output into ``out``, else, for in-place Gemm, into ``z`` when ``z`` has the
-    output's shape and is writeable, else into a new array, and returns it."""
-    return module_text(name, node, prefix="tn_bl", c_function=c_function, entry=_entry,
-                       headers=HEADERS, support="", entry_support=_ENTRY_SUPPORT,
-                       doc="tenure BLAS kernels")
-
-
-def build_module(node: Apply | Mapping[str, Apply], name: str, compiledir=None):
-    """Compile (or fetch from the cache) and import :func:`module_source`'s module."""
-    from tenure.linkers.c.cache import load_module
-    return load_module(name, module_source(node, name), flags=COMPILE_FLAGS,
-                       compiledir=compiledir)

@@ -1,36 +1,31 @@
 """C code for elementwise nodes: ``Elemwise`` over any scalar op with C code,
 including ``Composite`` (a fused scalar graph), in place or not.
 
-What the C linker calls:
+What the C linker uses:
 
-- :func:`has_c_code` ``(node) -> bool``: whether :func:`c_function` can handle it.
-- :func:`c_function` ``(node, fname) -> str``: the C definition of
-  ``static int fname(PyArrayObject **inputs, PyArrayObject **outputs)``.
-- :data:`SUPPORT_CODE`: the scalar helpers the functions need, once per
-  module, after ``#include <Python.h>``, ``#include <numpy/arrayobject.h>``
-  and the C runtime's API (:func:`.runtime.header`: the loop driver,
-  ``tn_ew_run``, is in the runtime, ``src/elemwise.c``); include-guarded.
-- :data:`COMPILE_FLAGS`: compiler flags to build with (speed only, see below).
+- :func:`has_c_code` ``(node) -> bool``: whether the node has C code.
+- :func:`loop_kernel` ``(node)``: the node's arithmetic, two small loops over
+  one block (:func:`loop_code`), which :mod:`.kernels` compiles once into a
+  loop library for every graph that needs it; :data:`SUPPORT_CODE` (the
+  scalar helpers) and :data:`COMPILE_FLAGS` (speed only, see below) go with it.
+- :func:`description` ``(node)``: what the C runtime's loop driver,
+  ``tn_ew_run`` (``src/elemwise.c``), needs to know of the operands; the
+  schedule interpreter hands it over with the loops.
 
-And for tests and debugging, one node (or several) compiled on its own:
-:func:`module_source` ``(node or {entry: node}, name) -> str`` gives a complete
-extension module whose entries are called like ``run(*inputs, out=None)``;
-:func:`build_module` compiles and loads it through the C cache.
+The kernel (``tn_ew_run`` with a node's description and loops) -- its
+contract with the caller:
 
-The generated function — its contract with the caller:
-
-- ``inputs[i]`` is node input ``i``; positions holding a Python number (a weakly
-  typed constant, ``Elemwise.weak_inputs``) are compiled into the code as
-  literals and their slot is ignored (it may be NULL).
-- ``outputs[0]`` is allocated by the caller with the output's full shape and
-  dtype (any strides, including negative ones).  For an in-place op
-  (``destroy_map``) the caller passes the destroyed input itself, and may do so
-  only when it has the output's shape: computing element ``k`` reads every
-  input at ``k`` before writing ``k``, so an output that *is* an input (same
-  data, shape and strides) is safe.  An input that partially overlaps the
-  output any other way (a shifted or reversed view of it, or a broadcast one)
-  is not: the caller must then allocate a fresh output or copy that input.
-  :func:`module_source`'s entries do that check for you.
+- operand 0 is the output, then the inputs read from memory; positions
+  holding a Python number (a weakly typed constant, ``Elemwise.weak_inputs``)
+  are compiled into the loops as literals and are not operands.
+- The output has the output's full shape and dtype (any strides, including
+  negative ones).  For an in-place op (``destroy_map``) it may be the
+  destroyed input itself when that has the output's shape: computing element
+  ``k`` reads every input at ``k`` before writing ``k``, so an output that
+  *is* an input (same data, shape and strides) is safe.  An input that
+  partially overlaps the output any other way (a shifted or reversed view of
+  it, or a broadcast one) is not: the caller (the schedule interpreter)
+  copies such an input first.
 - Inputs broadcast to the output shape with NumPy's rules (stride 0 on
   broadcast axes).  Dtypes, ndims, the broadcast and the output's writeability
   are checked on every call (cheap; a wrong array must not crash the
@@ -61,8 +56,8 @@ not depend on the thread count and a block is a multiple of every vector width
 from a row's start, so every element takes the same path through the same
 code (vector body or scalar tail, libmvec or libm) whatever the number of
 threads: the results are identical to a serial build's, bit for bit.  The
-settings are compiled in (the source changes with them, and so the cache key);
-without OpenMP the source has no OpenMP in it at all.  The child of a fork()
+settings are in the node's description (read from the config when the graph
+is compiled); the loops themselves have no OpenMP in them at all.  The child of a fork()
 from a process that ran threads runs serially: GNU libgomp's thread pool does
 not survive fork (see ``tn_omp_usable``).
 
@@ -80,22 +75,19 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from tenure.linkers.c import kernels
-from tenure.linkers.c.cgen import (HEADERS, IDENTIFIER, NPY_TYPES, c_string, comment,
-                                   input_label, no_contract, table)
-from tenure.linkers.c.standalone import module_text
+from tenure.linkers.c.cgen import comment, input_label, no_contract
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.composite import Composite
 from tenure.symbolic.ops.elemwise import Elemwise
 
-__all__ = ["BLOCK", "COMPILE_FLAGS", "SUPPORT_CODE", "Parallel", "build_module", "c_function",
-           "has_c_code", "module_source", "parallel_settings"]
+__all__ = ["BLOCK", "COMPILE_FLAGS", "SUPPORT_CODE", "Description", "Parallel", "description",
+           "has_c_code", "loop_code", "loop_kernel", "parallel_settings"]
 
 #: flags to compile the generated code with (see the module doc): speed only,
 #: and ``TN_VECTOR_MATH`` lets transcendental functions vectorize (glibc's
@@ -304,45 +296,6 @@ def description(node: Apply) -> Description:
                        max(d.itemsize for d in dtypes), minsize, threads)
 
 
-def c_function(node: Apply, fname: str) -> str:
-    """C source of ``static int fname(PyArrayObject **inputs, PyArrayObject
-    **outputs)`` computing ``node`` (see the module doc for the contract): a
-    description of the operands (``static tn_ew_kernel fname_kernel``) handed
-    to the runtime's ``tn_ew_run``, which does everything but the arithmetic.
-
-    The arithmetic, :func:`loop_code`, comes first.  This is the form of one
-    node compiled on its own (tests, debugging: :func:`module_source`); the
-    C linker compiles only the loops (:func:`loop_kernel`) and hands the
-    runtime's interpreter the :func:`description` instead.  Needs
-    :data:`SUPPORT_CODE` earlier in the module.  Raises
-    ``NotImplementedError`` when the node has no C code."""
-    if not IDENTIFIER.match(fname):
-        raise ValueError(f"c_function: {fname!r} is not a C identifier")
-    desc = description(node)
-    read, dtypes, ndims, labels = desc.read, desc.dtypes, desc.ndims, desc.labels
-    nops = len(dtypes)
-    width, minsize, threads = desc.width, desc.minsize, desc.threads
-    assigns = "".join(f" ops[{j + 1}] = inputs[{i}];" for j, i in enumerate(read))
-    loops = f"{fname}_typed, {fname}_strided"
-    return loop_code(node, fname) + f"""
-/* {comment(str(node.op))} */
-static const int {fname}_types[{nops}] = {table(NPY_TYPES[d.name] for d in dtypes)};
-static const char *const {fname}_dtypes[{nops}] = {table(c_string(d.name) for d in dtypes)};
-static const int {fname}_ndims[{nops}] = {table(map(str, ndims))};
-static const char *const {fname}_labels[{nops}] = {table(map(c_string, labels))};
-static const tn_ew_kernel {fname}_kernel = {{
-    {c_string(fname)}, {nops}, {fname}_types, {fname}_dtypes, {fname}_ndims, {fname}_labels,
-    {width}, {minsize}, {threads}, {loops}}};
-
-static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
-{{
-    PyArrayObject *ops[{nops}];
-    ops[0] = outputs[0];{assigns}
-    return tn_ew_run(&{fname}_kernel, ops);
-}}
-"""
-
-
 def row_operands(node: Apply) -> tuple[tuple[int, ...], int]:
     """``(inputs read, widest itemsize)`` of the loop :func:`c_function`
     writes for ``node`` (the inputs given as Python numbers are not read):
@@ -495,239 +448,3 @@ def _loop(setup: list[str], loads: list[str], names: list[str], body: list[str],
 #: the scalar helpers every generated function needs, once per module, after
 #: the runtime's API (:func:`.runtime.header`, where the loop driver is)
 SUPPORT_CODE = no_contract(ps.C_SUPPORT_CODE)
-
-
-# --------------------------------------------------------------------------
-# A standalone module, for tests and debugging
-
-
-_ENTRY_SUPPORT = r"""
-/* Entry points of a standalone module: run(*inputs, out=None). */
-typedef int (*tn_ew_func)(PyArrayObject **, PyArrayObject **);
-
-typedef struct {
-    const char *name;
-    int nin;
-    const int *weak;                  /* 1: a Python number compiled in; the argument is ignored */
-    const int *type_nums;
-    const char *const *dtype_names;
-    const int *ndims;
-    const char *const *labels;
-    int out_type_num, out_ndim;
-    const char *out_dtype_name;
-    int inplace_input;                /* the input the output overwrites, or -1 */
-    tn_ew_func func;
-} tn_ew_spec;
-
-static int tn_ew_fits(const tn_ew_spec *spec, PyArrayObject *a, const npy_intp *shape)
-{
-    return PyArray_EquivTypenums(PyArray_TYPE(a), spec->out_type_num) && PyArray_ISNOTSWAPPED(a)
-           && PyArray_NDIM(a) == spec->out_ndim && PyArray_ISWRITEABLE(a)
-           && PyArray_CompareLists(PyArray_DIMS(a), shape, spec->out_ndim);
-}
-
-/* Check the arguments; fill `in` (borrowed) and the broadcast `shape`. */
-static int tn_ew_args(const tn_ew_spec *spec, PyObject *args, PyArrayObject **in, npy_intp *shape)
-{
-    int owner[NPY_MAXDIMS];
-    if (PyTuple_GET_SIZE(args) != spec->nin) {
-        PyErr_Format(PyExc_TypeError, "%s: expected %d input(s), got %zd", spec->name, spec->nin,
-                     PyTuple_GET_SIZE(args));
-        return -1;
-    }
-    for (int d = 0; d < spec->out_ndim; d++) {
-        shape[d] = 1;
-        owner[d] = -1;
-    }
-    for (int i = 0; i < spec->nin; i++) {
-        PyObject *obj = PyTuple_GET_ITEM(args, i);
-        PyArrayObject *a;
-        in[i] = NULL;
-        if (spec->weak[i])
-            continue;
-        if (!PyArray_Check(obj)) {
-            PyErr_Format(PyExc_TypeError, "%s: %s: expected a numpy.ndarray of dtype %s with %d "
-                         "dimension(s), got %s", spec->name, spec->labels[i],
-                         spec->dtype_names[i], spec->ndims[i], Py_TYPE(obj)->tp_name);
-            return -1;
-        }
-        a = (PyArrayObject *)obj;
-        if (!PyArray_EquivTypenums(PyArray_TYPE(a), spec->type_nums[i])
-                || !PyArray_ISNOTSWAPPED(a)) {
-            PyErr_Format(PyExc_TypeError, "%s: %s: expected dtype %s (native byte order), got %S",
-                         spec->name, spec->labels[i], spec->dtype_names[i],
-                         (PyObject *)PyArray_DESCR(a));
-            return -1;
-        }
-        if (PyArray_NDIM(a) != spec->ndims[i]) {
-            PyErr_Format(PyExc_TypeError, "%s: %s: expected %d dimension(s), got %d", spec->name,
-                         spec->labels[i], spec->ndims[i], PyArray_NDIM(a));
-            return -1;
-        }
-        for (int d = 0; d < PyArray_NDIM(a); d++) {
-            const int axis = d + spec->out_ndim - PyArray_NDIM(a);
-            const npy_intp n = PyArray_DIM(a, d);
-            if (n == 1 || n == shape[axis])
-                continue;
-            if (shape[axis] != 1) {
-                PyErr_Format(PyExc_ValueError, "%s: %s has length %zd on output axis %d where %s "
-                             "has %zd: the inputs do not broadcast", spec->name,
-                             spec->labels[i], n, axis, spec->labels[owner[axis]], shape[axis]);
-                return -1;
-            }
-            shape[axis] = n;
-            owner[axis] = i;
-        }
-        in[i] = a;
-    }
-    return 0;
-}
-
-/* The output: `out=` when given (checked), else the destroyed input of an
- * in-place op when it can hold the result, else a new C-ordered array. */
-static PyArrayObject *tn_ew_output(const tn_ew_spec *spec, PyObject *out_obj, PyArrayObject **in,
-                                   const npy_intp *shape)
-{
-    if (out_obj != NULL && out_obj != Py_None) {
-        PyArrayObject *out = (PyArrayObject *)out_obj;
-        if (!PyArray_Check(out_obj)) {
-            PyErr_Format(PyExc_TypeError, "%s: out: expected a numpy.ndarray of dtype %s with %d "
-                         "dimension(s), got %s", spec->name, spec->out_dtype_name,
-                         spec->out_ndim, Py_TYPE(out_obj)->tp_name);
-            return NULL;
-        }
-        if (!PyArray_EquivTypenums(PyArray_TYPE(out), spec->out_type_num)
-                || !PyArray_ISNOTSWAPPED(out) || PyArray_NDIM(out) != spec->out_ndim) {
-            PyErr_Format(PyExc_TypeError, "%s: out: expected a numpy.ndarray of dtype %s "
-                         "(native byte order) with %d dimension(s), got dtype %S with %d",
-                         spec->name, spec->out_dtype_name, spec->out_ndim,
-                         (PyObject *)PyArray_DESCR(out), PyArray_NDIM(out));
-            return NULL;
-        }
-        if (!tn_ew_fits(spec, out, shape)) {
-            PyObject *want = tn_shape_tuple(spec->out_ndim, shape);
-            PyObject *got = tn_shape_tuple(PyArray_NDIM(out), PyArray_DIMS(out));
-            if (want != NULL && got != NULL)
-                PyErr_Format(PyExc_ValueError, "%s: out: expected a writeable array of shape %R, "
-                             "got shape %R%s", spec->name, want, got,
-                             PyArray_ISWRITEABLE(out) ? "" : " (read-only)");
-            Py_XDECREF(want);
-            Py_XDECREF(got);
-            return NULL;
-        }
-        Py_INCREF(out);
-        return out;
-    }
-    if (spec->inplace_input >= 0 && in[spec->inplace_input] != NULL
-            && tn_ew_fits(spec, in[spec->inplace_input], shape)) {
-        Py_INCREF(in[spec->inplace_input]);
-        return in[spec->inplace_input];
-    }
-    return (PyArrayObject *)PyArray_EMPTY(spec->out_ndim, (npy_intp *)shape, spec->out_type_num, 0);
-}
-
-static PyObject *tn_ew_call(const tn_ew_spec *spec, PyObject *args, PyObject *kwds)
-{
-    static char *keywords[] = {"out", NULL};
-    PyObject *out_obj = NULL, *empty = NULL;
-    PyArrayObject **in = NULL, *out = NULL;
-    npy_intp shape[NPY_MAXDIMS];
-    int ok = 0, i;
-    if (kwds != NULL) {
-        empty = PyTuple_New(0);
-        if (empty == NULL || !PyArg_ParseTupleAndKeywords(empty, kwds, "|O", keywords, &out_obj))
-            goto done;
-    }
-    in = PyMem_Calloc((size_t)spec->nin, sizeof *in);
-    if (in == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    if (tn_ew_args(spec, args, in, shape) < 0)
-        goto done;
-    out = tn_ew_output(spec, out_obj, in, shape);
-    if (out == NULL)
-        goto done;
-    /* From here `in` holds new references (copies of inputs the output would
-     * overwrite too early). */
-    for (i = 0; i < spec->nin; i++) {
-        if (in[i] == NULL)
-            continue;
-        if (tn_cl_unsafe_overlap(out, in[i]))
-            in[i] = (PyArrayObject *)PyArray_NewCopy(in[i], NPY_ANYORDER);
-        else
-            Py_INCREF(in[i]);
-        if (in[i] == NULL)
-            break;
-    }
-    ok = i == spec->nin && spec->func(in, &out) == 0;
-    for (int k = 0; k < i; k++)
-        Py_XDECREF(in[k]);
-done:
-    PyMem_Free(in);
-    Py_XDECREF(empty);
-    if (!ok) {
-        Py_XDECREF(out);
-        return NULL;
-    }
-    return (PyObject *)out;
-}
-"""
-
-
-
-def _entry(node: Apply, entry: str, fname: str) -> tuple[str, str]:
-    """The spec and wrapper of one entry, and its method-table line."""
-    kernel = scalar_kernel(node)
-    nin = len(node.inputs)
-    inplace = dict(node.op.inplace_pattern).get(0, -1)
-    labels = [input_label(node, i) for i in range(nin)]
-    # (A Python-number input's slot is skipped; any valid dtype fills its row.)
-    dtypes = [d if d is not None else kernel.out_dtype for d in kernel.in_dtypes]
-    out = kernel.out_dtype
-    doc = c_string(f"{entry}(*inputs, out=None): {node.op} compiled; returns the output")
-    code = f"""
-static const int {entry}_weak[] = {table("1" if d is None else "0" for d in kernel.in_dtypes)};
-static const int {entry}_types[] = {table(NPY_TYPES[d.name] for d in dtypes)};
-static const char *const {entry}_dtypes[] = {table(c_string(d.name) for d in dtypes)};
-static const int {entry}_ndims[] = {table(str(n) for n in kernel.in_ndims)};
-static const char *const {entry}_labels[] = {table(map(c_string, labels))};
-static const tn_ew_spec {entry}_spec = {{
-    {c_string(entry)}, {nin}, {entry}_weak, {entry}_types, {entry}_dtypes, {entry}_ndims,
-    {entry}_labels, {NPY_TYPES[out.name]}, {kernel.out_ndim}, {c_string(out.name)}, {inplace},
-    {fname}}};
-
-static PyObject *tn_entry_{entry}(PyObject *self, PyObject *args, PyObject *kwds)
-{{
-    (void)self;
-    return tn_ew_call(&{entry}_spec, args, kwds);
-}}
-"""
-    method = (f'{{{c_string(entry)}, (PyCFunction)(void (*)(void))tn_entry_{entry}, '
-              f'METH_VARARGS | METH_KEYWORDS, {doc}}},')
-    return code, method
-
-
-def module_source(node: Apply | Mapping[str, Apply], name: str) -> str:
-    """A complete extension module ``name`` computing ``node``: entry ``run``,
-    or one entry per key for a mapping ``{entry_name: node}`` (many nodes in one
-    build).  An entry takes the node's inputs (arrays of exactly the input
-    dtypes and ndims; anything at Python-number positions, which are compiled
-    in) and ``out=`` (an array to write, or None), checks them (``TypeError``
-    for kind/dtype/ndim, ``ValueError`` for shapes), computes the broadcast
-    output shape, writes into ``out``, else into the destroyed input of an
-    in-place op when it has the output's shape, else into a new array, and
-    returns it.  Inputs that overlap the output other than exactly are copied
-    first, so any ``out`` is safe."""
-    return module_text(name, node, prefix="tn_ew", c_function=c_function, entry=_entry,
-                       headers=HEADERS, support=SUPPORT_CODE, entry_support=_ENTRY_SUPPORT,
-                       doc="tenure elementwise kernels")
-
-
-def build_module(node: Apply | Mapping[str, Apply], name: str, compiledir=None):
-    """Compile (or fetch from the cache) and import :func:`module_source`'s
-    module, with OpenMP when the config asks for it (:func:`parallel_settings`)."""
-    from tenure.linkers.c.cache import load_module
-    source = module_source(node, name)
-    return load_module(name, source, flags=COMPILE_FLAGS, compiledir=compiledir,
-                       openmp=parallel_settings() is not None)

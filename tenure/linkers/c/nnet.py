@@ -1,20 +1,14 @@
-"""C code for the neural-network ops of :mod:`tenure.symbolic.ops.nnet`:
+"""The neural-network ops of :mod:`tenure.symbolic.ops.nnet` in C:
 ``Softmax``, ``LogSoftmax`` and ``LogSumExp`` over any axes (``keepdims`` for
 ``LogSumExp``), on float32 and float64 inputs (whose output dtype is the
 input's; integer and boolean inputs, which give float64, run their perform).
 
-Same API as :mod:`tenure.linkers.c.elemwise` and :mod:`tenure.linkers.c.reduce`
-(the C text helpers come from :mod:`.cgen`):
+Nothing is generated per node: the checks and the row loops, one per dtype,
+are the C runtime's (``src/nnet.c.src``: ``tn_nn_check``, ``tn_nn_run``), and
+the schedule interpreter calls them with what :func:`spec` says of a node
+(:func:`has_c_code` tells which nodes).
 
-- :func:`has_c_code` ``(node) -> bool``; :func:`c_function` ``(node, fname) -> str``:
-  the C definition of ``static int fname(PyArrayObject **inputs, PyArrayObject **outputs)``;
-- the C runtime's API (:func:`.runtime.header`) earlier in the module: the
-  checks and the row loops, one per dtype, are in ``src/nnet.c.src``;
-- :data:`COMPILE_FLAGS` (elemwise's);
-- :func:`module_source` / :func:`build_module` for standalone tests: entries
-  ``run(x, out=None)``.
-
-The generated function -- its contract with the caller:
+The kernel -- its contract with the caller:
 
 - ``inputs[0]`` is the node's input, of the output's dtype (native byte
   order), any strides (negative too);
@@ -50,18 +44,10 @@ into the output.  No OpenMP.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-import numpy as np
-
-from tenure.linkers.c.cgen import HEADERS, NPY_TYPES, c_string, comment, table
-from tenure.linkers.c.elemwise import COMPILE_FLAGS
-from tenure.linkers.c.standalone import module_text
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
 
-__all__ = ["BLOCK", "COMPILE_FLAGS", "build_module", "c_function", "has_c_code",
-           "module_source", "spec"]
+__all__ = ["BLOCK", "has_c_code", "spec"]
 
 #: values exponentiated at a time (on the stack) along a row
 BLOCK = 256
@@ -71,7 +57,7 @@ _FLOATS = ("float32", "float64")
 
 
 def has_c_code(node: Apply) -> bool:
-    """Whether :func:`c_function` can compile ``node``."""
+    """Whether the runtime's kernels compute ``node``."""
     op = node.op
     if type(op) not in _KIND or len(node.inputs) != 1 or len(node.outputs) != 1:
         return False
@@ -82,7 +68,9 @@ def has_c_code(node: Apply) -> bool:
 
 
 def spec(node: Apply) -> tuple[int, list[int], int, int]:
-    """``(kind, reduced flags per input axis, keepdims, output ndim)``."""
+    """``(kind, reduced flags per input axis, keepdims, output ndim)``: the
+    arguments of the runtime's ``tn_nn_check`` and ``tn_nn_run`` (kind 0
+    softmax, 1 log_softmax, 2 logsumexp; keepdims -1: the input's shape)."""
     if not has_c_code(node):
         raise NotImplementedError(f"no C code for {node.op}")
     op = node.op
@@ -91,123 +79,3 @@ def spec(node: Apply) -> tuple[int, list[int], int, int]:
     kind = _KIND[type(op)]
     keepdims = int(op.keepdims) if kind == 2 else -1  # -1: the input's shape
     return kind, reduced, keepdims, node.outputs[0].ndim
-
-
-def c_function(node: Apply, fname: str) -> str:
-    """C source of ``static int fname(PyArrayObject **inputs, PyArrayObject
-    **outputs)`` computing ``node`` (see the module doc for the contract)."""
-    kind, reduced, keepdims, out_nd = spec(node)
-    nd = len(reduced)
-    dtype = np.dtype(node.outputs[0].dtype)
-    return f"""
-/* {comment(str(node.op))} on {dtype.name} */
-static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
-{{
-    static const int reduced[] = {table(map(str, reduced or [0]))};
-    if (tn_nn_check({c_string(str(node.op))}, inputs[0], outputs[0], {NPY_TYPES[dtype.name]},
-                    {c_string(dtype.name)}, {nd}, reduced, {keepdims}, {out_nd}) < 0)
-        return -1;
-    return tn_nn_run({kind}, inputs[0], outputs[0], {nd}, reduced);
-}}
-"""
-
-
-
-
-# --------------------------------------------------------------------------
-# A standalone module, for tests and debugging
-
-
-_ENTRY_SUPPORT = r"""
-/* Entry points of a standalone module: run(x, out=None). */
-typedef int (*tn_nn_func)(PyArrayObject **, PyArrayObject **);
-
-typedef struct {
-    const char *name;
-    int nd;
-    const int *reduced;
-    int keepdims, out_type_num, out_ndim;
-    tn_nn_func func;
-} tn_nn_spec;
-
-static PyObject *tn_nn_call(const tn_nn_spec *spec, PyObject *args, PyObject *kwds)
-{
-    static char *keywords[] = {"x", "out", NULL};
-    PyObject *x_obj = NULL, *out_obj = NULL;
-    PyArrayObject *in[1], *out = NULL;
-    npy_intp shape[NPY_MAXDIMS];
-    int o = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O", keywords, &x_obj, &out_obj))
-        return NULL;
-    if (!PyArray_Check(x_obj) || PyArray_NDIM((PyArrayObject *)x_obj) != spec->nd) {
-        PyErr_Format(PyExc_TypeError, "%s: input 0: expected a numpy.ndarray with %d "
-                     "dimension(s)", spec->name, spec->nd);
-        return NULL;
-    }
-    in[0] = (PyArrayObject *)x_obj;
-    for (int d = 0; d < spec->nd; d++) {
-        if (!spec->reduced[d])
-            shape[o++] = PyArray_DIM(in[0], d);
-        else if (spec->keepdims)
-            shape[o++] = 1;
-    }
-    if (out_obj != NULL && out_obj != Py_None) {
-        if (!PyArray_Check(out_obj)) {
-            PyErr_Format(PyExc_TypeError, "%s: out: expected a numpy.ndarray", spec->name);
-            return NULL;
-        }
-        out = (PyArrayObject *)out_obj;
-        Py_INCREF(out);
-    } else {
-        out = (PyArrayObject *)PyArray_EMPTY(spec->out_ndim, shape, spec->out_type_num, 0);
-        if (out == NULL)
-            return NULL;
-    }
-    if (spec->func(in, &out) < 0) {
-        Py_DECREF(out);
-        return NULL;
-    }
-    return (PyObject *)out;
-}
-"""
-
-
-def _entry(node: Apply, entry: str, fname: str) -> tuple[str, str]:
-    kind, reduced, keepdims, out_nd = spec(node)
-    dtype = np.dtype(node.outputs[0].dtype)
-    # softmax / log_softmax keep every axis: their "reduced" axes keep their length
-    shape_reduced = reduced if kind == 2 else [0] * len(reduced)
-    doc = c_string(f"{entry}(x, out=None): {node.op} compiled; returns the output")
-    code = f"""
-static const int {entry}_reduced[] = {table(map(str, shape_reduced or [0]))};
-static const tn_nn_spec {entry}_spec = {{
-    {c_string(entry)}, {len(reduced)}, {entry}_reduced, {keepdims},
-    {NPY_TYPES[dtype.name]}, {out_nd}, {fname}}};
-
-static PyObject *tn_entry_{entry}(PyObject *self, PyObject *args, PyObject *kwds)
-{{
-    (void)self;
-    return tn_nn_call(&{entry}_spec, args, kwds);
-}}
-"""
-    method = (f'{{{c_string(entry)}, (PyCFunction)(void (*)(void))tn_entry_{entry}, '
-              f'METH_VARARGS | METH_KEYWORDS, {doc}}},')
-    return code, method
-
-
-def module_source(node: Apply | Mapping[str, Apply], name: str) -> str:
-    """A complete extension module ``name`` computing ``node``: entry ``run``,
-    or one entry per key for a mapping ``{entry_name: node}``.  An entry takes
-    the input (an array of exactly the output's dtype and the input's ndim)
-    and ``out=`` (an array of the output's shape and dtype, or None for a new
-    C-ordered one), computes into it and returns it."""
-    return module_text(name, node, prefix="tn_nn", c_function=c_function, entry=_entry,
-                       headers=HEADERS, support="", entry_support=_ENTRY_SUPPORT,
-                       doc="tenure softmax / log_softmax / logsumexp kernels")
-
-
-def build_module(node: Apply | Mapping[str, Apply], name: str, compiledir=None):
-    """Compile (or fetch from the cache) and import :func:`module_source`'s module."""
-    from tenure.linkers.c.cache import load_module
-    return load_module(name, module_source(node, name), flags=COMPILE_FLAGS,
-                       compiledir=compiledir)

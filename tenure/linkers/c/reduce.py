@@ -3,24 +3,25 @@ any axes, with or without keepdims) and ``FusedReduce`` (sum, prod, max or min
 of an elementwise ``Composite`` of the inputs, computed element by element from
 the inputs: the elementwise result is never stored, not even block by block).
 
-Same API as :mod:`tenure.linkers.c.elemwise`, which this module builds on
-(its ``scalar_kernel`` and ``load_element``; the C text helpers come from
-:mod:`.cgen`):
+Same shape as :mod:`tenure.linkers.c.elemwise`, which this module builds on
+(its ``scalar_kernel`` and ``load_element``):
 
-- :func:`has_c_code` ``(node) -> bool``; :func:`c_function` ``(node, fname) -> str``:
-  the C definition of ``static int fname(PyArrayObject **inputs, PyArrayObject **outputs)``;
-- :data:`SUPPORT_CODE` (elemwise's: the scalar helpers; the layout, split
-  and fill helpers, ``tn_rd_*``, are in the C runtime, ``src/reduce.c``) and
+- :func:`has_c_code` ``(node) -> bool``;
+- :func:`loop_kernel` ``(node)``: the node's row, kept and divide loops
+  (:func:`loop_code`), compiled once into a loop library for every graph
+  that needs them (:mod:`.kernels`), with :data:`SUPPORT_CODE` and
   :data:`COMPILE_FLAGS` (elemwise's);
-- :func:`module_source` / :func:`build_module` for standalone tests: entries
-  ``run(*inputs, out=None)``.
+- :func:`description` ``(node)``: what the C runtime's reduction driver,
+  ``tn_rd_run`` (``src/reduce.c``: layout, split, fill, threads), needs to
+  know; the schedule interpreter hands it over with the loops.
 
-The generated function — its contract with the caller:
+The kernel (``tn_rd_run`` with a node's description and loops) -- its
+contract with the caller:
 
-- ``inputs[i]`` is node input ``i`` (a ``FusedReduce`` takes no Python-number
+- operand 0 is the output, then node input ``i`` (a ``FusedReduce`` takes no Python-number
   inputs: its constants are inside the composite).  Inputs broadcast against
   each other with NumPy's rules; the reduction runs over the broadcast shape.
-- ``outputs[0]`` is allocated by the caller with the output's full shape (the
+- The output is allocated by the caller with the output's full shape (the
   reduced shape, length 1 on reduced axes with keepdims) and dtype, any strides
   (negative too); it must not overlap an input.  Dtypes, ndims, the broadcast,
   the output's shape and writeability are checked on every call: a mismatch
@@ -92,24 +93,21 @@ NumPy's).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from tenure.linkers.c import kernels
-from tenure.linkers.c.cgen import (HEADERS, IDENTIFIER, NPY_TYPES, c_string, comment,
-                                   input_label, no_contract, table)
+from tenure.linkers.c.cgen import input_label, no_contract
 from tenure.linkers.c.elemwise import COMPILE_FLAGS, load_element, parallel_settings, scalar_kernel
 from tenure.linkers.c.elemwise import SUPPORT_CODE as _EW_SUPPORT_CODE
-from tenure.linkers.c.standalone import module_text
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.composite import FusedReduce
 from tenure.symbolic.ops.reduce import Reduce
 
-__all__ = ["BLOCK", "COMPILE_FLAGS", "SUPPORT_CODE", "build_module", "c_function", "has_c_code",
-           "module_source"]
+__all__ = ["BLOCK", "COMPILE_FLAGS", "SUPPORT_CODE", "Description", "description", "has_c_code",
+           "loop_code", "loop_kernel"]
 
 #: values computed at a time (on the stack) along a reduced innermost axis;
 #: NumPy's pairwise block size, so its blocks and ours coincide
@@ -457,51 +455,6 @@ def description(node: Apply) -> Description:
                        {"max": "maximum", "min": "minimum"}.get(plan.fn), minsize, threads)
 
 
-def c_function(node: Apply, fname: str) -> str:
-    """C source of ``static int fname(PyArrayObject **inputs, PyArrayObject
-    **outputs)`` computing ``node`` (see the module doc for the contract): a
-    description (``static tn_rd_kernel fname_kernel``) handed to the
-    runtime's ``tn_rd_run``, which does everything but the arithmetic.
-
-    The arithmetic, :func:`loop_code`, comes first.  This is the form of one
-    node compiled on its own (tests, debugging: :func:`module_source`); the
-    C linker compiles only the loops (:func:`loop_kernel`) and hands the
-    runtime's interpreter the :func:`description` instead.  Needs
-    :data:`SUPPORT_CODE` earlier in the module.  Raises
-    ``NotImplementedError`` when the node has no C code."""
-    if not IDENTIFIER.match(fname):
-        raise ValueError(f"c_function: {fname!r} is not a C identifier")
-    plan = _Plan(node)
-    desc = description(node)
-    nin = len(plan.in_dtypes)
-    nops = nin + 1
-    dtypes, ndims, labels = desc.dtypes, desc.ndims, desc.labels
-    no_identity = c_string(desc.no_identity) if desc.no_identity else "NULL"
-    minsize, threads = desc.minsize, desc.threads
-    divide = f"{fname}_divide" if plan.fn == "mean" else "NULL"
-    loops = f"{{{fname}_row, {fname}_kept, {divide}}}"
-    return loop_code(node, fname) + f"""
-/* {comment(str(node.op))} */
-static const int {fname}_types[{nops}] = {table(NPY_TYPES[d.name] for d in dtypes)};
-static const char *const {fname}_dtypes[{nops}] = {table(c_string(d.name) for d in dtypes)};
-static const int {fname}_ndims[{nops}] = {table(map(str, ndims))};
-static const char *const {fname}_labels[{nops}] = {table(map(c_string, labels))};
-static const int {fname}_reduced[{max(plan.full_nd, 1)}] = {table(map(str, plan.reduced or [0]))};
-static const {plan.atype} {fname}_identity = {plan.identity()};
-static const tn_rd_kernel {fname}_kernel = {{
-    {c_string(fname)}, {nops}, {fname}_types, {fname}_dtypes, {fname}_ndims, {fname}_labels,
-    {plan.full_nd}, {fname}_reduced, {int(plan.keepdims)}, &{fname}_identity,
-    (int)sizeof {fname}_identity, {no_identity}, {minsize}, {threads}, {loops}}};
-
-static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
-{{
-    PyArrayObject *ops[{nops}];
-    ops[0] = outputs[0];{"".join(f" ops[{i + 1}] = inputs[{i}];" for i in range(nin))}
-    return tn_rd_run(&{fname}_kernel, ops);
-}}
-"""
-
-
 # --------------------------------------------------------------------------
 # Runtime helpers (C), shared by every generated function
 
@@ -510,130 +463,3 @@ static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
 
 #: C helpers every generated function needs, once per module (include-guarded)
 SUPPORT_CODE = _EW_SUPPORT_CODE
-
-
-# --------------------------------------------------------------------------
-# A standalone module, for tests and debugging
-
-
-_ENTRY_SUPPORT = r"""
-/* Entry points of a standalone module: run(*inputs, out=None). */
-#define TN_RD_MAXIN 64
-typedef int (*tn_rd_func)(PyArrayObject **, PyArrayObject **);
-
-typedef struct {
-    const char *name;
-    int nin;
-    const int *ndims;
-    const char *const *labels;
-    int full_nd;
-    const int *reduced;
-    int keepdims, out_type_num, out_ndim;
-    tn_rd_func func;
-} tn_rd_spec;
-
-static PyObject *tn_rd_call(const tn_rd_spec *spec, PyObject *args, PyObject *kwds)
-{
-    static char *keywords[] = {"out", NULL};
-    PyObject *out_obj = NULL, *empty = NULL;
-    PyArrayObject *in[TN_RD_MAXIN], *ops[TN_RD_MAXIN + 1], *out = NULL;
-    npy_intp full[NPY_MAXDIMS], shape[NPY_MAXDIMS];
-    int ok = 0, i, d, o = 0;
-    if (kwds != NULL) {
-        empty = PyTuple_New(0);
-        if (empty == NULL || !PyArg_ParseTupleAndKeywords(empty, kwds, "|O", keywords, &out_obj))
-            goto done;
-    }
-    if (PyTuple_GET_SIZE(args) != spec->nin) {
-        PyErr_Format(PyExc_TypeError, "%s: expected %d input(s), got %zd", spec->name, spec->nin,
-                     PyTuple_GET_SIZE(args));
-        goto done;
-    }
-    for (i = 0; i < spec->nin; i++) {
-        PyObject *obj = PyTuple_GET_ITEM(args, i);
-        if (!PyArray_Check(obj) || PyArray_NDIM((PyArrayObject *)obj) != spec->ndims[i]) {
-            PyErr_Format(PyExc_TypeError, "%s: %s: expected a numpy.ndarray with %d "
-                         "dimension(s)", spec->name, spec->labels[i], spec->ndims[i]);
-            goto done;
-        }
-        in[i] = ops[i + 1] = (PyArrayObject *)obj;
-    }
-    if (tn_rd_broadcast(spec->name, spec->nin + 1, ops, spec->labels - 1, spec->full_nd, full) < 0)
-        goto done;
-    for (d = 0; d < spec->full_nd; d++) {
-        if (!spec->reduced[d])
-            shape[o++] = full[d];
-        else if (spec->keepdims)
-            shape[o++] = 1;
-    }
-    if (out_obj != NULL && out_obj != Py_None) {
-        if (!PyArray_Check(out_obj)) {
-            PyErr_Format(PyExc_TypeError, "%s: out: expected a numpy.ndarray", spec->name);
-            goto done;
-        }
-        out = (PyArrayObject *)out_obj;
-        Py_INCREF(out);
-    } else {
-        out = (PyArrayObject *)PyArray_EMPTY(spec->out_ndim, shape, spec->out_type_num, 0);
-        if (out == NULL)
-            goto done;
-    }
-    ok = spec->func(in, &out) == 0;
-done:
-    Py_XDECREF(empty);
-    if (!ok) {
-        Py_XDECREF(out);
-        return NULL;
-    }
-    return (PyObject *)out;
-}
-"""
-
-
-def _entry(node: Apply, entry: str, fname: str) -> tuple[str, str]:
-    plan = _Plan(node)
-    nin = len(plan.in_dtypes)
-    if nin > 64:
-        raise NotImplementedError(f"module_source: {nin} inputs (at most 64)")
-    # labels[-1] is never read: the broadcast helper reads labels[1..nin] of the operands.
-    labels = ["output 0"] + [input_label(node, i) for i in range(nin)]
-    doc = c_string(f"{entry}(*inputs, out=None): {node.op} compiled; returns the output")
-    code = f"""
-static const int {entry}_ndims[] = {table(str(n) for n in plan.in_ndims)};
-static const char *const {entry}_labels[] = {table(map(c_string, labels))};
-static const int {entry}_reduced[] = {table(map(str, plan.reduced or [0]))};
-static const tn_rd_spec {entry}_spec = {{
-    {c_string(entry)}, {nin}, {entry}_ndims, {entry}_labels + 1, {plan.full_nd},
-    {entry}_reduced, {int(plan.keepdims)}, {NPY_TYPES[plan.out_dtype.name]}, {plan.out_ndim},
-    {fname}}};
-
-static PyObject *tn_entry_{entry}(PyObject *self, PyObject *args, PyObject *kwds)
-{{
-    (void)self;
-    return tn_rd_call(&{entry}_spec, args, kwds);
-}}
-"""
-    method = (f'{{{c_string(entry)}, (PyCFunction)(void (*)(void))tn_entry_{entry}, '
-              f'METH_VARARGS | METH_KEYWORDS, {doc}}},')
-    return code, method
-
-
-def module_source(node: Apply | Mapping[str, Apply], name: str) -> str:
-    """A complete extension module ``name`` computing ``node``: entry ``run``,
-    or one entry per key for a mapping ``{entry_name: node}``.  An entry takes
-    the node's inputs (arrays of exactly the input dtypes and ndims) and
-    ``out=`` (an array of the output's shape and dtype, or None for a new
-    C-ordered one), computes into it and returns it."""
-    return module_text(name, node, prefix="tn_rd", c_function=c_function, entry=_entry,
-                       headers=HEADERS, support=SUPPORT_CODE, entry_support=_ENTRY_SUPPORT,
-                       doc="tenure reduction kernels")
-
-
-def build_module(node: Apply | Mapping[str, Apply], name: str, compiledir=None):
-    """Compile (or fetch from the cache) and import :func:`module_source`'s
-    module, with OpenMP when the config asks for it (elemwise's
-    :func:`~tenure.linkers.c.elemwise.parallel_settings`)."""
-    from tenure.linkers.c.cache import load_module
-    source = module_source(node, name)
-    return load_module(name, source, flags=COMPILE_FLAGS, compiledir=compiledir,
-                       openmp=parallel_settings() is not None)

@@ -9,7 +9,6 @@ modules (many entries each) compiled in parallel, once per test session.
 
 from __future__ import annotations
 
-import concurrent.futures
 import math
 import warnings
 import zlib
@@ -21,7 +20,7 @@ from hypothesis import strategies as st
 
 import tenure as tn
 from tenure.linkers.c import elemwise as ce
-from tenure.linkers.c import runtime
+from tests.linkers.c import harness
 from tenure.symbolic.ops import elemwise as ew
 from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.composite import Composite
@@ -182,69 +181,17 @@ GRAPH_CASES = _graph_cases()
 
 
 # --------------------------------------------------------------------------
-# Building: a few modules with many entries each, in parallel
+# Building: every node as the C linker runs it (tests/linkers/c/harness.py)
 
 
-_GROUPS = 4
 _built: dict = {}
 
 
-def _linker_style_source(node, name: str) -> str:
-    """A module the way the linker builds one: the runtime's API, SUPPORT_CODE,
-    the generated function, and its own glue (here ``kernel(inputs, outputs)``
-    taking tuples of arrays, None for NULL, and calling the function with no
-    other check)."""
-    return f"""#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <numpy/arrayobject.h>
-{runtime.header()}
-{ce.SUPPORT_CODE}
-{ce.c_function(node, "generated")}
-static PyObject *call(PyObject *self, PyObject *args)
-{{
-    PyObject *ins, *outs;
-    PyArrayObject *in[8] = {{NULL}}, *out[1];
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyTuple_Type, &ins, &PyTuple_Type, &outs))
-        return NULL;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ins) && i < 8; i++)
-        if (PyTuple_GET_ITEM(ins, i) != Py_None)
-            in[i] = (PyArrayObject *)PyTuple_GET_ITEM(ins, i);
-    out[0] = (PyArrayObject *)PyTuple_GET_ITEM(outs, 0);
-    if (generated(in, out) < 0)
-        return NULL;
-    Py_RETURN_NONE;
-}}
-static PyMethodDef methods[] = {{{{"kernel", call, METH_VARARGS, NULL}}, {{NULL, NULL, 0, NULL}}}};
-static struct PyModuleDef def = {{PyModuleDef_HEAD_INIT, "{name}", NULL, -1, methods}};
-PyMODINIT_FUNC PyInit_{name}(void)
-{{
-    import_array();
-    if (tn_import_runtime() < 0)
-        return NULL;
-    return PyModule_Create(&def);
-}}
-"""
-
-
 def _build_all() -> dict:
-    """Every entry of every case table, compiled once per session (and
-    ``linker_style``, the expsin node as the linker would build it)."""
-    from tenure.linkers.c.cache import load_module
+    """Every entry of every case table, compiled once per session."""
     _require_compiler()
     if not _built:
-        groups = [dict(list(OP_CASES.items())[k::_GROUPS]) for k in range(_GROUPS)]
-        groups.append({**WEAK_CASES, **GRAPH_CASES})
-        jobs = [(f"tn_test_elemwise_{k}", ce.module_source(g, f"tn_test_elemwise_{k}"))
-                for k, g in enumerate(groups)]
-        jobs.append(("tn_test_elemwise_linker", _linker_style_source(
-            GRAPH_CASES["expsin_inplace"], "tn_test_elemwise_linker")))
-        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-            modules = list(pool.map(lambda job: load_module(*job, flags=ce.COMPILE_FLAGS), jobs))
-        for group, module in zip(groups, modules):
-            for entry in group:
-                _built[entry] = getattr(module, entry)
-        _built["linker_style"] = modules[-1].kernel
+        _built.update(harness.build({**OP_CASES, **WEAK_CASES, **GRAPH_CASES}))
     return _built
 
 
@@ -385,7 +332,7 @@ def test_no_c_code_is_reported():
     complex_ = ew.Elemwise(ps.add).make_node(_var("complex128"), _var("complex128"))
     assert not ce.has_c_code(half) and not ce.has_c_code(complex_)
     with pytest.raises(NotImplementedError, match="float16"):
-        ce.c_function(half, "f")
+        ce.loop_kernel(half)
     assert ps.exp.has_c_code() and not ps.exp.has_c_code([np.empty(0, np.float16)])
     assert not ps.ScalarOp("mystery", 1, np.positive).has_c_code()
     with pytest.raises(NotImplementedError, match="mystery has no C code"):
@@ -577,22 +524,23 @@ def test_bad_calls_raise_clear_errors(built):
         run(x, z.astype(np.float32))
     with pytest.raises(TypeError, match=r"input 0 \(x\): expected 2 dimension\(s\), got 1"):
         run(z, z)
-    with pytest.raises(TypeError, match=r"input 0 \(x\): expected a numpy.ndarray.*got list"):
+    with pytest.raises(TypeError, match=r"input 0 \(x\) of .*: expected a numpy.ndarray, "
+                                        r"got list"):
         run([[1.0]], z)
-    with pytest.raises(ValueError, match=r"input 1 \(z\) has length 4 on output axis 1 where "
-                                         r"input 0 \(x\) has 3"):
+    with pytest.raises(ValueError, match=r"input 1 \(z\) of shape \(4,\) does not broadcast "
+                                         r"to the output shape \(2, 3\)"):
         run(x, np.ones(4))
-    with pytest.raises(ValueError, match=r"out: expected a writeable array of shape \(2, 3\)"):
+    with pytest.raises(ValueError, match=r"input 0 \(x\) of shape \(2, 3\) does not broadcast "
+                                         r"to the output shape \(3, 2\)"):
         run(x, z, out=np.ones((3, 2)))
     ro = np.ones((2, 3))
     ro.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
         run(x, z, out=ro)
-    with pytest.raises(TypeError, match=r"out: expected a numpy.ndarray of dtype float64 "
-                                        r"\(native byte order\) with 2 dimension\(s\), got dtype "
-                                        r"float32 with 2"):
+    with pytest.raises(TypeError, match=r"output 0: expected dtype float64 \(native byte order\), "
+                                        r"got float32"):
         run(x, z, out=np.ones((2, 3), np.float32))
-    with pytest.raises(TypeError, match="out: .* got list"):
+    with pytest.raises(TypeError, match="kernel: out: expected a numpy.ndarray, got list"):
         run(x, z, out=[])
     with pytest.raises(TypeError, match="native byte order"):
         run(x.astype(">f8"), z)
@@ -600,40 +548,33 @@ def test_bad_calls_raise_clear_errors(built):
         run(x, z, bogus=1)
 
 
-def test_generated_function_checks_its_operands(built):
-    """The linker-facing function computes into the output it is given (here
-    the destroyed input: in place) and never trusts its operands: a wrong
+def test_the_kernel_checks_its_operands(built):
+    """A step's kernel computes into the output it is given (here the
+    destroyed input: in place) and never trusts its operands: a wrong
     shape, dtype or array is an error, not a buffer overrun or a crash."""
-    kernel = built["linker_style"]
+    run = built["expsin_inplace"]
     rng = np.random.default_rng(5)
     x, z = rng.random((6, 8)), rng.random(8)
     want = _reference(GRAPH_CASES["expsin"], [x.copy(), z])
-    assert kernel((x, z), (x,)) is None
+    assert run(x, z, out=x) is x
     _assert_matches(x, want, fused=True)
-    with pytest.raises(ValueError, match=r"generated: input 1 \(z\) of shape \(5,\) does not "
+    with pytest.raises(ValueError, match=r"input 1 \(z\) of shape \(5,\) does not "
                                          r"broadcast to the output shape \(6, 8\)"):
-        kernel((x, np.ones(5)), (x,))
+        run(x, np.ones(5), out=x)
     with pytest.raises(ValueError, match=r"input 0 \(x\) of shape \(6, 8\) does not broadcast "
                                          r"to the output shape \(6, 1\)"):
-        kernel((x, z), (np.ones((6, 1)),))  # an output too small for the inputs
-    with pytest.raises(TypeError, match=r"generated: output 0: expected dtype float64"):
-        kernel((x, z), (np.ones((6, 8), np.float32),))
-    with pytest.raises(TypeError, match=r"generated: input 0 \(x\): expected a numpy.ndarray of "
-                                        r"dtype float64, got NULL"):
-        kernel((None, z), (x,))
+        run(x, z, out=np.ones((6, 1)))  # an output too small for the inputs
+    with pytest.raises(TypeError, match=r"output 0: expected dtype float64"):
+        run(x, z, out=np.ones((6, 8), np.float32))
+    with pytest.raises(TypeError, match=r"input 0 \(x\) of .*: expected a numpy.ndarray, "
+                                        r"got NoneType"):
+        run(None, z, out=x)
     with pytest.raises(TypeError, match=r"got list"):
-        kernel((x, [1.0]), (x,))
+        run(x, [1.0], out=x)
     ro = np.ones((6, 8))
     ro.flags.writeable = False
-    with pytest.raises(ValueError, match="generated: output 0 is read-only"):
-        kernel((x, z), (ro,))
-
-
-def test_code_generation_rejects_bad_names():
-    with pytest.raises(ValueError, match="not a C identifier"):
-        ce.c_function(GRAPH_CASES["expsin"], "bad name")
-    with pytest.raises(ValueError, match="not a C identifier"):
-        ce.module_source(GRAPH_CASES["expsin"], "bad-name")
+    with pytest.raises(ValueError, match="output 0 is read-only"):
+        run(x, z, out=ro)
 
 
 # --------------------------------------------------------------------------

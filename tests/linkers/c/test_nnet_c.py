@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from tenure.linkers.c import nnet as cn
+from tests.linkers.c import harness
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
 from tenure.symbolic.types import TensorType
 
@@ -51,7 +52,7 @@ CASES = _cases()
 
 @pytest.fixture(scope="module")
 def mod(cc):
-    return cn.build_module(CASES, "tn_test_nnet_c")
+    return harness.build(CASES)
 
 
 def _reference(node, x):
@@ -182,7 +183,7 @@ def test_output_is_input(mod, rng, dtype):
 def test_partial_overlap_goes_through_a_copy(mod, rng):
     base = rng.normal(size=(5, 64))
     node = Softmax((1,))(_var("float64", 2)).owner
-    m = cn.build_module({"run": node}, "tn_test_nnet_c_overlap")
+    m = harness.build(node)
     want = _reference(node, base[:4].copy())
     got = m.run(base[:4], out=base[1:])
     np.testing.assert_allclose(got, want, rtol=1e-13)
@@ -214,7 +215,9 @@ def test_has_c_code():
         assert not cn.has_c_code(Softmax((0,))(_var(dtype, 2)).owner)
         assert not cn.has_c_code(LogSumExp((0,))(_var(dtype, 2)).owner)
     with pytest.raises(NotImplementedError):
-        cn.c_function(Softmax((0,))(_var("int64", 2)).owner, "f")
-    src = cn.module_source(CASES["sm_float32_2"], "tn_src_only")
-    # The row loops live in the C runtime, once per machine; a module has its API once.
-    assert "tn_nn_rows_" not in src and src.count("#define TENURE_RUNTIME_H") == 1
+        cn.spec(Softmax((0,))(_var("int64", 2)).owner)
+
+
+def test_softmax_compiles_nothing(mod):
+    """Its loops are the C runtime's: the schedule describes the step."""
+    assert mod["sm_float32_2"].thunk.graph.source is None

@@ -13,7 +13,6 @@ compiles one module.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -56,21 +55,6 @@ def _compile(inputs, outputs, **flags):
         f = tn.function(inputs, outputs, mode=C)
     assert isinstance(f._thunk, CThunk)
     return f
-
-
-#: an elementwise kernel's description in generated code: its name, operands,
-#: tables, row width, then the thread settings (minsize, -1 for serial; threads)
-_KERNEL = re.compile(r'tn_ew_kernel \w+ = \{\s*"\w+", \d+, \w+, \w+, \w+, \w+,\s*\d+, (-?\d+), (\d+),')
-
-
-#: a reduction's description: ... its identity's size, the ufunc named when
-#: there is none, then the thread settings
-_REDUCTION = re.compile(r'\(int\)sizeof \w+, (?:NULL|"\w+"), (-?\d+), (\d+),')
-
-
-def _thread_settings(source: str) -> set[tuple[int, int]]:
-    """The (minsize, threads) of every elementwise kernel and reduction in ``source``."""
-    return {(int(m), int(t)) for m, t in _KERNEL.findall(source) + _REDUCTION.findall(source)}
 
 
 def _graph_thread_settings(graph) -> set[tuple[int, int]]:
@@ -229,30 +213,32 @@ def _mentions_openmp(kernel: str) -> bool:
     return any(word in kernel for word in ("_OPENMP", "pragma omp", "omp_", "tn_omp"))
 
 
-def test_serial_source_has_no_openmp(cc):
+def _loop_settings(node) -> tuple[int, int]:
+    """(minsize, threads) of an elementwise node's description."""
+    desc = ce.description(node)
+    return desc.minsize, desc.threads
+
+
+def test_serial_graphs_run_no_threads(cc):
     x = _var("float64", (None, None), "x")
     f = _compile([x], [tn.exp(x) + 1, tn.sum(x, axis=1)], openmp=False)
-    with tn.config.change_flags(openmp=False):
-        standalone = ce.module_source(_node(), "m")
-        kernel = ce.c_function(_node(), "k")
-    # (The shared support code keeps its `#ifdef _OPENMP` helpers: compiled out.)
     assert f._thunk.graph.source is None   # nothing but loops and their descriptions
-    assert _graph_thread_settings(f._thunk.graph) == {(-1, 0)}
-    assert "pragma omp" not in standalone and "omp_get" not in standalone
-    assert not _mentions_openmp(kernel)
-    assert _thread_settings(kernel) == {(-1, 0)}   # the runtime's driver: never threads
-    assert "fopenmp" not in " ".join(f._thunk.graph.flags)
+    assert _graph_thread_settings(f._thunk.graph) == {(-1, 0)}   # the drivers: never threads
+    with tn.config.change_flags(openmp=False):
+        assert _loop_settings(_node()) == (-1, 0)
+        # the loops themselves never mention OpenMP: the runtime's drivers run the threads
+        assert not _mentions_openmp(ce.loop_code(_node(), "k"))
 
 
-def test_settings_are_compiled_into_the_source(omp):
+def test_settings_go_into_the_description(omp):
     node = _node()
     with tn.config.change_flags(openmp=True, openmp_elemwise_minsize=12345, openmp_threads=0):
-        default = ce.c_function(node, "k")
+        default = _loop_settings(node)
     with tn.config.change_flags(openmp=True, openmp_elemwise_minsize=999, openmp_threads=5):
-        changed = ce.c_function(node, "k")
-    # (The driver in the runtime runs the threads; 0 threads: OpenMP's default.)
-    assert _thread_settings(default) == {(12345, 0)}
-    assert _thread_settings(changed) == {(999, 5)}
+        changed = _loop_settings(node)
+    # (0 threads: OpenMP's default.)
+    assert default == (12345, 0)
+    assert changed == (999, 5)
 
 
 def test_openmp_enabled_follows_the_config(omp):
@@ -269,7 +255,7 @@ def test_compiler_without_openmp_gives_serial_code(cc, monkeypatch):
     compiler._warn_no_openmp.cache_clear()
     with tn.config.change_flags(openmp=None):
         assert compiler.openmp_enabled() is False
-        assert not _mentions_openmp(ce.c_function(_node(), "k"))
+        assert _loop_settings(_node()) == (-1, 0)
     with tn.config.change_flags(openmp=True):
         with pytest.warns(RuntimeWarning, match="OpenMP"):
             assert compiler.openmp_enabled() is False

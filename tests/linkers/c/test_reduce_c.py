@@ -10,7 +10,6 @@ Compiling is the slow part: every node is built up front into a few modules
 
 from __future__ import annotations
 
-import concurrent.futures
 import warnings
 
 import numpy as np
@@ -20,6 +19,7 @@ from hypothesis import strategies as st
 
 import tenure as tn
 from tenure.linkers.c import reduce as cr
+from tests.linkers.c import harness
 from tenure.symbolic.ops.composite import FusedReduce
 from tenure.symbolic.ops.reduce import Reduce
 from tenure.symbolic.types import TensorType
@@ -123,22 +123,12 @@ FUSED = {k: n for k, n in GRAPH_CASES.items() if isinstance(n.op, FusedReduce)}
 # Building: a few modules with many entries each, in parallel
 
 
-_GROUPS = 3
 _built: dict = {}
 
 
 def _build_all():
-    if _built:
-        return _built
-    cases = {**REDUCE_CASES, **GRAPH_CASES}
-    keys = sorted(cases)
-    groups = [{k: cases[k] for k in keys[i::_GROUPS]} for i in range(_GROUPS)]
-    with concurrent.futures.ThreadPoolExecutor(_GROUPS) as pool:
-        modules = list(pool.map(lambda ig: cr.build_module(ig[1], f"tn_test_reduce_{ig[0]}"),
-                                enumerate(groups)))
-    for module, group in zip(modules, groups):
-        for key in group:
-            _built[key] = getattr(module, key)
+    if not _built:
+        _built.update(harness.build({**REDUCE_CASES, **GRAPH_CASES}))
     return _built
 
 
@@ -384,9 +374,9 @@ def test_has_c_code():
     assert not cr.has_c_code(tn.exp(x).owner)
     assert not cr.has_c_code(tn.sum(TensorType("complex128", (None,))(), axis=0).owner)
     with pytest.raises(NotImplementedError):
-        cr.c_function(tn.cumsum(x, axis=0).owner, "f")
-    with pytest.raises(ValueError):
-        cr.c_function(tn.sum(x).owner, "not an identifier")
+        cr.description(tn.cumsum(x, axis=0).owner)
+    with pytest.raises(NotImplementedError):
+        cr.loop_kernel(tn.cumsum(x, axis=0).owner)
 
 
 # --------------------------------------------------------------------------

@@ -259,18 +259,10 @@ static int tn_sc_ew(tn_schedule *sc, tn_istep *st, PyObject *p, PyObject *loops)
     return 0;
 }
 
-/* reductions: (full_nd, shape_src, operands, reduced, keepdims, identity, no_identity,
- *              minsize, threads, loop) */
-static int tn_sc_rd(tn_schedule *sc, tn_istep *st, PyObject *p, PyObject *loops)
+/* A reduced shape's source (per output axis, an axis of the inputs'
+ * broadcast shape, or -1), checked against full_nd. */
+static int tn_sc_shape_src(tn_schedule *sc, tn_istep *st, PyObject *src)
 {
-    PyObject *src, *operands, *reduced, *identity, *no_identity;
-    const tn_rd_loops *l;
-    long loop;
-    tn_rd_kernel *k = &st->rd;
-    if (!PyArg_ParseTuple(p, "iO!OO!iO!OnIl:Schedule reduction", &st->full_nd, &PyTuple_Type,
-                          &src, &operands, &PyTuple_Type, &reduced, &k->keepdims, &PyBytes_Type,
-                          &identity, &no_identity, &k->minsize, &k->threads, &loop))
-        return -1;
     if (st->full_nd < 0 || st->full_nd > NPY_MAXDIMS) {
         PyErr_SetString(PyExc_ValueError, "Schedule: a reduction's ndim is out of range");
         return -1;
@@ -283,6 +275,23 @@ static int tn_sc_rd(tn_schedule *sc, tn_istep *st, PyObject *p, PyObject *loops)
             PyErr_SetString(PyExc_ValueError, "Schedule: a reduced axis out of range");
             return -1;
         }
+    return 0;
+}
+
+/* reductions: (full_nd, shape_src, operands, reduced, keepdims, identity, no_identity,
+ *              minsize, threads, loop) */
+static int tn_sc_rd(tn_schedule *sc, tn_istep *st, PyObject *p, PyObject *loops)
+{
+    PyObject *src, *operands, *reduced, *identity, *no_identity;
+    const tn_rd_loops *l;
+    long loop;
+    tn_rd_kernel *k = &st->rd;
+    if (!PyArg_ParseTuple(p, "iO!OO!iO!OnIl:Schedule reduction", &st->full_nd, &PyTuple_Type,
+                          &src, &operands, &PyTuple_Type, &reduced, &k->keepdims, &PyBytes_Type,
+                          &identity, &no_identity, &k->minsize, &k->threads, &loop))
+        return -1;
+    if (tn_sc_shape_src(sc, st, src) < 0)
+        return -1;
     k->name = st->name;
     k->nops = st->nin + 1;
     if (tn_sc_operands(sc, operands, k->nops, &k->type_nums, &k->dtype_names, &k->ndims,
@@ -342,14 +351,8 @@ static int tn_sc_nn(tn_schedule *sc, tn_istep *st, PyObject *p)
     if (st->dtype_name == NULL || st->nn_reduced == NULL || st->nin != 1)
         return -1;
     if (src != Py_None) {
-        st->shape_src = tn_sc_ints(sc, src, "shape_src", st->out_nd);
-        if (st->shape_src == NULL)
+        if (tn_sc_shape_src(sc, st, src) < 0)
             return -1;
-        for (int d = 0; d < st->out_nd; d++)
-            if (st->shape_src[d] >= st->full_nd || st->full_nd > NPY_MAXDIMS) {
-                PyErr_SetString(PyExc_ValueError, "Schedule: a reduced axis out of range");
-                return -1;
-            }
     } else if (st->out_nd != st->nn_nd) {
         PyErr_SetString(PyExc_ValueError, "Schedule: softmax keeps its input's shape");
         return -1;
@@ -985,6 +988,73 @@ fail:
     return NULL;
 }
 
+/* schedule.kernel(k, inputs, out): step k's kernel alone, on these inputs
+ * (all of the node's, a Python number's position ignored) into `out`, an
+ * array the kernel checks like any other: no slots, no plan.  For tests and
+ * debugging: one node through exactly the code a schedule runs. */
+static PyObject *tn_sc_kernel_method(tn_schedule *sc, PyObject *args)
+{
+    Py_ssize_t k;
+    PyObject *inputs, *out_obj;
+    const tn_istep *st;
+    int rc = -1, i;
+    if (!PyArg_ParseTuple(args, "nO!O:kernel", &k, &PyTuple_Type, &inputs, &out_obj))
+        return NULL;
+    if (k < 0 || k >= sc->n_steps) {
+        PyErr_Format(PyExc_IndexError, "kernel: no step %zd (of %zd)", k, sc->n_steps);
+        return NULL;
+    }
+    st = &sc->steps[k];
+    if (st->kind < TN_STEP_EW || st->kind > TN_STEP_NN) {
+        PyErr_Format(PyExc_TypeError, "kernel: step %zd has no kernel writing an output", k);
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(inputs) != st->nin) {
+        PyErr_Format(PyExc_TypeError, "%s: expected %d input(s), got %zd", st->name, st->nin,
+                     PyTuple_GET_SIZE(inputs));
+        return NULL;
+    }
+    {
+        PyArrayObject *in[st->nin > 0 ? st->nin : 1], *copies[st->nin > 0 ? st->nin : 1];
+        PyArrayObject *out;
+        for (i = 0; i < st->nin; i++) {
+            in[i] = NULL;
+            if (!st->weak[i] && tn_cl_array(PyTuple_GET_ITEM(inputs, i), &in[i],
+                                            st->whats[i]) < 0)
+                return NULL;
+        }
+        if (tn_cl_array(out_obj, &out, "kernel: out") < 0)
+            return NULL;
+        /* Inputs that overlap the output other than exactly are read from a
+         * copy (a schedule's buffers never do but in place; products stage
+         * their operands themselves). */
+        const int own_staging = st->kind == TN_STEP_MM || st->kind == TN_STEP_GEMM;
+        for (i = 0; i < st->nin; i++) {
+            copies[i] = NULL;
+            if (!own_staging && in[i] != NULL && tn_cl_unsafe_overlap(out, in[i])) {
+                copies[i] = (PyArrayObject *)PyArray_NewCopy(in[i], NPY_ANYORDER);
+                if (copies[i] == NULL)
+                    break;
+                in[i] = copies[i];
+            }
+        }
+        if (i == st->nin)
+            rc = tn_sc_kernel(st, in, out);
+        for (int j = 0; j < i; j++)
+            Py_XDECREF(copies[j]);
+    }
+    if (rc < 0)
+        return NULL;
+    Py_INCREF(out_obj);
+    return out_obj;
+}
+
+static PyMethodDef tn_sc_methods[] = {
+    {"kernel", (PyCFunction)tn_sc_kernel_method, METH_VARARGS,
+     "kernel(k, inputs, out): step k's kernel alone, into out (tests, debugging)"},
+    {NULL, NULL, 0, NULL}
+};
+
 static PyTypeObject ScheduleType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "tenure.linkers.c.runtime.Schedule",
@@ -997,5 +1067,6 @@ static PyTypeObject ScheduleType = {
     .tp_traverse = (traverseproc)tn_sc_traverse,
     .tp_clear = (inquiry)tn_sc_clear,
     .tp_call = PyVectorcall_Call,
+    .tp_methods = tn_sc_methods,
     .tp_vectorcall_offset = offsetof(tn_schedule, vectorcall),
 };
