@@ -73,8 +73,8 @@ from __future__ import annotations
 
 
 from tenure.linkers.c.cgen import IDENTIFIER, NPY_TYPES, c_string, comment, input_label
+from tenure.linkers.c import scalar_code as sc
 from tenure.symbolic.graph import Apply
-from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.blas import Dot, MatMul, Outer
 from tenure.symbolic.ops.gemm import Gemm
 
@@ -159,7 +159,7 @@ def _mul(dtype: str, x: str, y: str) -> str:
         return f"(npy_bool)(({x}) != 0 && ({y}) != 0)"
     if dtype in _FLOATS:
         return f"({x}) * ({y})"
-    return f"({ps.c_type(dtype)})((npy_uint64)({x}) * (npy_uint64)({y}))"
+    return f"({sc.c_type(dtype)})((npy_uint64)({x}) * (npy_uint64)({y}))"
 
 
 def c_function(node: Apply, fname: str) -> str:
@@ -210,10 +210,10 @@ static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
         const char *pa = PyArray_BYTES(flat[0]), *pb = PyArray_BYTES(flat[1]);
         char *po = PyArray_BYTES(out);
         for (npy_intp i = 0; i < shape[0]; i++) {{
-            {ps.c_type(dtype)} x;
+            {sc.c_type(dtype)} x;
             memcpy(&x, pa + i * sa, sizeof x);
             for (npy_intp j = 0; j < shape[1]; j++) {{
-                {ps.c_type(dtype)} y, r;
+                {sc.c_type(dtype)} y, r;
                 memcpy(&y, pb + j * sb, sizeof y);
                 r = {_mul(dtype, "x", "y")};
                 memcpy(po + i * so0 + j * so1, &r, sizeof r);

@@ -13,7 +13,7 @@ import numpy as np
 
 from tenure.symbolic.graph import Apply
 
-__all__ = ["C_DTYPES", "HEADERS", "IDENTIFIER", "NPY_TYPES", "c_string", "comment",
+__all__ = ["C_DTYPES", "C_TYPES", "HEADERS", "IDENTIFIER", "NPY_TYPES", "c_string", "comment",
            "input_label", "no_contract", "table", "typenum"]
 
 #: a C identifier
@@ -30,6 +30,8 @@ NPY_TYPES = {"bool": "NPY_BOOL", "float32": "NPY_FLOAT32", "float64": "NPY_FLOAT
              **{f"{s}int{b}": f"NPY_{s.upper()}INT{b}"
                 for s in ("", "u") for b in (8, 16, 32, 64)}}
 C_DTYPES = frozenset(NPY_TYPES)
+#: the C type holding one element of each
+C_TYPES = {name: f"npy_{name}" for name in NPY_TYPES}
 
 
 def typenum(dtype) -> str:

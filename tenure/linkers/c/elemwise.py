@@ -81,6 +81,7 @@ import numpy as np
 
 from tenure.linkers.c import kernels
 from tenure.linkers.c.cgen import comment, input_label, no_contract
+from tenure.linkers.c import scalar_code as sc
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.composite import Composite
@@ -134,7 +135,7 @@ class ScalarKernel:
     def temp(self, dtype: np.dtype, expr: str) -> str:
         name = f"t{self._count}"
         self._count += 1
-        self.body.append(f"const {ps.c_type(dtype)} {name} = {expr};")
+        self.body.append(f"const {sc.c_type(dtype)} {name} = {expr};")
         return name
 
 
@@ -164,16 +165,16 @@ def _scalar_kernel(op: Elemwise, weak_inputs: tuple, exact: tuple, inputs: tuple
                                      for i, (dtype, _) in enumerate(inputs)],
                           in_ndims=[ndim for _, ndim in inputs],
                           out_dtype=np.dtype(output[0]), out_ndim=output[1])
-    ps.check_c_dtypes(str(op), [d for d in kernel.in_dtypes if d is not None]
+    sc.check_c_dtypes(str(op), [d for d in kernel.in_dtypes if d is not None]
                       + [kernel.out_dtype])
     args = [_Value(number=weak[i]) if i in weak else _Value(f"v{i}", kernel.in_dtypes[i])
             for i in range(len(inputs))]
     result = _emit(op.scalar_op, args, kernel)
     value = (result.ident if result.ident is not None
-             else op.scalar_op.c_weak_literal(0, result.number, kernel.out_dtype))
+             else sc.c_weak_literal(op.scalar_op, 0, result.number, kernel.out_dtype))
     src = result.dtype if result.ident is not None else kernel.out_dtype
-    kernel.body.append(f"const {ps.c_type(kernel.out_dtype)} r = "
-                       f"{ps.c_convert(value, src, kernel.out_dtype)};")
+    kernel.body.append(f"const {sc.c_type(kernel.out_dtype)} r = "
+                       f"{sc.c_convert(value, src, kernel.out_dtype)};")
     return kernel
 
 
@@ -188,19 +189,19 @@ def _emit(op: ps.ScalarOp, args: list[_Value], kernel: ScalarKernel) -> _Value:
         return temps[-1]
     probes = [a.probe for a in args]
     out_dtype = np.dtype(op.output_dtype(probes))
-    folded = op.c_fold(probes)
+    folded = sc.c_fold(op, probes)
     if folded is not None:
-        return _Value(kernel.temp(out_dtype, ps.c_literal(folded, out_dtype)), out_dtype)
-    dtypes = op.c_input_dtypes(probes)
+        return _Value(kernel.temp(out_dtype, sc.c_literal(folded, out_dtype)), out_dtype)
+    dtypes = sc.c_input_dtypes(op, probes)
     names = []
     for position, (arg, dtype) in enumerate(zip(args, dtypes)):
         if arg.ident is None:
-            names.append(op.c_weak_literal(position, arg.number, dtype))
+            names.append(sc.c_weak_literal(op, position, arg.number, dtype))
             continue
-        converted = ps.c_convert(arg.ident, arg.dtype, dtype)
+        converted = sc.c_convert(arg.ident, arg.dtype, dtype)
         # Templates may repeat an argument: give a conversion a name of its own.
         names.append(arg.ident if converted == arg.ident else kernel.temp(dtype, converted))
-    return _Value(kernel.temp(out_dtype, op.c_code(names, dtypes, out_dtype)), out_dtype)
+    return _Value(kernel.temp(out_dtype, sc.c_code(op, names, dtypes, out_dtype)), out_dtype)
 
 
 def has_c_code(node: Apply) -> bool:
@@ -400,7 +401,7 @@ def _inner_loops(kernel: ScalarKernel, read: list[int], dtypes: list) -> tuple[s
     """The loop over one block (``m`` elements) twice: typed over aligned rows
     (the one the compiler vectorizes; input pointers from ``rows``, the
     output's from ``at``), and over byte strides with memcpy loads from ``at``."""
-    types = [ps.c_type(d) for d in dtypes]
+    types = [sc.c_type(d) for d in dtypes]
     names = [f"v{i}" for i in read]
     contiguous = _loop(
         [f"{types[0]} *const o0 = ({types[0]} *)at[0];"]
@@ -421,7 +422,7 @@ def _inner_loops(kernel: ScalarKernel, read: list[int], dtypes: list) -> tuple[s
 def load_element(name: str, dtype: np.dtype, source: str, strided: bool = False) -> str:
     """Read one input element into ``name``.  Bools are normalised to 0/1: a
     bool array viewed from other bytes may hold any nonzero value."""
-    ctype = ps.c_type(dtype)
+    ctype = sc.c_type(dtype)
     if strided:
         read = f"{ctype} {name}; memcpy(&{name}, {source}, sizeof {name});"
         return read + (f" {name} = {name} != 0;" if dtype.kind == "b" else "")
@@ -447,4 +448,4 @@ def _loop(setup: list[str], loads: list[str], names: list[str], body: list[str],
 
 #: the scalar helpers every generated function needs, once per module, after
 #: the runtime's API (:func:`.runtime.header`, where the loop driver is)
-SUPPORT_CODE = no_contract(ps.C_SUPPORT_CODE)
+SUPPORT_CODE = no_contract(sc.support_code())

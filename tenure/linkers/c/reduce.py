@@ -101,8 +101,8 @@ from tenure.linkers.c import kernels
 from tenure.linkers.c.cgen import input_label, no_contract
 from tenure.linkers.c.elemwise import COMPILE_FLAGS, load_element, parallel_settings, scalar_kernel
 from tenure.linkers.c.elemwise import SUPPORT_CODE as _EW_SUPPORT_CODE
+from tenure.linkers.c import scalar_code as sc
 from tenure.symbolic.graph import Apply
-from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.composite import FusedReduce
 from tenure.symbolic.ops.reduce import Reduce
 
@@ -147,10 +147,10 @@ class _Plan:
         out = node.outputs[0]
         self.out_dtype = np.dtype(out.dtype)
         self.out_ndim = out.ndim
-        ps.check_c_dtypes(str(op), self.in_dtypes + [value_dtype, self.out_dtype])
+        sc.check_c_dtypes(str(op), self.in_dtypes + [value_dtype, self.out_dtype])
         self.acc = self.out_dtype          # the accumulator: always the output dtype
-        self.value = ps.c_convert(value, value_dtype, self.acc)
-        self.atype = ps.c_type(self.acc)
+        self.value = sc.c_convert(value, value_dtype, self.acc)
+        self.atype = sc.c_type(self.acc)
         self.pairwise = fn in ("sum", "mean") and self.acc.kind == "f"
 
     def combine(self, a: str, b: str) -> str:
@@ -169,7 +169,7 @@ class _Plan:
 
     def identity(self) -> str:
         """C literal of :meth:`identity_value`."""
-        return ps.c_literal(self.identity_value(), self.acc)
+        return sc.c_literal(self.identity_value(), self.acc)
 
     def identity_value(self):
         """The reduction's identity in the accumulator's dtype (as a Python number)."""
@@ -208,7 +208,7 @@ def _broadcast_pointers(plan: _Plan, pad: str, n: str, start: str) -> list[str]:
     run stays one vectorizable loop."""
     lines = []
     for i, d in enumerate(plan.in_dtypes):
-        t = ps.c_type(d)
+        t = sc.c_type(d)
         lines += [pad + f"const {t} *p{i} = (const {t} *)ptr[{i + 1}]"
                   f" + (s[{i + 1}] ? {start} : 0);",
                   pad + f"{t} bc{i}[{BLOCK}];",

@@ -47,8 +47,8 @@ import numpy as np
 
 from tenure.linkers.c import views
 from tenure.linkers.c.cgen import c_string, typenum
+from tenure.linkers.c import scalar_code as sc
 from tenure.symbolic.graph import Apply
-from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.subtensor_update import IncSubtensor
 
 __all__ = ["COMPILE_FLAGS", "c_function", "has_c_code"]
@@ -78,7 +78,7 @@ def has_c_code(node: Apply) -> bool:
 
 def _update(op, xd: np.dtype, vd: np.dtype) -> str:
     """The C statement writing one element: ``*o`` from ``*p``."""
-    xt, vt = ps.c_type(xd), ps.c_type(vd)
+    xt, vt = sc.c_type(xd), sc.c_type(vd)
     if op.set_instead_of_inc:
         if xd.kind == "b":
             return f"*({xt} *)o = *({vt} *)p != 0;"
@@ -88,9 +88,9 @@ def _update(op, xd: np.dtype, vd: np.dtype) -> str:
         return f"*({xt} *)o = *({xt} *)o || *({vt} *)p;"
     if ct.kind in "iu":
         # Unsigned arithmetic wraps as NumPy's does (signed overflow is undefined in C).
-        ut = ps.c_type(np.dtype(f"uint{ct.itemsize * 8}"))
+        ut = sc.c_type(np.dtype(f"uint{ct.itemsize * 8}"))
         return f"*({xt} *)o = ({xt})(({ut})*({xt} *)o + ({ut})*({vt} *)p);"
-    c = ps.c_type(ct)
+    c = sc.c_type(ct)
     return f"*({xt} *)o = ({xt})(({c})*({xt} *)o + ({c})*({vt} *)p);"
 
 

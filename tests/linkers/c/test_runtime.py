@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 import tenure as tn
-from tenure.linkers.c import cache, compiler, ctemplate, kernels, runtime
-from tenure.linkers.c.cgen import HEADERS
+from tenure.linkers.c import cache, compiler, ctemplate, kernels, runtime, scalar_code
+from tenure.linkers.c.cgen import C_DTYPES, HEADERS
+from tenure.symbolic.ops import scalar as ps
 
 C = tn.Mode(linker="c")
 
@@ -37,6 +38,33 @@ def test_runtime_sources_compile_without_warnings(cc, tmp_path, openmp):
     assert (tmp_path / "runtime.so").is_file()
 
 
+def test_scalar_helpers_compile_without_warnings(cc, tmp_path):
+    """The scalar ops' helpers (include/scalar_ops.h.src), expanded, with an
+    expression of every op on every dtype using them, under -Wall -Wextra
+    -Werror, as a loop library includes them."""
+    body = []
+    for name, op in ps.TABLE.items():
+        for dtype in C_DTYPES:
+            probes = [np.empty(0, dtype)] * op.nin
+            if not scalar_code.has_c_code(op, probes):
+                continue
+            dtypes = scalar_code.c_input_dtypes(op, probes)
+            out = op.output_dtype(probes)
+            args = ", ".join(f"{scalar_code.c_type(d)} a{k}" for k, d in enumerate(dtypes))
+            expr = scalar_code.c_code(op, [f"a{k}" for k in range(op.nin)], dtypes, out)
+            unused = "".join(f"(void)a{k}; " for k in range(op.nin))   # isnan of an int ...
+            body.append(f"{scalar_code.c_type(out)} tn_use_{name}_{dtype}({args})\n"
+                        f"{{ int tn_status = 0; {scalar_code.c_type(out)} r = {expr}; "
+                        f"{unused}(void)tn_status; return r; }}\n")
+    body.append("int (*tn_use_import)(void) = tn_import_runtime;\n")
+    assert len(body) > 300
+    source = tmp_path / "scalar.c"
+    source.write_text(HEADERS + runtime.header() + scalar_code.support_code() + "".join(body))
+    recipe = compiler.make_recipe(("-Wall", "-Wextra", "-Werror", "-fno-math-errno"), openmp=False)
+    compiler.compile_shared_library(source, tmp_path / "scalar.so", recipe)
+    assert (tmp_path / "scalar.so").is_file()
+
+
 def test_every_runtime_file_is_used():
     """A file in include/ or src/ that no build includes would be dead code."""
     text = runtime.runtime_source() + runtime.header()
@@ -51,7 +79,7 @@ def test_every_runtime_file_is_shipped_in_the_package():
     config.read(Path(tn.__file__).parent.parent / "setup.cfg")
     patterns = config["options.package_data"]["tenure.linkers.c"].split(",")
     package = Path(runtime.__file__).parent
-    for path in runtime.source_files():
+    for path in [*runtime.source_files(), scalar_code.SUPPORT_HEADER]:
         relative = path.relative_to(package).as_posix()
         assert any(fnmatch.fnmatchcase(relative, p.strip()) for p in patterns), relative
 
