@@ -325,7 +325,7 @@ def _kernel_step(k: int, step, kind: str, offset: int, label: str, loops: list) 
     if kind == "blas":
         ax = blas.product_axes(node)
         axes = Axes(len(ax["bo"]), tuple(ax["ba"]), tuple(ax["bb"]), tuple(ax["bo"]), ax["am"],
-                ax["ak"], ax["bk"], ax["bn"], ax["om"], ax["on"], ax["ond"])
+                    ax["ak"], ax["bk"], ax["bn"], ax["om"], ax["on"], ax["ond"])
         labels = tuple(input_label(node, i) for i in range(len(node.inputs)))
         kind = GEMM if isinstance(node.op, Gemm) else PRODUCT
         return kind, _head(k, step, offset, label), ProductParams(
