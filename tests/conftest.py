@@ -104,6 +104,7 @@ def pytest_unconfigure(config):
         shutil.rmtree(compiledir, ignore_errors=True)
 
 
+@pytest.hookimpl(tryfirst=True)   # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``--dist loadgroup``), each file of the C linker's
     own tests runs on one worker: their module fixtures compile every kernel
