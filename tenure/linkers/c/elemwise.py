@@ -205,7 +205,7 @@ def _emit(op: ps.ScalarOp, args: list[_Value], kernel: ScalarKernel) -> _Value:
 
 
 def has_c_code(node: Apply) -> bool:
-    """Whether :func:`c_function` can compile ``node``."""
+    """Whether the node has C code (:func:`loop_code` and :func:`description`)."""
     try:
         scalar_kernel(node)
     except (NotImplementedError, OverflowError):
@@ -298,7 +298,7 @@ def description(node: Apply) -> Description:
 
 
 def row_operands(node: Apply) -> tuple[tuple[int, ...], int]:
-    """``(inputs read, widest itemsize)`` of the loop :func:`c_function`
+    """``(inputs read, widest itemsize)`` of the loop :func:`loop_code`
     writes for ``node`` (the inputs given as Python numbers are not read):
     what :func:`row_buffer_bytes` needs, worked out once per node."""
     read, dtypes = _operands(scalar_kernel(node))
@@ -307,7 +307,7 @@ def row_operands(node: Apply) -> tuple[tuple[int, ...], int]:
 
 def row_buffer_bytes(operands: tuple[tuple[int, ...], int], in_shapes: list,
                      out_shape: tuple | None) -> int:
-    """Bytes of the row buffers :func:`c_function`'s loop allocates for these
+    """Bytes of the row buffers the runtime's loop driver allocates for these
     (planned) shapes, given the node's :func:`row_operands`: where an input
     repeats one element along the innermost axis of the loop (after
     ``tn_ew_layout`` merged the axes it can), each thread copies it out into

@@ -189,7 +189,7 @@ class _Plan:
 
 
 def has_c_code(node: Apply) -> bool:
-    """Whether :func:`c_function` can compile ``node``."""
+    """Whether the node has C code (:func:`loop_code` and :func:`description`)."""
     try:
         _Plan(node)
     except (NotImplementedError, OverflowError):
