@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import tenure as tn
-from tenure.linkers.c import cache, compiler, ctemplate, kernels, runtime, scalar_code
+from tenure.linkers.c import cache, compiler, ctemplate, kernels, module, runtime, scalar_code
+from tenure.linkers.c import views as cviews
 from tenure.linkers.c.cgen import C_DTYPES, HEADERS
 from tenure.symbolic.ops import scalar as ps
 
@@ -262,10 +263,82 @@ def test_a_schedule_refuses_what_does_not_fit_its_description(cc):
     n_slots, n_steps = f._thunk.plan.n_slots, len(f._thunk.plan.steps)
     args = ([None] * n_slots, [np.ones(3)], None, (None,) * (n_steps + 1), np.zeros(1, np.intp))
     np.testing.assert_allclose(run(*args)[0], np.exp(1.0) + 1)
-    with pytest.raises(ValueError, match="wrong length"):
+    with pytest.raises(ValueError, match=rf"lengths {n_slots}, 1 and {n_steps + 1}, got 1, 1"):
         run([None], [np.ones(3)], None, (None,) * (n_steps + 1), np.zeros(1, np.intp))
     with pytest.raises(TypeError, match="expected"):
         run(*args[:4])
+    # Schedule.kernel: one step's kernel, its errors named
+    with pytest.raises(IndexError, match="no step 5"):
+        run.kernel(5, (np.ones(3),), np.ones(3))
+    with pytest.raises(TypeError, match=r"expected 1 input\(s\), got 2"):
+        run.kernel(0, (np.ones(3), np.ones(3)), np.ones(3))
+    with pytest.raises(TypeError, match="kernel: out: expected a numpy.ndarray, got list"):
+        run.kernel(0, (np.ones(3),), [])
+
+
+def _step_of(graph, kind):
+    return next(k for k, step in enumerate(graph.description.steps) if step.kind == kind)
+
+
+def _with_step(description, k, step):
+    steps = list(description.steps)
+    steps[k] = step
+    return description._replace(steps=tuple(steps))
+
+
+def test_a_schedule_checks_what_its_drivers_would_read(cc):
+    """Lengths the drivers index by (a reduction's axis flags, a product's
+    batch axes, a view's axes) are checked against the ndims they go with."""
+    x = tn.matrix("x")
+    f = tn.function([x], [x.sum(axis=0), x @ x.T, x.dimshuffle(1, "x", 0), x[1:, 0],
+                          tn.softmax(x, axis=1)], mode=C)
+    graph, Schedule = f._thunk.graph, runtime.load_runtime().Schedule
+    loops = kernels.loops(_loop_keys(f))
+    desc = graph.description
+    Schedule(desc, loops, None)   # the real one is fine
+
+    k = _step_of(graph, module.REDUCE)
+    step = desc.steps[k]
+    bad = step._replace(params=step.params._replace(reduced=(1,)))
+    with pytest.raises(ValueError, match=r"reduced: expected 2 item\(s\)"):
+        Schedule(_with_step(desc, k, bad), loops, None)
+    bad = step._replace(params=step.params._replace(shape_src=(5,)))
+    with pytest.raises(ValueError, match="output axis 0 comes from axis 5 of 2"):
+        Schedule(_with_step(desc, k, bad), loops, None)
+
+    k = _step_of(graph, module.PRODUCT)
+    step = desc.steps[k]
+    bad = step._replace(params=step.params._replace(
+        axes=step.params.axes._replace(nb=2)))
+    with pytest.raises(ValueError, match=r"ba: expected 2 item\(s\)"):
+        Schedule(_with_step(desc, k, bad), loops, None)
+
+    views = [k for k, s in enumerate(desc.steps) if s.kind == module.VIEW]
+    for k in views:
+        step = desc.steps[k]
+        if step.params.kind == cviews.DIMSHUFFLE:
+            order = step.params.order
+            bad = step._replace(params=step.params._replace(order=order + (0,)))
+            with pytest.raises(ValueError, match=f"view kind 0 .* {len(order) + 1} axes in"):
+                Schedule(_with_step(desc, k, bad), loops, None)
+            bad = step._replace(params=step.params._replace(order=order[:-1] + (7,)))
+            with pytest.raises(ValueError,
+                               match=f"output axis {len(order) - 1} is input axis 7 of 2"):
+                Schedule(_with_step(desc, k, bad), loops, None)
+        else:
+            bad = step._replace(params=step.params._replace(out_nd=2))
+            with pytest.raises(ValueError, match="the index makes 1 output axes, not 2"):
+                Schedule(_with_step(desc, k, bad), loops, None)
+
+    k = _step_of(graph, module.NNET)
+    step = desc.steps[k]
+    bad = step._replace(ins=step.ins * 2, head=step.head._replace(
+        whats=step.head.whats * 2, weak=step.head.weak * 2))
+    with pytest.raises(ValueError, match="expected 1 input, got 2"):
+        Schedule(_with_step(desc, k, bad), loops, None)
+    bad = step._replace(head=step.head._replace(destroyed=-5))
+    with pytest.raises(ValueError, match="destroyed input -5 of 1"):
+        Schedule(_with_step(desc, k, bad), loops, None)
 
 
 def test_a_graph_of_known_loops_compiles_nothing(cc, tmp_path):

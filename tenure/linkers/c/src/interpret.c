@@ -119,8 +119,12 @@ static void *tn_sc_alloc(tn_schedule *sc, Py_ssize_t n, size_t size)
 
 static int tn_sc_tuple(PyObject *obj, const char *what, Py_ssize_t n)
 {
-    if (!PyTuple_Check(obj) || (n >= 0 && PyTuple_GET_SIZE(obj) != n)) {
-        PyErr_Format(PyExc_TypeError, "Schedule: %s: expected a tuple of %zd, got %R", what, n,
+    if (!PyTuple_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "Schedule: %s: expected a tuple, got %R", what, obj);
+        return -1;
+    }
+    if (n >= 0 && PyTuple_GET_SIZE(obj) != n) {
+        PyErr_Format(PyExc_ValueError, "Schedule: %s: expected %zd item(s), got %R", what, n,
                      obj);
         return -1;
     }
@@ -198,14 +202,17 @@ static int tn_sc_kernel_head(tn_schedule *sc, tn_istep *st, PyObject *head)
                           &PyTuple_Type, &weak, &st->offset, &st->out_type, &st->out_nd,
                           &st->destroyed))
         return -1;
-    st->name = PyUnicode_AsUTF8(name);
-    st->whats = tn_sc_strings(sc, whats, "whats", st->nin);
-    st->weak = tn_sc_ints(sc, weak, "weak", st->nin);
-    if (st->name == NULL || st->whats == NULL || st->weak == NULL)
+    /* (each reader stops at the first failure: none runs with an exception set) */
+    if ((st->name = PyUnicode_AsUTF8(name)) == NULL
+            || (st->whats = tn_sc_strings(sc, whats, "whats", st->nin)) == NULL
+            || (st->weak = tn_sc_ints(sc, weak, "weak", st->nin)) == NULL)
         return -1;
-    if (st->destroyed >= st->nin || st->out_nd < 0 || st->out_nd > NPY_MAXDIMS
-            || st->offset < 1 || st->offset + 2 + st->out_nd > sc->table_size) {
-        PyErr_SetString(PyExc_ValueError, "Schedule: a step's output is out of range");
+    if (st->destroyed < -1 || st->destroyed >= st->nin || st->out_nd < 0
+            || st->out_nd > NPY_MAXDIMS || st->offset < 1
+            || st->offset + 2 + st->out_nd > sc->table_size) {
+        PyErr_Format(PyExc_ValueError, "Schedule: %s: destroyed input %d of %d, output ndim %d "
+                     "and table entry %zd (of a table of %zd) are out of range", st->name,
+                     st->destroyed, st->nin, st->out_nd, st->offset, sc->table_size);
         return -1;
     }
     return 0;
@@ -220,11 +227,10 @@ static int tn_sc_operands(tn_schedule *sc, PyObject *obj, int nops, const int **
     if (!PyArg_ParseTuple(obj, "O!O!O!O!:Schedule operands", &PyTuple_Type, &t, &PyTuple_Type,
                           &d, &PyTuple_Type, &n, &PyTuple_Type, &l))
         return -1;
-    *types = tn_sc_ints(sc, t, "types", nops);
-    *dtypes = tn_sc_strings(sc, d, "dtypes", nops);
-    *ndims = tn_sc_ints(sc, n, "ndims", nops);
-    *labels = tn_sc_strings(sc, l, "labels", nops);
-    return *types && *dtypes && *ndims && *labels ? 0 : -1;
+    return (*types = tn_sc_ints(sc, t, "types", nops)) != NULL
+           && (*dtypes = tn_sc_strings(sc, d, "dtypes", nops)) != NULL
+           && (*ndims = tn_sc_ints(sc, n, "ndims", nops)) != NULL
+           && (*labels = tn_sc_strings(sc, l, "labels", nops)) != NULL ? 0 : -1;
 }
 
 /* elementwise: (read, operands, width, minsize, threads, loop) */
@@ -243,7 +249,8 @@ static int tn_sc_ew(tn_schedule *sc, tn_istep *st, PyObject *p, PyObject *loops)
         return -1;
     for (int j = 0; j < st->nread; j++)
         if (st->read[j] < 0 || st->read[j] >= st->nin) {
-            PyErr_SetString(PyExc_ValueError, "Schedule: an elementwise operand out of range");
+            PyErr_Format(PyExc_ValueError, "Schedule: %s: operand %d reads input %d of %d",
+                         st->name, j + 1, st->read[j], st->nin);
             return -1;
         }
     k->name = st->name;
@@ -264,15 +271,17 @@ static int tn_sc_ew(tn_schedule *sc, tn_istep *st, PyObject *p, PyObject *loops)
 static int tn_sc_shape_src(tn_schedule *sc, tn_istep *st, PyObject *src)
 {
     if (st->full_nd < 0 || st->full_nd > NPY_MAXDIMS) {
-        PyErr_SetString(PyExc_ValueError, "Schedule: a reduction's ndim is out of range");
+        PyErr_Format(PyExc_ValueError, "Schedule: %s: broadcast ndim %d is out of range",
+                     st->name, st->full_nd);
         return -1;
     }
     st->shape_src = tn_sc_ints(sc, src, "shape_src", st->out_nd);
     if (st->shape_src == NULL)
         return -1;
     for (int d = 0; d < st->out_nd; d++)
-        if (st->shape_src[d] >= st->full_nd) {
-            PyErr_SetString(PyExc_ValueError, "Schedule: a reduced axis out of range");
+        if (st->shape_src[d] < -1 || st->shape_src[d] >= st->full_nd) {
+            PyErr_Format(PyExc_ValueError, "Schedule: %s: output axis %d comes from axis %d "
+                         "of %d", st->name, d, st->shape_src[d], st->full_nd);
             return -1;
         }
     return 0;
@@ -298,7 +307,7 @@ static int tn_sc_rd(tn_schedule *sc, tn_istep *st, PyObject *p, PyObject *loops)
                        &k->labels) < 0)
         return -1;
     k->full_nd = st->full_nd;
-    k->reduced = tn_sc_ints(sc, reduced, "reduced", -1);
+    k->reduced = tn_sc_ints(sc, reduced, "reduced", st->full_nd);   /* one per axis */
     if (k->reduced == NULL)
         return -1;
     k->identity = PyBytes_AS_STRING(identity);
@@ -323,19 +332,17 @@ static int tn_sc_mm(tn_schedule *sc, tn_istep *st, PyObject *p)
                           &PyTuple_Type, &bb, &PyTuple_Type, &bo, &a->am, &a->ak, &a->bk,
                           &a->bn, &a->om, &a->on, &a->ond))
         return -1;
-    st->dtype_name = PyUnicode_AsUTF8(dtype);
-    st->labels = tn_sc_strings(sc, labels, "labels", st->nin);
-    st->in_nd = tn_sc_ints(sc, in_nd, "in_nd", st->nin);
-    a->ba = tn_sc_ints(sc, ba, "ba", -1);
-    a->bb = tn_sc_ints(sc, bb, "bb", -1);
-    a->bo = tn_sc_ints(sc, bo, "bo", -1);
-    if (!st->dtype_name || !st->labels || !st->in_nd || !a->ba || !a->bb || !a->bo)
-        return -1;
-    if (a->ond > NPY_MAXDIMS || st->nin < (st->kind == TN_STEP_GEMM ? 5 : 2)) {
-        PyErr_SetString(PyExc_ValueError, "Schedule: a product's axes are out of range");
+    if (a->nb < 0 || a->ond > NPY_MAXDIMS || st->nin != (st->kind == TN_STEP_GEMM ? 5 : 2)) {
+        PyErr_Format(PyExc_ValueError, "Schedule: %s: %d input(s), %d batch axes and output "
+                     "ndim %d do not make a product", st->name, st->nin, a->nb, a->ond);
         return -1;
     }
-    return 0;
+    return (st->dtype_name = PyUnicode_AsUTF8(dtype)) != NULL
+           && (st->labels = tn_sc_strings(sc, labels, "labels", st->nin)) != NULL
+           && (st->in_nd = tn_sc_ints(sc, in_nd, "in_nd", st->nin)) != NULL
+           && (a->ba = tn_sc_ints(sc, ba, "ba", a->nb)) != NULL   /* one per batch axis */
+           && (a->bb = tn_sc_ints(sc, bb, "bb", a->nb)) != NULL
+           && (a->bo = tn_sc_ints(sc, bo, "bo", a->nb)) != NULL ? 0 : -1;
 }
 
 /* softmax and its kin: (dtype_name, kind, reduced, keepdims, full_nd, shape_src or None) */
@@ -345,16 +352,21 @@ static int tn_sc_nn(tn_schedule *sc, tn_istep *st, PyObject *p)
     if (!PyArg_ParseTuple(p, "UiO!iiO:Schedule softmax", &dtype, &st->nn_kind, &PyTuple_Type,
                           &reduced, &st->nn_keepdims, &st->full_nd, &src))
         return -1;
-    st->dtype_name = PyUnicode_AsUTF8(dtype);
+    if (st->nin != 1) {
+        PyErr_Format(PyExc_ValueError, "Schedule: %s: expected 1 input, got %d", st->name,
+                     st->nin);
+        return -1;
+    }
     st->nn_nd = (int)PyTuple_GET_SIZE(reduced);
-    st->nn_reduced = tn_sc_ints(sc, reduced, "reduced", -1);
-    if (st->dtype_name == NULL || st->nn_reduced == NULL || st->nin != 1)
+    if ((st->dtype_name = PyUnicode_AsUTF8(dtype)) == NULL
+            || (st->nn_reduced = tn_sc_ints(sc, reduced, "reduced", -1)) == NULL)
         return -1;
     if (src != Py_None) {
         if (tn_sc_shape_src(sc, st, src) < 0)
             return -1;
     } else if (st->out_nd != st->nn_nd) {
-        PyErr_SetString(PyExc_ValueError, "Schedule: softmax keeps its input's shape");
+        PyErr_Format(PyExc_ValueError, "Schedule: %s keeps its input's shape: output ndim %d, "
+                     "input ndim %d", st->name, st->out_nd, st->nn_nd);
         return -1;
     }
     return 0;
@@ -369,46 +381,58 @@ static int tn_sc_view(tn_schedule *sc, tn_istep *st, PyObject *p)
                           &PyTuple_Type, &whats, &st->in_type, &st->view_nd, &st->out_nd,
                           &PyTuple_Type, &order, &PyTuple_Type, &drop, &PyTuple_Type, &entries))
         return -1;
-    st->name = PyUnicode_AsUTF8(name);
-    st->whats = tn_sc_strings(sc, whats, "whats", st->nin);
     st->norder = (int)PyTuple_GET_SIZE(order);
-    st->order = tn_sc_ints(sc, order, "order", -1);
     st->ndrop = (int)PyTuple_GET_SIZE(drop);
-    st->drop = tn_sc_ints(sc, drop, "drop", -1);
-    st->entries = tn_sc_ssizes(sc, entries, "entries", &n);
-    if (!st->name || !st->whats || !st->order || !st->drop || !st->entries)
+    if ((st->name = PyUnicode_AsUTF8(name)) == NULL
+            || (st->whats = tn_sc_strings(sc, whats, "whats", st->nin)) == NULL
+            || (st->order = tn_sc_ints(sc, order, "order", -1)) == NULL
+            || (st->drop = tn_sc_ints(sc, drop, "drop", -1)) == NULL
+            || (st->entries = tn_sc_ssizes(sc, entries, "entries", &n)) == NULL)
         return -1;
     st->nentries = (int)(n / TN_INDEX_WIDTH);
     if (st->nin < 1 || st->nout != 1 || st->view_nd < 0 || st->view_nd > NPY_MAXDIMS
             || st->out_nd < 0 || st->out_nd > NPY_MAXDIMS || n % TN_INDEX_WIDTH
             || st->view_kind < TN_VIEW_DIMSHUFFLE || st->view_kind > TN_VIEW_SUBTENSOR
-            || (st->view_kind == TN_VIEW_RESHAPE && st->nin != 2)) {
-        PyErr_SetString(PyExc_ValueError, "Schedule: a view's description is out of range");
+            || (st->view_kind == TN_VIEW_RESHAPE && st->nin != 2)
+            || (st->view_kind == TN_VIEW_DIMSHUFFLE && st->norder != st->out_nd)) {
+        PyErr_Format(PyExc_ValueError, "Schedule: %s: view kind %d with %d input(s), input "
+                     "ndim %d, output ndim %d, %d axes in its order: out of range", st->name,
+                     st->view_kind, st->nin, st->view_nd, st->out_nd, st->norder);
         return -1;
     }
     for (int k = 0; k < st->norder; k++)
-        if (st->order[k] >= st->view_nd || st->norder != st->out_nd) {
-            PyErr_SetString(PyExc_ValueError, "Schedule: a DimShuffle axis out of range");
+        if (st->order[k] < -1 || st->order[k] >= st->view_nd) {
+            PyErr_Format(PyExc_ValueError, "Schedule: %s: output axis %d is input axis %d of %d",
+                         st->name, k, st->order[k], st->view_nd);
             return -1;
         }
     for (int k = 0; k < st->ndrop; k++)
         if (st->drop[k] < 0 || st->drop[k] >= st->view_nd) {
-            PyErr_SetString(PyExc_ValueError, "Schedule: a dropped axis out of range");
+            PyErr_Format(PyExc_ValueError, "Schedule: %s: dropped axis %d of %d", st->name,
+                         st->drop[k], st->view_nd);
             return -1;
         }
-    for (int e = 0, axis = 0, k = 0; e < st->nentries; e++) {
+    int axis = 0, k = 0;
+    for (int e = 0; e < st->nentries; e++) {
         const Py_ssize_t *entry = st->entries + e * TN_INDEX_WIDTH;
         for (int j = 0; j < 3; j++)
             if (entry[2 + 3 * j] && (entry[3 + 3 * j] < 1 || entry[3 + 3 * j] >= st->nin)) {
-                PyErr_SetString(PyExc_ValueError, "Schedule: an index input out of range");
+                PyErr_Format(PyExc_ValueError, "Schedule: %s: index entry %d reads input %zd of "
+                             "%d", st->name, e, entry[3 + 3 * j], st->nin);
                 return -1;
             }
         axis += entry[0] != TN_INDEX_NEWAXIS;
         k += entry[0] != TN_INDEX_INT;
         if (axis > st->view_nd || k > st->out_nd) {
-            PyErr_SetString(PyExc_ValueError, "Schedule: an index entry out of range");
+            PyErr_Format(PyExc_ValueError, "Schedule: %s: index entry %d goes past input ndim %d "
+                         "or output ndim %d", st->name, e, st->view_nd, st->out_nd);
             return -1;
         }
+    }
+    if (st->view_kind == TN_VIEW_SUBTENSOR && k != st->out_nd) {   /* every output axis is made */
+        PyErr_Format(PyExc_ValueError, "Schedule: %s: the index makes %d output axes, not %d",
+                     st->name, k, st->out_nd);
+        return -1;
     }
     return 0;
 }
@@ -789,7 +813,8 @@ static PyObject *tn_sc_call(PyObject *self, PyObject *const *args, size_t nargsf
 {
     const tn_schedule *sc = (const tn_schedule *)self;
     PyObject *storage, *inputs, *shapes, *py_steps, *status_obj, *results = NULL, **S;
-    PyObject **aside = NULL, **backups = NULL;
+    PyObject **aside = NULL;
+    PyObject *backups[sc->n_written > 0 ? sc->n_written : 1];   /* backup mode: shared storage */
     const int was_interruptible = tn_interruptible;   /* a call from inside another's step */
     const npy_intp *planned = NULL;
     npy_intp *status;
@@ -802,11 +827,18 @@ static PyObject *tn_sc_call(PyObject *self, PyObject *const *args, size_t nargsf
     }
     storage = args[0], inputs = args[1], shapes = args[2], py_steps = args[3];
     status_obj = args[4];
-    if (!PyList_CheckExact(storage) || !PyList_CheckExact(inputs) || !PyTuple_Check(py_steps)
-            || PyList_GET_SIZE(storage) != sc->n_slots
-            || PyList_GET_SIZE(inputs) != sc->n_inputs
+    if (!PyList_CheckExact(storage) || !PyList_CheckExact(inputs) || !PyTuple_Check(py_steps)) {
+        PyErr_Format(PyExc_TypeError, "run: expected storage and inputs as lists and py_steps "
+                     "as a tuple, got %s, %s and %s", Py_TYPE(storage)->tp_name,
+                     Py_TYPE(inputs)->tp_name, Py_TYPE(py_steps)->tp_name);
+        return NULL;
+    }
+    if (PyList_GET_SIZE(storage) != sc->n_slots || PyList_GET_SIZE(inputs) != sc->n_inputs
             || PyTuple_GET_SIZE(py_steps) != sc->n_steps + 1) {
-        PyErr_SetString(PyExc_ValueError, "run: storage, inputs or py_steps of the wrong length");
+        PyErr_Format(PyExc_ValueError, "run: expected storage, inputs and py_steps of lengths "
+                     "%zd, %zd and %zd, got %zd, %zd and %zd", sc->n_slots, sc->n_inputs,
+                     sc->n_steps + 1, PyList_GET_SIZE(storage), PyList_GET_SIZE(inputs),
+                     PyTuple_GET_SIZE(py_steps));
         return NULL;
     }
     if (!PyArray_Check(status_obj) || PyArray_TYPE((PyArrayObject *)status_obj) != NPY_INTP
@@ -832,13 +864,8 @@ static PyObject *tn_sc_call(PyObject *self, PyObject *const *args, size_t nargsf
                 return PyErr_NoMemory();
         }
     }
-    if (sc->n_written > 0) {
-        backups = (PyObject **)PyMem_Calloc((size_t)sc->n_written, sizeof(PyObject *));
-        if (backups == NULL) {
-            PyMem_Free(aside);
-            return PyErr_NoMemory();
-        }
-    }
+    for (Py_ssize_t i = 0; i < sc->n_written; i++)
+        backups[i] = NULL;
     S = PySequence_Fast_ITEMS(storage);
     tn_interruptible = sc->commit_step > 0;   /* loops stop for Ctrl-C until the commit point */
     for (Py_ssize_t j = 0; j < sc->n_inputs; j++) {
@@ -882,7 +909,6 @@ done:
     tn_interruptible = was_interruptible;
     for (Py_ssize_t i = 0; i < sc->n_written; i++)
         Py_XDECREF(backups[i]);
-    PyMem_Free(backups);
     if (aside != NULL) {
         for (Py_ssize_t i = 0; i < sc->n_slots; i++)
             Py_XDECREF(aside[i]);
@@ -952,11 +978,10 @@ static PyObject *tn_sc_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         if (compiled == NULL)
             goto fail;
     }
-    sc->inputs = tn_sc_ssizes(sc, ins, "inputs", &sc->n_inputs);
-    sc->outputs = tn_sc_ssizes(sc, outs, "outputs", &sc->n_outputs);
-    sc->clear = tn_sc_ssizes(sc, clear, "clear", &sc->n_clear);
-    sc->written = tn_sc_ssizes(sc, written, "written", &sc->n_written);
-    if (!sc->inputs || !sc->outputs || !sc->clear || !sc->written)
+    if ((sc->inputs = tn_sc_ssizes(sc, ins, "inputs", &sc->n_inputs)) == NULL
+            || (sc->outputs = tn_sc_ssizes(sc, outs, "outputs", &sc->n_outputs)) == NULL
+            || (sc->clear = tn_sc_ssizes(sc, clear, "clear", &sc->n_clear)) == NULL
+            || (sc->written = tn_sc_ssizes(sc, written, "written", &sc->n_written)) == NULL)
         goto fail;
     if (!tn_sc_slots_ok(sc, sc->inputs, sc->n_inputs)
             || !tn_sc_slots_ok(sc, sc->outputs, sc->n_outputs)
