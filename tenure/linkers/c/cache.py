@@ -12,6 +12,9 @@ Layout of ``<config.compiledir>/<platform>-<python tag>/``::
         <name>.c              its source, for reading and debugging
         <name>-<token><ext>   the binary; a fresh name per build (see _build)
         meta.json             what the entry claims to be, checked before each load
+    <key>/                    an entry of files (``load_files``: a precompiled
+        <files>               header), published and checked the same way
+        meta.json
     <key>.lock                held while a process loads, builds or removes <key>
     .build-<key>-XXXX/        a build in progress, private to the lock holder
     .trash-<key>-XXXX/        an entry being deleted
@@ -43,6 +46,7 @@ import threading
 import time
 import types
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,7 +62,7 @@ except ImportError:  # Windows: the polling lock below takes over
     _fcntl = None
 
 __all__ = ["CacheEntry", "CacheInfo", "CacheWarning", "cache_key", "clear", "clear_entries",
-           "entries_dir", "info", "load_module"]
+           "entries_dir", "files_key", "info", "load_files", "load_module"]
 
 #: bump when the layout, the metadata or the key material changes meaning
 FORMAT = 1
@@ -74,6 +78,8 @@ _MISSING = object()
 
 #: (key, name) -> module, for every module this process has loaded
 _loaded: dict[tuple[str, str], types.ModuleType] = {}
+#: (key, entries directory) of every entry of files this process has checked
+_checked_files: set[tuple[str, str]] = set()
 _key_guards: dict[str, threading.Lock] = {}
 _key_guards_lock = threading.Lock()
 
@@ -100,9 +106,11 @@ def cache_key(source: str, flags: tuple[str, ...] = (), openmp: bool = False) ->
     return _key(source, compiler.make_recipe(flags, openmp))
 
 
-def _key(source: str, recipe: Recipe) -> str:
+def _key(source: str, recipe: Recipe, kind: str = "module") -> str:
     material = {"format": FORMAT, "source": source, "build": recipe.key_material(),
                 "python": _python_abi(), "numpy": _numpy_abi()}
+    if kind != "module":   # a module's key stays what it was before entries of files
+        material["kind"] = kind
     canonical = json.dumps(material, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
@@ -154,7 +162,8 @@ def prefer_passive_openmp_waits() -> None:
 
 
 def load_module(name: str, source: str, *, flags: tuple[str, ...] = (), openmp: bool = False,
-                compiledir: str | os.PathLike | None = None) -> types.ModuleType:
+                compiledir: str | os.PathLike | None = None,
+                beside: Callable[[], Mapping[str, Path]] | None = None) -> types.ModuleType:
     """The extension module built from ``source``, which defines ``PyInit_<name>``.
 
     From this process's memory when it was loaded before, else from the cache
@@ -162,6 +171,12 @@ def load_module(name: str, source: str, *, flags: tuple[str, ...] = (), openmp: 
     and loaded.  A cached entry that turns out corrupt is rebuilt once, with a
     :class:`CacheWarning`.  Raises CompileError when the build fails (no entry
     is left; the source is kept for debugging, see ``CompileError.source_path``).
+
+    ``beside``: called when the module must be built, it returns ``{file
+    name: path}`` of headers the source includes by name (``#include
+    "name"``), linked beside it for the build and gone after.  They are not
+    part of the key, so the source must name each by a digest of its text (as
+    :mod:`.prelude` does): the text then decides the binary.
     """
     _check_module_source(name, source)
     recipe = compiler.make_recipe(flags, openmp)
@@ -181,7 +196,8 @@ def load_module(name: str, source: str, *, flags: tuple[str, ...] = (), openmp: 
             directory = entries_dir(compiledir)
             directory.mkdir(parents=True, exist_ok=True)
             with _KeyLock(_lock_path(directory, key)):
-                module, problem = _load_or_build(directory, key, name, source, recipe)
+                module, problem = _load_or_build(directory, key, name, source, recipe,
+                                                 beside or dict)
             if problem:
                 warnings.warn(f"tenure: the cached build of module {name!r} in "
                               f"{directory / key} was unusable ({problem}); rebuilt it",
@@ -191,8 +207,89 @@ def load_module(name: str, source: str, *, flags: tuple[str, ...] = (), openmp: 
 
 
 def _forget_loaded() -> None:
-    """Forget the modules loaded so far, so the next load reads the disk (tests)."""
+    """Forget the modules loaded and the entries of files checked so far, so
+    the next load reads the disk (tests)."""
     _loaded.clear()
+    _checked_files.clear()
+
+
+def files_key(name: str, material: str, recipe: Recipe) -> str:
+    """The key of the entry of files ``name`` made from the text ``material``
+    by ``recipe`` (see :func:`load_files`)."""
+    return _key(f"{name}\0{material}", recipe, kind="files")
+
+
+def load_files(name: str, material: str, recipe: Recipe, build: Callable[[Path], None], *,
+               compiledir: str | os.PathLike | None = None) -> Path:
+    """The directory of a cache entry that holds files rather than a module
+    (a precompiled header): ``build(directory)`` writes them into an empty
+    directory when the entry is absent or unusable; it may raise (nothing is
+    published then).  The entry is keyed by ``name``, the text ``material``
+    the files are made from and ``recipe``, built under the key's lock and
+    published by one rename like a module's; each file's size and SHA-256 go
+    into its metadata and are checked the first time a process uses the entry
+    (a truncated file is rebuilt, with a :class:`CacheWarning`)."""
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
+        raise ValueError(f"load_files: name must be a C identifier, got {name!r}")
+    key = files_key(name, material, recipe)
+    directory = entries_dir(compiledir)
+    entry = directory / key
+    if (key, str(directory)) in _checked_files:
+        return entry
+    with _key_guard(key):
+        if (key, str(directory)) not in _checked_files:
+            directory.mkdir(parents=True, exist_ok=True)
+            with _KeyLock(_lock_path(directory, key)):
+                problem = _check_or_build_files(directory, key, name, recipe, build)
+            if problem:
+                warnings.warn(f"tenure: the cached files {name!r} in {entry} were unusable "
+                              f"({problem}); rebuilt them", CacheWarning, stacklevel=2)
+            _checked_files.add((key, str(directory)))
+    return entry
+
+
+def _check_or_build_files(directory: Path, key: str, name: str, recipe: Recipe,
+                          build: Callable[[Path], None]) -> str | None:
+    """Check the entry of files ``key``, or (re)build it; why it was rejected,
+    if it was.  The caller holds the key's lock."""
+    entry = directory / key
+    problem = None
+    if entry.is_dir():
+        try:
+            _check_files(entry, key, name)
+            return None
+        except _UnusableEntry as exc:
+            problem = str(exc)
+        _discard(directory, entry, key)
+    staging = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=directory))
+    try:
+        build(staging)
+        files = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p.read_bytes())}
+                 for p in sorted(staging.iterdir()) if p.is_file()}
+        meta = {"format": FORMAT, "key": key, "name": name, "files": files,
+                "created": time.time(), "compiler": recipe.command,
+                "compiler_version": recipe.version}
+        (staging / _META).write_text(json.dumps(meta, indent=1, sort_keys=True),
+                                     encoding="utf-8")
+        os.rename(staging, entry)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # gone already when published
+    return problem
+
+
+def _check_files(entry: Path, key: str, name: str) -> None:
+    meta = _read_meta(entry)
+    for field, value in {"format": FORMAT, "key": key, "name": name}.items():
+        if meta.get(field) != value:
+            raise _UnusableEntry(f"{_META} has {field}={meta.get(field)!r}, expected {value!r}")
+    files = meta.get("files")
+    if not isinstance(files, dict):
+        raise _UnusableEntry(f"{_META} has files={files!r}, expected an object")
+    for file_name, expected in files.items():
+        if os.path.basename(file_name) != file_name or not isinstance(expected, dict):
+            raise _UnusableEntry(f"{_META} lists {file_name!r}: {expected!r}")
+        _check_file(entry / file_name, expected.get("size"), expected.get("sha256"),
+                    file_name)
 
 
 def _check_module_source(name, source) -> None:
@@ -231,8 +328,9 @@ def _key_guard(key: str) -> threading.Lock:
         return _key_guards.setdefault(key, threading.Lock())
 
 
-def _load_or_build(directory: Path, key: str, name: str, source: str,
-                   recipe: Recipe) -> tuple[types.ModuleType, str | None]:
+def _load_or_build(directory: Path, key: str, name: str, source: str, recipe: Recipe,
+                   beside: Callable[[], Mapping[str, Path]]
+                   ) -> tuple[types.ModuleType, str | None]:
     """The module (loaded or built) and why the cached entry was rejected, if it was.
 
     The caller holds the key's lock.
@@ -245,7 +343,7 @@ def _load_or_build(directory: Path, key: str, name: str, source: str,
         except _UnusableEntry as exc:
             problem = str(exc)
         _discard(directory, entry, key)
-    return _build(directory, key, name, source, recipe), problem
+    return _build(directory, key, name, source, recipe, beside), problem
 
 
 def _load_entry(entry: Path, key: str, name: str, source: str) -> types.ModuleType:
@@ -287,15 +385,20 @@ def _check_meta(meta: dict, key: str, name: str, source: str) -> None:
 
 
 def _check_binary(binary: Path, meta: dict) -> None:
+    _check_file(binary, meta.get("binary_size"), meta.get("binary_sha256"), "the binary")
+
+
+def _check_file(path: Path, size, sha256, what: str) -> None:
+    """``path`` has ``size`` bytes whose SHA-256 is ``sha256`` (as the
+    metadata says), or the entry is unusable: ``what`` names the file."""
     try:
-        data = binary.read_bytes()
+        data = path.read_bytes()
     except OSError as exc:
-        raise _UnusableEntry(f"the binary cannot be read: {exc}") from None
-    if len(data) != meta.get("binary_size"):
-        raise _UnusableEntry(f"the binary has {len(data)} bytes, {_META} says "
-                             f"{meta.get('binary_size')!r}")
-    if _sha256(data) != meta.get("binary_sha256"):
-        raise _UnusableEntry(f"the binary's SHA-256 does not match {_META}")
+        raise _UnusableEntry(f"{what} cannot be read: {exc}") from None
+    if len(data) != size:
+        raise _UnusableEntry(f"{what} has {len(data)} bytes, {_META} says {size!r}")
+    if _sha256(data) != sha256:
+        raise _UnusableEntry(f"{what}'s SHA-256 does not match {_META}")
 
 
 def _import(binary: Path, name: str, key: str) -> types.ModuleType:
@@ -327,8 +430,8 @@ def _import(binary: Path, name: str, key: str) -> types.ModuleType:
 # building
 
 
-def _build(directory: Path, key: str, name: str, source: str,
-           recipe: Recipe) -> types.ModuleType:
+def _build(directory: Path, key: str, name: str, source: str, recipe: Recipe,
+           beside: Callable[[], Mapping[str, Path]]) -> types.ModuleType:
     """Compile ``source``, publish the entry and load it.  The caller holds the lock.
 
     The build happens in a private directory that becomes the entry by one
@@ -343,10 +446,13 @@ def _build(directory: Path, key: str, name: str, source: str,
     try:
         source_path = build / f"{name}.c"
         source_path.write_text(source, encoding="utf-8")
+        linked = _link_beside(build, beside())
         try:
             compiler.compile_shared_library(source_path, build / module_file, recipe)
         except CompileError as exc:
             raise _with_kept_source(exc, directory, key, name, source_path) from None
+        for path in linked:
+            os.unlink(path)
         _write_meta(build, key, name, source, module_file, recipe)
         os.rename(build, entry)
     finally:
@@ -356,6 +462,24 @@ def _build(directory: Path, key: str, name: str, source: str,
     except (ImportError, OSError) as exc:
         _discard(directory, entry, key)
         raise ImportError(f"module {name!r} was compiled but cannot be loaded: {exc}") from exc
+
+
+def _link_beside(build: Path, beside: Mapping[str, Path]) -> list[Path]:
+    """Hard links (copies where the file system has none) of ``beside`` in
+    ``build``, the paths made: a link keeps its file readable for the whole
+    build even when the entry it came from is removed meanwhile."""
+    linked = []
+    for file_name, path in beside.items():
+        if (os.path.basename(file_name) != file_name or file_name.startswith(".")
+                or file_name == _META):
+            raise ValueError(f"load_module: beside must name plain files, got {file_name!r}")
+        target = build / file_name
+        try:
+            os.link(path, target)
+        except OSError:
+            shutil.copyfile(path, target)
+        linked.append(target)
+    return linked
 
 
 def _write_meta(build: Path, key: str, name: str, source: str, module_file: str,

@@ -30,7 +30,7 @@ from tenure import config
 
 __all__ = ["CompileError", "Recipe", "compile_shared_library", "compiler_version",
            "find_compiler", "include_dirs", "make_recipe", "missing_headers",
-           "openmp_enabled", "supports_march_native", "supports_openmp"]
+           "openmp_enabled", "precompile_header", "supports_march_native", "supports_openmp"]
 
 #: names tried on PATH, in order, when neither config.cxx nor $CC says which
 CANDIDATES = ("cc", "gcc", "clang")
@@ -320,6 +320,28 @@ def compile_shared_library(source_path: str | os.PathLike, output_path: str | os
     caller decides where to keep the source for debugging.
     """
     source_path, output_path = os.fspath(source_path), os.fspath(output_path)
+    _check_can_build(recipe, source_path)
+    _run([*_split(recipe.command), *recipe.args, source_path, "-o", output_path,
+          *recipe.link_args], source_path, output_path)
+
+
+def precompile_header(header_path: str | os.PathLike, output_path: str | os.PathLike,
+                      recipe: Recipe) -> None:
+    """Build gcc's precompiled form of ``header_path`` (``output_path`` should
+    be ``<header>.gch`` beside it) with every option of ``recipe`` that a
+    compilation sees: gcc then reads it in place of the header's text in a
+    build made with ``recipe``, and reads the text in any other (see the
+    ``prelude`` module).  The link-only words (``-shared``, ``-l``, ``-L``)
+    are left out.  Raises CompileError as :func:`compile_shared_library` does."""
+    header_path, output_path = os.fspath(header_path), os.fspath(output_path)
+    _check_can_build(recipe, header_path)
+    args = [a for a in recipe.args if a != "-shared"]
+    options = [a for a in recipe.link_args if not a.startswith(("-l", "-L"))]
+    _run([*_split(recipe.command), *args, "-x", "c-header", header_path, "-o", output_path,
+          *options], header_path, output_path)
+
+
+def _check_can_build(recipe: Recipe, source_path: str) -> None:
     if recipe.command is None:
         raise CompileError("no working C compiler: set tenure.config.cxx or $CC, or install "
                            f"one of {', '.join(CANDIDATES)}", source_path=source_path)
@@ -328,8 +350,9 @@ def compile_shared_library(source_path: str | os.PathLike, output_path: str | os
         raise CompileError(f"headers not found: {', '.join(missing)} (searched "
                            f"{', '.join(include_dirs())}); install Python's development "
                            "headers (e.g. the python3-dev package)", source_path=source_path)
-    argv = [*_split(recipe.command), *recipe.args, source_path, "-o", output_path,
-            *recipe.link_args]
+
+
+def _run(argv: list[str], source_path: str, output_path: str) -> None:
     try:
         proc = subprocess.run(argv, cwd=os.path.dirname(output_path) or None,
                               capture_output=True, text=True)

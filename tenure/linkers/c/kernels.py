@@ -36,7 +36,7 @@ from functools import cached_property
 from pathlib import Path
 
 from tenure import config
-from tenure.linkers.c import cache, runtime
+from tenure.linkers.c import cache, prelude, runtime
 from tenure.linkers.c.cgen import HEADERS
 from tenure.linkers.c.compiler import CompileError
 
@@ -146,17 +146,24 @@ def loops(keys) -> tuple:
     return tuple(capsules)
 
 
+def library_prelude(kernels) -> str:
+    """What a loop library of ``kernels`` starts with, in its prelude header
+    (:mod:`.prelude`: precompiled once per machine): Python's and NumPy's
+    headers, the runtime's API and the loops' support code."""
+    return HEADERS + runtime.header() + "".join(dict.fromkeys(k.support for k in kernels))
+
+
 def library_source(kernels, name: str) -> str:
     """The source of a loop library holding ``kernels``: module ``name`` whose
-    ``loops`` is ``{key: capsule}``."""
-    support = list(dict.fromkeys(k.support for k in kernels))
+    ``loops`` is ``{key: capsule}``; its first line includes its prelude
+    (:func:`library_prelude`)."""
     bodies, entries = [], []
     for k in kernels:
         bodies.append(k.code.replace(PLACEHOLDER, k.symbol))
         members = ", ".join("NULL" if m is None else f"{k.symbol}_{m}" for m in k.members)
         bodies.append(f"static const {k.struct} {k.symbol} = {{{members}}};\n")
         entries.append(f'    {{"{k.key}", &{k.symbol}, "{k.capsule}"}},')
-    return (HEADERS + runtime.header() + "".join(support) + "".join(bodies) + f"""
+    return (prelude.include_line(library_prelude(kernels)) + "".join(bodies) + f"""
 static const struct {{ const char *key; const void *loops; const char *capsule; }} tn_table[] = {{
 {chr(10).join(entries)}
 }};
@@ -202,7 +209,7 @@ def _build_library(kernels, compiledir) -> dict:
     name = _library_name(kernels)
     source = library_source(kernels, name)
     flags = _flags(kernels)
-    module = cache.load_module(name, source, flags=flags, compiledir=compiledir)
+    module = _load_library(name, source, flags, library_prelude(kernels), compiledir)
     record = {"name": name, "entry": cache.cache_key(source, flags), "flags": list(flags)}
     for kernel in kernels:
         _write_index(kernel.key, record, compiledir)
@@ -232,6 +239,15 @@ def _from_index(kernel: LoopKernel) -> dict | None:
     if f'{{"{kernel.key}", &{kernel.symbol}, ' not in source:
         return None
     try:
-        return dict(cache.load_module(name, source, flags=flags).loops)
+        return dict(_load_library(name, source, flags, library_prelude([kernel])).loops)
     except (CompileError, ImportError, OSError, KeyError, AttributeError, ValueError):
         return None
+
+
+def _load_library(name: str, source: str, flags: tuple[str, ...], prelude_text: str,
+                  compiledir=None):
+    """The library module ``name`` (from the cache, or built with its prelude
+    beside it: a library another process built with kernels of other
+    support code names another prelude, and fails to build here)."""
+    return cache.load_module(name, source, flags=flags, compiledir=compiledir,
+                             beside=prelude.beside(prelude_text, flags, compiledir=compiledir))

@@ -51,7 +51,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from tenure.linkers.c import elemwise
+from tenure.linkers.c import cache, compiler, elemwise, kernels, prelude, runtime
+from tenure.linkers.c.module import graph_module, shape_table, step_module_prelude
 from tenure.linkers.commit import BACKUP
 from tenure.linkers.interrupts import mark_committed
 from tenure.linkers.plan import compile_time_order, make_plan, step_workspace
@@ -126,7 +127,6 @@ class CThunk(PythonThunk):
         return list(self._tables)
 
     def _make_table(self, values):
-        from tenure.linkers.c.module import shape_table
         shapes = self._shapes(values)
         sized = None
         if shapes is not None and self.plans_per_signature:
@@ -223,8 +223,6 @@ class CLinker:
 
     def make_thunk(self, fgraph, keep_outputs: set[int], allow_gc: bool = True):
         """``keep_outputs``: indices of fgraph outputs whose buffers may be reused."""
-        from tenure.linkers.c import cache, compiler, kernels, runtime
-        from tenure.linkers.c.module import graph_module
         global _warned_no_compiler
         if compiler.find_compiler() is None:
             if not _warned_no_compiler:
@@ -246,8 +244,10 @@ class CLinker:
             kernels.request(graph.loop_kernels)
             module = None
             if graph.source is not None:
-                module = cache.load_module(graph.name, graph.source, flags=graph.flags,
-                                           openmp=compiler.openmp_enabled())
+                openmp = compiler.openmp_enabled()
+                module = cache.load_module(
+                    graph.name, graph.source, flags=graph.flags, openmp=openmp,
+                    beside=prelude.beside(step_module_prelude(), graph.flags, openmp))
             loops = kernels.loops([loop.key for loop in graph.loop_kernels])
             run = runtime.load_runtime().Schedule(graph.description, loops, module)
         except compiler.CompileError as exc:

@@ -84,6 +84,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -92,7 +93,7 @@ from tenure.linkers.c import blas, elemwise
 from tenure.linkers.c import nnet as _nnet
 from tenure.linkers.c import reduce as _reduce
 from tenure.linkers.c import subtensor as _subtensor
-from tenure.linkers.c import runtime, views
+from tenure.linkers.c import prelude, runtime, views
 from tenure.linkers.c.cgen import C_DTYPES, HEADERS, c_string, comment, input_label, typenum
 from tenure.linkers.commit import CommitPoint
 from tenure.linkers.plan import Plan
@@ -100,7 +101,7 @@ from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops.blas import Outer
 from tenure.symbolic.ops.gemm import Gemm
 
-__all__ = ["GraphModule", "graph_module", "step_kind"]
+__all__ = ["GraphModule", "graph_module", "shape_table", "step_kind", "step_module_prelude"]
 
 
 def step_kind(node: Apply) -> str:
@@ -506,6 +507,14 @@ def graph_module(plan: Plan, keep_slots, clear_after,
                        description)
 
 
+@lru_cache(maxsize=None)
+def step_module_prelude() -> str:
+    """What a module of a graph's compiled steps starts with, in its prelude
+    header (:mod:`.prelude`: precompiled once per machine): Python's and
+    NumPy's headers and the runtime's API."""
+    return HEADERS + runtime.header()
+
+
 def _step_module(plan: Plan, used: set, compiled: list[int], region_loops, kernels,
                  step_funcs) -> tuple[str, str, tuple]:
     """``(name, source, flags)`` of the module of a graph's compiled steps:
@@ -532,7 +541,7 @@ static const Py_ssize_t tn_graph_inputs[] = {_slots(plan.inputs)};
 static const tn_step_fn tn_step_fns[] = {{{", ".join(f"tn_step{k}" for k in compiled)}}};
 static const tn_step_table tn_steps = {{{len(compiled)}, tn_step_fns}};
 """
-    source_body = HEADERS + runtime.header() + body
+    source_body = prelude.include_line(step_module_prelude()) + body
     digest = hashlib.sha256((source_body + repr(flags)).encode("utf-8")).hexdigest()[:24]
     name = f"tn_graph_{digest}"
     source = source_body + f"""
