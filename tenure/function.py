@@ -30,6 +30,11 @@ from tenure.symbolic.ops.shape import specify_shape
 from tenure.symbolic.types import TensorType, is_same_memory
 
 
+def _type_filter(type_, value, allow_downcast: bool, what: str):
+    """The input gate of every linker but one that takes arrays of its own kind."""
+    return type_.filter(value, allow_downcast=allow_downcast, what=what)
+
+
 class UnusedInputError(ValueError):
     """An input of ``function`` is not needed by any output or update."""
 
@@ -42,11 +47,13 @@ class In:
     it as workspace.  ``borrow`` defaults to ``mutable`` (as in PyTensor), and
     ``mutable=True, borrow=False`` is a ValueError.  ``value``: the default used when
     the argument is not given.  ``name``: the keyword to pass it by (defaults
-    to the variable's name).
+    to the variable's name).  ``chunks``: for the dask linker only, how a
+    NumPy argument is cut into chunks (anything ``dask.array.from_array``
+    takes: ``"auto"`` when not given); a Dask array argument keeps its own.
     """
 
     def __init__(self, variable: Variable, name: str | None = None, value=None,
-                 borrow: bool | None = None, mutable: bool = False):
+                 borrow: bool | None = None, mutable: bool = False, chunks=None):
         if not isinstance(variable, Variable):
             raise TypeError(f"In(): expected a symbolic variable, got "
                             f"{type(variable).__name__}")
@@ -63,10 +70,12 @@ class In:
         self.value = value
         self.borrow = bool(borrow)
         self.mutable = bool(mutable)
+        self.chunks = chunks
 
     def __repr__(self):
+        chunks = "" if self.chunks is None else f", chunks={self.chunks!r}"
         return (f"In({self.variable}, name={self.name!r}, borrow={self.borrow}, "
-                f"mutable={self.mutable})")
+                f"mutable={self.mutable}{chunks})")
 
 
 class Out:
@@ -96,7 +105,12 @@ class Mode:
     compiled into one C extension module: see :mod:`tenure.linkers.c.linker`;
     the NumPy executor, with a warning, where no C compiler works) or
     ``"check"`` (the NumPy executor checking every node: see
-    :mod:`tenure.linkers.check`); ``None`` means ``config.linker``.  ``include`` / ``exclude``: rewrite names or tags
+    :mod:`tenure.linkers.check`) or ``"dask"`` (calls build Dask graphs whose
+    tasks run tenure kernels per chunk: see :mod:`tenure.linkers.dask`; needs
+    the ``[dask]`` extra); ``None`` means ``config.linker``.  For the dask
+    linker only: ``compute=True`` returns NumPy outputs (computed in the call)
+    instead of Dask arrays, and ``chunk_linker`` (``"c"`` or ``"py"``)
+    compiles the per-chunk kernels.  ``include`` / ``exclude``: rewrite names or tags
     to add to / remove from the selection, e.g. ``Mode(exclude=["fusion"])``
     to compile without fusion.  ``rewrites``: ``"default"`` (every safe
     rewrite), ``"fast_compile"`` (only what is needed to run: none today) or
@@ -116,15 +130,22 @@ class Mode:
     """
 
     PRESETS = ("default", "fast_compile", "none")
+    #: linkers a mode may name besides ``config.LINKERS`` (never the default)
+    EXTRA_LINKERS = ("check", "dask")
 
     def __init__(self, linker: str | None = None, include=(), exclude=(),
                  rewrites: str = "default", activation_memory_budget=None,
-                 activation_memory_budget_solver: str = "dp"):
+                 activation_memory_budget_solver: str = "dp", compute: bool = False,
+                 chunk_linker: str = "c"):
         from tenure.rewrites.engine import Query
         self.linker = config.linker if linker is None else linker
-        if self.linker not in config.LINKERS + ("check",):
+        if self.linker not in config.LINKERS + self.EXTRA_LINKERS:
             raise ValueError(f"Mode: unknown linker {self.linker!r}; expected one of "
-                             f"{', '.join(config.LINKERS + ('check',))}")
+                             f"{', '.join(config.LINKERS + self.EXTRA_LINKERS)}")
+        self.compute, self.chunk_linker = _check_dask_options(self.linker, compute, chunk_linker)
+        if self.linker == "dask":
+            # A chunk Dask holds may be read by other tasks: nothing is overwritten.
+            exclude = tuple(exclude) + ("inplace",)
         if rewrites not in self.PRESETS:
             raise ValueError(f"Mode: rewrites must be one of {', '.join(self.PRESETS)}, got "
                              f"{rewrites!r}")
@@ -150,6 +171,13 @@ class Mode:
         if self.linker == "c":
             from tenure.linkers.c.linker import CLinker
             return CLinker()
+        if self.linker == "dask":
+            try:
+                from tenure.linkers.dask.linker import DaskLinker
+            except ImportError as exc:
+                raise ImportError(f"Mode(linker='dask') needs Dask, which is not installed "
+                                  f"({exc}); pip install 'tenure[dask]'") from exc
+            return DaskLinker(compute=self.compute, chunk_linker=self.chunk_linker)
         from tenure.linkers.python import PythonLinker
         return PythonLinker()
 
@@ -166,7 +194,24 @@ class Mode:
         if self.activation_memory_budget_solver != "dp":
             parts.append(f"activation_memory_budget_solver="
                          f"{self.activation_memory_budget_solver!r}")
+        if self.compute:
+            parts.append("compute=True")
+        if self.chunk_linker != "c":
+            parts.append(f"chunk_linker={self.chunk_linker!r}")
         return f"Mode({', '.join(parts)})"
+
+
+def _check_dask_options(linker: str, compute, chunk_linker) -> tuple[bool, str]:
+    """``(compute, chunk_linker)``, checked: they mean something to the dask linker only."""
+    if not isinstance(compute, (bool, np.bool_)):
+        raise TypeError(f"Mode: compute must be a bool, got {type(compute).__name__} "
+                        f"{compute!r}")
+    if chunk_linker not in ("c", "py"):
+        raise ValueError(f"Mode: chunk_linker must be 'c' or 'py', got {chunk_linker!r}")
+    if linker != "dask" and (compute or chunk_linker != "c"):
+        raise ValueError(f"Mode: compute= and chunk_linker= are options of the dask linker; "
+                         f"this mode's linker is {linker!r}")
+    return bool(compute), chunk_linker
 
 
 def _check_budget(budget):
@@ -282,8 +327,14 @@ class Function:
         self._analyse_aliasing()
         keep = {i for i, spec in enumerate(self.outputs)
                 if spec.borrow and i not in self._no_reuse}
-        self._thunk = mode.make_linker().make_thunk(self.fgraph, keep,
-                                                    allow_gc=config.allow_gc)
+        self._thunk = self._make_thunk(mode.make_linker(), keep)
+        if getattr(self._thunk, "fresh_results", False):
+            # The linker returns results that alias nothing (or lazy ones that
+            # cannot be checked without computing them): nothing to copy.
+            self._any_hazard = False
+            self._writable_inputs = []
+        #: the input gate: the linker's where it takes arrays of its own kind
+        self._filter = getattr(self._thunk, "filter_input", None) or _type_filter
         #: the compiled call path (C linker), or None: calls go through :meth:`_call`
         self._fast_call = self._make_fast_call()
         self._defaults = [None if spec.value is None else self._own_default(spec)
@@ -294,6 +345,18 @@ class Function:
         self._ambiguous_names = {n for n in names if n is not None and names.count(n) > 1}
 
     # -- compilation ----------------------------------------------------------
+    def _make_thunk(self, linker, keep: set[int]):
+        if linker.name == "dask":
+            return linker.make_thunk(self.fgraph, keep, allow_gc=config.allow_gc,
+                                     input_specs=self.inputs, n_outputs=self._n_out)
+        chunked = [spec.name or str(spec.variable) for spec in self.inputs
+                   if spec.chunks is not None]
+        if chunked:
+            raise ValueError(f"In(chunks=...) is a hint for the dask linker; this function's "
+                             f"linker is {linker.name!r} (inputs with chunks: "
+                             f"{', '.join(chunked)})")
+        return linker.make_thunk(self.fgraph, keep, allow_gc=config.allow_gc)
+
     def _own_default(self, spec: In) -> np.ndarray:
         """The default value of ``spec``, as the function's own copy (a caller's
         array changed after compiling must not change the default)."""
@@ -499,8 +562,8 @@ class Function:
             for i, spec in enumerate(self.inputs):
                 if from_default[i]:
                     continue
-                values[i] = spec.variable.type.filter(values[i], allow_downcast=allow,
-                                                      what=f"input {self._input_label(i)}")
+                values[i] = self._filter(spec.variable.type, values[i], allow,
+                                         f"input {self._input_label(i)}")
         if from_default is not None and any(from_default):
             # A default is the function's own data: never hand it out to be written.
             values = [v.copy() if d and self.inputs[i].mutable else v

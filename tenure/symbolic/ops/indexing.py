@@ -202,7 +202,7 @@ class Subtensor(Op):
             axis += 1
         return Apply(self, [x, *scalars], [TensorType(x.dtype, tuple(out_shape))()])
 
-    def _index(self, scalars) -> tuple:
+    def index(self, scalars) -> tuple:
         """The NumPy index tuple for the scalar input values ``scalars``."""
         # The pattern covers every axis; a trailing Ellipsis still matters: with
         # it, NumPy returns a 0-d view where `a[1, 2]` would give a scalar copy.
@@ -222,7 +222,7 @@ class Subtensor(Op):
 
     def perform(self, node, inputs, output_storage):
         x, *scalars = inputs
-        output_storage[0][0] = x[self._index(scalars)]
+        output_storage[0][0] = x[self.index(scalars)]
 
     def infer_shape(self, node, input_shapes):
         static_out = node.outputs[0].type.shape

@@ -175,7 +175,7 @@ class IncSubtensor(_IncSubtensorBase):
         x, v, *values = inputs
         out = self._target(x, inputs, output_storage[0])
         # A view of the region (0-d for all-int indices, thanks to the Ellipsis).
-        region = out[self.index_op._index(values)]
+        region = out[self.index_op.index(values)]
         v = self._value(v, region.shape, out)
         if self.set_instead_of_inc:
             region[...] = v

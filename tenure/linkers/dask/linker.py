@@ -1,0 +1,201 @@
+"""The Dask linker: a compiled function whose calls build Dask graphs.
+
+``tn.function(..., mode=tn.Mode(linker="dask"))`` compiles the graph with
+every rewrite except the in-place ones (a chunk Dask holds may be read by
+other tasks, so nothing is overwritten) and checks that every op a lazy
+value reaches can be lowered (:func:`.lower.unsupported`: the error names
+them).  A call then lowers the graph (:mod:`.lower`) over its arguments:
+
+- a ``dask.array`` argument is used as it is (checked lazily: ndim, static
+  lengths, dtype, cast as the input gate would, without computing it);
+- a NumPy argument becomes a Dask array with the chunks its ``In`` names
+  (``In(x, chunks=...)``, anything ``dask.array.from_array`` takes;
+  default ``"auto"``).  Its chunks are views of the caller's array when the
+  input is borrowed or the call computes everything before returning, and
+  copies otherwise: a lazy result must not change when the caller later
+  writes the array (``dask.array.from_array`` would always copy);
+- a 0-d NumPy argument or shared value stays a NumPy value (lowering may
+  read it: an index, a length; it travels inside the tasks);
+- a shared variable's value travels once per call, not with each task:
+  scattered to every worker when a ``distributed`` client is the default
+  scheduler (on every worker, so that losing one loses no copy), and
+  otherwise one chunk: the value itself when the call computes its outputs,
+  a copy when they stay lazy (an update may later write the value in place).
+
+Updates of shared variables are computed before the call returns, in one
+``dask.compute`` with the outputs when those are computed too
+(``Mode(linker="dask", compute=True)``: NumPy outputs); otherwise outputs
+are Dask arrays, lazy.  Computed results never alias the caller's arrays or
+the shared values (a result that may is copied), so the call keeps the
+memory contract: an update is assigned only after everything computed, and
+a call that raises (a task failed) changes no shared variable.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+
+import dask
+import dask.array as da
+import numpy as np
+from dask.array.core import normalize_chunks, slices_from_chunks
+
+from tenure.linkers.dask.lower import LoweringError, is_lazy, lower_graph, unsupported
+from tenure.symbolic.shared import SharedVariable
+
+__all__ = ["DaskLinker", "DaskThunk", "default_client"]
+
+#: what a ``chunks`` hint may be (see ``dask.array.from_array``)
+DEFAULT_CHUNKS = "auto"
+
+
+def default_client():
+    """The ``distributed`` client Dask computes with now, or None."""
+    try:
+        from distributed import default_client as current
+    except ImportError:  # dask without distributed: local schedulers only
+        return None
+    try:
+        return current()
+    except ValueError:
+        return None
+
+
+class _Context:
+    """What lowering needs besides the values: the chunk kernels' linker."""
+
+    def __init__(self, chunk_linker: str):
+        self.chunk_linker = chunk_linker
+
+
+class DaskThunk:
+    """Calls lower the graph over their arguments; see the module notes."""
+
+    #: no output buffer is kept between calls
+    kept_slots = ()
+    #: computed results alias nothing the caller or a shared variable holds,
+    #: and lazy ones cannot be checked without computing them: the function
+    #: copies nothing after a call
+    fresh_results = True
+
+    def __init__(self, fgraph, n_outputs: int, input_specs, compute: bool, chunk_linker: str):
+        self.fgraph = fgraph
+        self.n_outputs = n_outputs
+        self.compute = compute
+        self.context = _Context(chunk_linker)
+        self.is_shared = [isinstance(v, SharedVariable) for v in fgraph.inputs]
+        specs = list(input_specs) + [None] * (len(fgraph.inputs) - len(input_specs))
+        self.borrowed = [spec is not None and spec.borrow for spec in specs]
+        self.chunks = [DEFAULT_CHUNKS if spec is None or spec.chunks is None else spec.chunks
+                       for spec in specs]
+
+    # -- the input gate for lazy arguments -------------------------------------------
+    @staticmethod
+    def filter_input(type_, value, allow_downcast: bool, what: str):
+        """``value`` for an input of ``type_``: a Dask array is checked and cast
+        lazily (the rules of :meth:`TensorType.filter`); anything else goes
+        through ``type_.filter``."""
+        if not is_lazy(value):
+            return type_.filter(value, allow_downcast=allow_downcast, what=what)
+        if value.ndim != type_.ndim:
+            raise TypeError(f"{what}: expected a {type_.ndim}-d array ({type_}), got a "
+                            f"{value.ndim}-d dask array of shape {value.shape}")
+        for axis, (want, got) in enumerate(zip(type_.shape, value.shape)):
+            if want is not None and got == got and got != want:  # got is NaN when unknown
+                raise ValueError(f"{what}: expected length {want} on axis {axis} ({type_}), "
+                                 f"got a dask array of shape {value.shape}")
+        dtype = type_.numpy_dtype
+        if value.dtype == dtype:
+            return value
+        if allow_downcast or np.can_cast(value.dtype, dtype, "safe"):
+            return value.astype(dtype)
+        raise TypeError(f"{what}: a dask array of dtype {value.dtype} cannot be cast safely "
+                        f"to {dtype} ({type_}); pass allow_input_downcast=True to cast anyway")
+
+    # -- calling ------------------------------------------------------------------------
+    def __call__(self, values: list) -> list:
+        client = default_client() if any(self.is_shared) else None
+        lazy_inputs = [self._lazy_input(i, value, client) for i, value in enumerate(values)]
+        results = lower_graph(self.fgraph, lazy_inputs, self.context)
+        n = self.n_outputs
+        todo = [k for k in range(len(results))
+                if is_lazy(results[k]) and (k >= n or self.compute)]
+        computed = dask.compute(*[results[k] for k in todo]) if todo else ()
+        held = [v for v in values if isinstance(v, np.ndarray)]
+        for k, value in zip(todo, computed):
+            results[k] = self._fresh(k, value, held)
+            held.append(results[k])
+        for k in range(len(results)):
+            if not is_lazy(results[k]) and k not in todo:  # concrete from the start
+                results[k] = self._fresh(k, results[k], held)
+        return results
+
+    def _lazy_input(self, i: int, value, client):
+        if is_lazy(value) or value.ndim == 0:
+            # A 0-d value stays concrete: an index, a length, a learning rate
+            # that lowering may need to read, small enough for any task.
+            return value
+        if self.is_shared[i]:
+            if client is not None:
+                return _scattered(client, value)
+            return chunked(value, value.shape, copy=not self.compute)
+        return chunked(value, self.chunks[i], copy=not (self.compute or self.borrowed[i]))
+
+    def _fresh(self, k: int, value, held: list) -> np.ndarray:
+        """Result ``k`` as an array of its type that aliases nothing in ``held``."""
+        dtype = self.fgraph.outputs[k].type.numpy_dtype
+        array = np.asarray(value)
+        if array.dtype != dtype:
+            array = array.astype(dtype)
+        elif any(np.may_share_memory(array, h) for h in held):
+            array = array.copy()
+        return array
+
+    def free(self) -> None:
+        """Nothing is held between calls."""
+
+
+def chunked(value: np.ndarray, chunks, copy: bool) -> da.Array:
+    """``value`` as a Dask array of ``chunks`` (anything ``from_array`` takes)
+    whose chunks are views of it, or of one copy of it."""
+    if copy:
+        value = value.copy()
+    chunks = normalize_chunks(chunks, value.shape, dtype=value.dtype)
+    name = f"tenure-input-{uuid.uuid4().hex}"
+    keys = itertools.product([name], *(range(len(c)) for c in chunks))
+    graph = {key: value[slices] for key, slices in zip(keys, slices_from_chunks(chunks))}
+    return da.Array(graph, name, chunks=chunks, dtype=value.dtype,
+                    meta=np.empty((0,) * value.ndim, dtype=value.dtype))
+
+
+def _scattered(client, value: np.ndarray) -> da.Array:
+    """``value`` as a one-chunk Dask array whose chunk lives on the cluster
+    (sent once to each worker, then read by every task that needs it)."""
+    future = client.scatter(value, hash=False, broadcast=True)
+    name = f"tenure-shared-{future.key}"
+    return da.Array({(name,) + (0,) * value.ndim: future}, name,
+                    chunks=tuple((n,) for n in value.shape), dtype=value.dtype,
+                    meta=np.empty((0,) * value.ndim, dtype=value.dtype))
+
+
+class DaskLinker:
+    """Makes :class:`DaskThunk`\\ s (see the module notes)."""
+
+    name = "dask"
+
+    def __init__(self, compute: bool = False, chunk_linker: str = "c"):
+        self.compute = compute
+        self.chunk_linker = chunk_linker
+
+    def make_thunk(self, fgraph, keep_outputs: set[int], allow_gc: bool = True,
+                   input_specs=(), n_outputs: int | None = None) -> DaskThunk:
+        missing = unsupported(fgraph)
+        if missing:
+            names = sorted({str(node.op) for node in missing})
+            raise LoweringError(f"dask linker: no lowering for {', '.join(names)} (ops the "
+                                "dask linker lowers: elementwise and fused loops, reductions, "
+                                "softmax and other ops along axes, products, shape ops and "
+                                "indexing)")
+        return DaskThunk(fgraph, len(fgraph.outputs) if n_outputs is None else n_outputs,
+                         input_specs, self.compute, self.chunk_linker)

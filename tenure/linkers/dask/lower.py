@@ -1,0 +1,376 @@
+"""Lowering a rewritten graph to a Dask graph, one node at a time.
+
+Every value is either *concrete* (a NumPy array: constants, shapes and what
+is computed from them alone, evaluated at once with the op's ``perform``)
+or *lazy* (a ``dask.array`` array: the inputs, the shared variables and
+everything computed from them).  A node with a lazy input is lowered by the
+entry of :data:`LOWERINGS` for its op's class:
+
+- elementwise ops and fused ``Composite`` loops: ``blockwise`` tasks that
+  run a tenure-compiled :class:`~.chunks.ChunkKernel` on each chunk;
+- reductions (fused too): a kernel reduces each chunk to one partial
+  (``keepdims``), and Dask's tree reduction combines the partials
+  (``mean`` reduces sums and divides once);
+- ops along axes (softmax, log_softmax, logsumexp, cumsum, sort, argmax,
+  var): the axes they need whole are rechunked into one chunk, then a
+  kernel runs per chunk;
+- ``dot``, ``matmul``, ``tensordot``, ``outer``, ``gemm``: Dask's blocked
+  algorithms; shape ops and indexing: Dask's own.
+
+:func:`unsupported` names, at compile time, every op that a lazy value
+reaches and no entry lowers; lowering never computes a lazy value (it runs
+under a scheduler that refuses to), so nothing round-trips through the
+client unseen.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import dask
+import dask.array as da
+import numpy as np
+
+from tenure.linkers.dask.chunks import ChunkKernel
+from tenure.symbolic.graph import Constant
+from tenure.symbolic.ops.blas import Dot, MatMul, Outer, TensorDot
+from tenure.symbolic.ops.composite import FusedReduce
+from tenure.symbolic.ops.elemwise import Elemwise
+from tenure.symbolic.ops.gemm import Gemm
+from tenure.symbolic.ops.indexing import AdvancedSubtensor, Subtensor, index_tuple
+from tenure.symbolic.ops.join import Join, Stack
+from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
+from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, SumTo, Var
+from tenure.symbolic.ops.shape import DimShuffle, Reshape, Shape, SpecifyShape
+from tenure.symbolic.ops.sorting import ArgSort, Sort
+
+__all__ = ["LOWERINGS", "LoweringError", "lower_graph", "unsupported"]
+
+
+class LoweringError(TypeError):
+    """A graph (or a value at call time) the dask linker cannot lower."""
+
+
+def is_lazy(value) -> bool:
+    return isinstance(value, da.Array)
+
+
+def as_lazy(value) -> da.Array:
+    """``value`` as a Dask array (a concrete one becomes a single chunk)."""
+    if is_lazy(value):
+        return value
+    value = np.asarray(value)
+    return da.from_array(value, chunks=value.shape or (), name=False)
+
+
+def _meta(var) -> np.ndarray:
+    """An empty array of ``var``'s dtype and ndim: Dask's ``meta``, so that it
+    never calls a kernel on empty chunks to find out."""
+    return np.empty((0,) * var.ndim, dtype=var.type.numpy_dtype)
+
+
+def _kernel_inputs(node) -> tuple[list, list]:
+    """``(spec, arg_positions)``: each input as the kernel takes it (a
+    Constant is kept, any other input is a chunk argument) and the positions
+    of the chunk arguments."""
+    spec, args = [], []
+    for i, var in enumerate(node.inputs):
+        if isinstance(var, Constant):
+            spec.append(var)
+        else:
+            spec.append(var.type)
+            args.append(i)
+    return spec, args
+
+
+# ----------------------------------------------------------------------------
+# elementwise
+
+
+def _right_aligned(ndim: int, var) -> tuple[int, ...]:
+    return tuple(range(ndim - var.ndim, ndim))
+
+
+def lower_elemwise(node, values, ctx) -> list:
+    """One ``blockwise`` per output; broadcasting as NumPy's (length-1 axes)."""
+    spec, args = _kernel_inputs(node)
+    ndim = node.outputs[0].ndim
+    pairs = []
+    for i in args:
+        pairs += [as_lazy(values[i]), _right_aligned(ndim, node.inputs[i])]
+    outs = []
+    for k, out in enumerate(node.outputs):
+        kernel = ChunkKernel(node.op, spec, output=k, linker=ctx.chunk_linker)
+        outs.append(da.blockwise(kernel, tuple(range(ndim)), *pairs,
+                                 dtype=out.type.numpy_dtype, meta=_meta(out)))
+    return outs
+
+
+# ----------------------------------------------------------------------------
+# reductions: a kernel per chunk, Dask's tree over the partials
+
+#: how partials of each reduction combine
+COMBINE = {"sum": da.sum, "mean": da.sum, "prod": da.prod, "max": da.max, "min": da.min,
+           "any": da.any, "all": da.all}
+
+
+def _chunk_reduction(op):
+    """The op that reduces one chunk to its partial (keepdims; ``mean``: sum)."""
+    fn = "sum" if op.fn_name == "mean" else op.fn_name
+    if isinstance(op, FusedReduce):
+        return FusedReduce(op.composite, fn, op.axis, True)
+    return Reduce(fn, op.axis, True)
+
+
+def lower_reduce(node, values, ctx) -> list:
+    op = node.op
+    if op.fn_name not in COMBINE:
+        raise LoweringError(f"dask linker: no tree reduction for {op.fn_name!r} ({op})")
+    spec, args = _kernel_inputs(node)
+    ndim = max(node.inputs[i].ndim for i in args)
+    lazy = [as_lazy(values[i]) for i in args]
+    pairs = []
+    for i, arr in zip(args, lazy):
+        pairs += [arr, _right_aligned(ndim, node.inputs[i])]
+    chunk_op = _chunk_reduction(op)
+    partial_var = chunk_op.make_node(*[v if isinstance(v, Constant) else v.type()
+                                       for v in node.inputs]).outputs[0]
+    kernel = ChunkKernel(chunk_op, spec, linker=ctx.chunk_linker)
+    partials = da.blockwise(kernel, tuple(range(ndim)), *pairs,
+                            adjust_chunks={a: 1 for a in op.axis},
+                            dtype=partial_var.type.numpy_dtype, meta=_meta(partial_var))
+    out = node.outputs[0]
+    total = COMBINE[op.fn_name](partials, axis=op.axis, keepdims=op.keepdims)
+    if op.fn_name == "mean":
+        shape = da.core.broadcast_shapes(*[a.shape for a in lazy])
+        total = total / math.prod(shape[a] for a in op.axis)
+    return [total.astype(out.type.numpy_dtype, copy=False)]
+
+
+def lower_sum_to(node, values, ctx) -> list:
+    """The adjoint of broadcasting, as :class:`SumTo`'s ``perform`` (sums via
+    :func:`lower_reduce`'s tree, through Dask's ``sum``)."""
+    g, target = as_lazy(values[0]), tuple(int(d) for d in values[1:])
+    lead = g.ndim - len(target)
+    if lead:
+        g = g.sum(axis=tuple(range(lead)))
+    axes = tuple(i for i, (have, want) in enumerate(zip(g.shape, target))
+                 if want == 1 and have != 1)
+    if axes:
+        g = g.sum(axis=axes, keepdims=True)
+    if g.shape != target:
+        raise ValueError(f"sum_to: an array of shape {values[0].shape} does not broadcast "
+                         f"from {target}")
+    return [g.astype(node.outputs[0].type.numpy_dtype, copy=False)]
+
+
+# ----------------------------------------------------------------------------
+# ops that need whole axes
+
+
+def _op_axes(op, ndim: int) -> tuple[int, ...]:
+    axis = op.axis
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, int):
+        return (axis % ndim,) if ndim else ()
+    return tuple(a % ndim for a in axis)
+
+
+def lower_along_axes(node, values, ctx) -> list:
+    """Rechunk the op's axes into one chunk each, then one kernel per chunk."""
+    (x_var,) = node.inputs
+    x = as_lazy(values[0])
+    axes = _op_axes(node.op, x.ndim)
+    x = x.rechunk({a: -1 for a in axes})
+    out = node.outputs[0]
+    ind = tuple(range(x.ndim))
+    if out.ndim == x.ndim:
+        out_ind = ind
+    elif out.ndim == x.ndim - len(axes):
+        out_ind = tuple(a for a in ind if a not in axes)
+    elif out.ndim == 0:
+        out_ind = ()
+    else:
+        raise LoweringError(f"dask linker: {node.op} maps {x.ndim}-d to {out.ndim}-d, which "
+                            "no chunk layout gives")
+    kernel = ChunkKernel(node.op, [x_var.type], linker=ctx.chunk_linker)
+    return [da.blockwise(kernel, out_ind, x, ind, concatenate=True,
+                         dtype=out.type.numpy_dtype, meta=_meta(out))]
+
+
+# ----------------------------------------------------------------------------
+# products: Dask's blocked algorithms
+
+
+def _cast(node, result) -> list:
+    return [result.astype(node.outputs[0].type.numpy_dtype, copy=False)]
+
+
+def lower_dot(node, values, ctx) -> list:
+    return _cast(node, da.dot(as_lazy(values[0]), as_lazy(values[1])))
+
+
+def lower_matmul(node, values, ctx) -> list:
+    return _cast(node, da.matmul(as_lazy(values[0]), as_lazy(values[1])))
+
+
+def lower_tensordot(node, values, ctx) -> list:
+    op = node.op
+    return _cast(node, da.tensordot(as_lazy(values[0]), as_lazy(values[1]),
+                                    axes=(list(op.a_axes), list(op.b_axes))))
+
+
+def lower_outer(node, values, ctx) -> list:
+    return _cast(node, da.outer(as_lazy(values[0]), as_lazy(values[1])))
+
+
+def lower_gemm(node, values, ctx) -> list:
+    z, alpha, x, y, beta = values
+    return _cast(node, beta * as_lazy(z) + alpha * da.matmul(as_lazy(x), as_lazy(y)))
+
+
+# ----------------------------------------------------------------------------
+# shape ops and indexing: Dask's own
+
+
+def lower_dimshuffle(node, values, ctx) -> list:
+    op, x = node.op, as_lazy(values[0])
+    x = x[tuple(0 if a in op.drop else slice(None) for a in range(x.ndim))]
+    kept = [e for e in op.new_order if e != "x"]
+    remaining = [a for a in range(op.input_ndim) if a not in op.drop]
+    x = x.transpose([remaining.index(e) for e in kept])
+    return [x[tuple(None if e == "x" else slice(None) for e in op.new_order)]]
+
+
+def lower_reshape(node, values, ctx) -> list:
+    """Dask's reshape; where it cannot keep the chunks along the axes it
+    merges, those (then all) axes become one chunk first."""
+    x, shape = as_lazy(values[0]), tuple(int(n) for n in values[1])
+    try:
+        shape = np.empty(x.shape, dtype=np.bool_)[...].reshape(shape).shape  # NumPy's checks
+    except ValueError as exc:
+        raise ValueError(f"reshape: {exc}") from None
+    for whole in (range(1, x.ndim), range(x.ndim)):
+        try:
+            return [x.reshape(shape, merge_chunks=True)]
+        except NotImplementedError:
+            x = x.rechunk({a: -1 for a in whole})
+    return [x.reshape(shape)]
+
+
+def lower_by_perform(node, values, ctx) -> list:
+    """For ops whose ``perform`` only reads shapes and passes its input on
+    (``specify_shape``): it works on a Dask array as it is."""
+    return _concrete(node, values)
+
+
+def lower_subtensor(node, values, ctx) -> list:
+    return [as_lazy(values[0])[node.op.index(values[1:])]]
+
+
+def lower_advanced_subtensor(node, values, ctx) -> list:
+    return [as_lazy(values[0])[index_tuple(node.op.pattern, values[1:])]]
+
+
+def lower_join(node, values, ctx) -> list:
+    arrays = [as_lazy(v) for v in values]
+    if node.op.axis is None:
+        arrays, axis = [a.ravel() for a in arrays], 0
+    else:
+        axis = node.op.axis
+    return _cast(node, da.concatenate(arrays, axis=axis))
+
+
+def lower_stack(node, values, ctx) -> list:
+    return _cast(node, da.stack([as_lazy(v) for v in values], axis=node.op.axis))
+
+
+#: the lowering of each op class a lazy value may reach
+LOWERINGS: dict[type, Callable] = {
+    Elemwise: lower_elemwise,
+    Reduce: lower_reduce,
+    FusedReduce: lower_reduce,
+    SumTo: lower_sum_to,
+    Softmax: lower_along_axes,
+    LogSoftmax: lower_along_axes,
+    LogSumExp: lower_along_axes,
+    CumSum: lower_along_axes,
+    Sort: lower_along_axes,
+    ArgSort: lower_along_axes,
+    ArgReduce: lower_along_axes,
+    Var: lower_along_axes,
+    Dot: lower_dot,
+    MatMul: lower_matmul,
+    TensorDot: lower_tensordot,
+    Outer: lower_outer,
+    Gemm: lower_gemm,
+    DimShuffle: lower_dimshuffle,
+    Reshape: lower_reshape,
+    SpecifyShape: lower_by_perform,
+    Subtensor: lower_subtensor,
+    AdvancedSubtensor: lower_advanced_subtensor,
+    Join: lower_join,
+    Stack: lower_stack,
+}
+
+
+def _lowering(op):
+    for cls in type(op).__mro__:
+        if cls in LOWERINGS:
+            return LOWERINGS[cls]
+    return None
+
+
+def unsupported(fgraph) -> list:
+    """The nodes a lazy value reaches that no entry of :data:`LOWERINGS`
+    lowers (an op's shape is concrete: ``x.shape`` of a lazy ``x`` is not
+    lazy; so are 0-d arguments, see :mod:`.linker`)."""
+    lazy = {var for var in fgraph.inputs if var.ndim > 0}
+    missing = []
+    for node in fgraph.toposort():
+        if isinstance(node.op, Shape) or not any(v in lazy for v in node.inputs):
+            continue
+        lazy.update(node.outputs)
+        if _lowering(node.op) is None:
+            missing.append(node)
+    return missing
+
+
+class _ComputeRefused(Exception):
+    pass
+
+
+def _refuse_to_compute(*args, **kwargs):
+    raise _ComputeRefused()
+
+
+def _concrete(node, values) -> list:
+    """Run ``node`` at once on concrete values (shapes, constants)."""
+    storage = [[None] for _ in node.outputs]
+    node.op.perform(node, values, storage)
+    return [cell[0] for cell in storage]
+
+
+def lower_graph(fgraph, input_values: list, ctx) -> list:
+    """The values of ``fgraph``'s outputs (lazy where they depend on a lazy
+    input) for ``input_values`` (Dask arrays, or concrete values)."""
+    env = {var: value for var, value in zip(fgraph.inputs, input_values)}
+    with dask.config.set(scheduler=_refuse_to_compute):
+        for node in fgraph.toposort():
+            values = [var.data if isinstance(var, Constant) else env[var] for var in node.inputs]
+            if isinstance(node.op, Shape) and is_lazy(values[0]):
+                outs = [np.asarray(values[0].shape, dtype=np.int64)]
+            elif any(is_lazy(v) for v in values):
+                try:
+                    outs = _lowering(node.op)(node, values, ctx)
+                except _ComputeRefused:
+                    raise LoweringError(
+                        f"dask linker: {node.op} needs the value of a lazy input to build its "
+                        f"Dask graph (an index or a length given as a dask array?); pass it "
+                        f"as a NumPy value") from None
+            else:
+                outs = _concrete(node, values)
+            env.update(zip(node.outputs, outs))
+    return [var.data if isinstance(var, Constant) else env[var] for var in fgraph.outputs]
