@@ -64,7 +64,8 @@ class ChunkKernel:
     chunk argument, in order).  ``output``: which output of the node the
     kernel returns (None: all of them, as a tuple)."""
 
-    def __init__(self, op, inputs, output: int | None = 0, linker: str = "c"):
+    def __init__(self, op, inputs, output: int | None = 0, linker: str = "c",
+                 key: str | None = None):
         non_destructive(op)
         if linker not in CHUNK_LINKERS:
             raise ValueError(f"dask linker: chunk_linker must be one of "
@@ -74,11 +75,12 @@ class ChunkKernel:
         self.output = output
         self.linker = linker
         self.arg_types = [t for t in self.inputs if not isinstance(t, Constant)]
-        # Constants compare by identity; their pickled form names them by value.
-        self.key = hashlib.sha256(pickle.dumps((op, self.inputs, linker))).hexdigest()
+        # Constants compare by identity; their pickled form names them by
+        # value.  Computed once: a task carries it (each task unpickles its kernel).
+        self.key = key or hashlib.sha256(pickle.dumps((op, self.inputs, linker))).hexdigest()
 
     def __reduce__(self):
-        return (ChunkKernel, (self.op, self.inputs, self.output, self.linker))
+        return (ChunkKernel, (self.op, self.inputs, self.output, self.linker, self.key))
 
     def __repr__(self):
         return f"ChunkKernel({self.op}, output={self.output})"
