@@ -31,11 +31,13 @@ from typing import Callable
 import dask
 import dask.array as da
 import numpy as np
+from dask.array.core import normalize_chunks
 
 from tenure.linkers.dask.chunks import ChunkKernel
 from tenure.symbolic.graph import Constant
 from tenure.symbolic.ops.blas import Dot, MatMul, Outer, TensorDot
 from tenure.symbolic.ops.composite import FusedReduce
+from tenure.symbolic.ops.creation import Alloc
 from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.gemm import Gemm
 from tenure.symbolic.ops.indexing import AdvancedSubtensor, Subtensor, index_tuple
@@ -287,6 +289,22 @@ def lower_stack(node, values, ctx) -> list:
     return _cast(node, da.stack([as_lazy(v) for v in values], axis=node.op.axis))
 
 
+def lower_alloc(node, values, ctx) -> list:
+    """A broadcast value, lazily and chunked: even made from concrete inputs
+    (a gradient spreading a mean over the rows), it may be as big as the
+    data, and a concrete one would travel inside the graph."""
+    value = values[0]
+    shape = tuple(int(n) for n in values[1:])
+    dtype = node.outputs[0].type.numpy_dtype
+    if is_lazy(value) or any(n != 1 for n in np.shape(value)):
+        return [da.broadcast_to(as_lazy(value), shape).astype(dtype, copy=False)]
+    chunks = normalize_chunks("auto", shape, dtype=dtype)
+    return [da.broadcast_to(as_lazy(np.asarray(value, dtype=dtype)), shape, chunks=chunks)]
+
+
+#: ops lowered to Dask even when every input is concrete (their result may be big)
+ALWAYS_LAZY = (Alloc,)
+
 #: the lowering of each op class a lazy value may reach
 LOWERINGS: dict[type, Callable] = {
     Elemwise: lower_elemwise,
@@ -311,6 +329,7 @@ LOWERINGS: dict[type, Callable] = {
     SpecifyShape: lower_by_perform,
     Subtensor: lower_subtensor,
     AdvancedSubtensor: lower_advanced_subtensor,
+    Alloc: lower_alloc,
     Join: lower_join,
     Stack: lower_stack,
 }
@@ -362,7 +381,7 @@ def lower_graph(fgraph, input_values: list, ctx) -> list:
             values = [var.data if isinstance(var, Constant) else env[var] for var in node.inputs]
             if isinstance(node.op, Shape) and is_lazy(values[0]):
                 outs = [np.asarray(values[0].shape, dtype=np.int64)]
-            elif any(is_lazy(v) for v in values):
+            elif any(is_lazy(v) for v in values) or isinstance(node.op, ALWAYS_LAZY):
                 try:
                     outs = _lowering(node.op)(node, values, ctx)
                 except _ComputeRefused:

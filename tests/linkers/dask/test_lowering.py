@@ -272,3 +272,18 @@ def test_lazy_index_is_refused_with_a_clear_error(data):
     np.testing.assert_array_equal(f(data["a"], np.int64(3)), data["a"][3])
     with pytest.raises(TypeError, match="needs the value of a lazy input.*NumPy value"):
         f(data["a"], da.from_array(np.int64(3)))
+
+
+def test_alloc_stays_lazy_and_chunked(data):
+    """A value broadcast to the data's shape (the gradient of a mean) is made
+    on the workers, chunked, not on the client and shipped in the graph."""
+    x = tn.matrix("x")
+    f = tn.function([In(x, chunks=(10, 23))], [tn.alloc(1.5, x.shape[0], 3), tn.grad(x.mean(), x)],
+                    mode=LAZY)
+    ones, grad = f(data["a"])
+    assert ones.numblocks == (1, 1) and isinstance(ones, da.Array)
+    np.testing.assert_array_equal(ones.compute(), np.full((37, 3), 1.5))
+    np.testing.assert_allclose(grad.compute(), np.full((37, 23), 1 / (37 * 23)))
+    big = tn.function([x], tn.alloc(2.0, 40_000, 1_000), mode=LAZY,
+                      on_unused_input="ignore")(data["a"])
+    assert big.numblocks[0] > 1   # "auto" chunks, not one 320 MB block
