@@ -21,6 +21,15 @@ DP = ("dp", "dp_sliding_hirschberg")
 APPROX = dict(rel=1e-9, abs=1e-9)
 
 
+def approx_for(name: str, values) -> dict:
+    """How close solver ``name`` must come: the ILP is exact only up to
+    HiGHS's feasibility and optimality tolerances (about 1e-7 of the largest
+    value: an item worth 6e-8 next to one worth 1 may be left out)."""
+    if name == "ilp":
+        return dict(rel=1e-9, abs=max(1e-9, 1e-6 * max(values, default=0.0)))
+    return APPROX
+
+
 @st.composite
 def instances(draw, max_items=25, max_weight=30):
     """(values, integer weights, integer capacity), capacity anywhere from 0
@@ -65,7 +74,7 @@ def test_exact_solvers_match_brute_force(instance):
     for name in EXACT:
         sol = solve(values, weights, capacity, solver=name)
         check_solution(sol, values, weights, capacity)
-        assert sol.value == pytest.approx(best, **APPROX), name
+        assert sol.value == pytest.approx(best, **approx_for(name, values)), name
 
 
 @settings(max_examples=60, deadline=None)
@@ -75,7 +84,8 @@ def test_exact_solvers_agree(instance):
     solutions = {name: solve(values, weights, capacity, solver=name) for name in EXACT}
     for name, sol in solutions.items():
         check_solution(sol, values, weights, capacity)
-        assert sol.value == pytest.approx(solutions["dp"].value, **APPROX), name
+        assert sol.value == pytest.approx(solutions["dp"].value,
+                                          **approx_for(name, values)), name
 
 
 def test_exact_solvers_agree_on_a_larger_instance():

@@ -33,6 +33,16 @@ def check_against_c(inputs, outputs, *args, chunks=None, rtol=1e-12, atol=0.0):
     return got
 
 
+@pytest.fixture(autouse=True)
+def synchronous_scheduler():
+    """Chunks run in the test's own thread: C loops started from Dask's pool
+    threads would leave OpenMP thread teams behind in this process, which
+    the memory tests that run after these in the same worker would count."""
+    import dask
+    with dask.config.set(scheduler="synchronous"):
+        yield
+
+
 @pytest.fixture
 def data(rng):
     return {"a": rng.standard_normal((37, 23)), "b": rng.standard_normal((37, 23)),
