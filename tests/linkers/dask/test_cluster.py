@@ -28,6 +28,19 @@ WORKER_MEMORY = 400 * 2**20
 
 @pytest.fixture(scope="module")
 def client():
+    # Starting worker processes leaves distributed's pre-spawn settings
+    # (OMP_NUM_THREADS=1, MALLOC_TRIM_THRESHOLD_, ...) in this process's
+    # environment; later tests in this process (the C loops' thread count
+    # that memory_report predicts from it) must see the environment they had.
+    environment = dict(os.environ)
+    try:
+        yield from _cluster_client()
+    finally:
+        os.environ.clear()
+        os.environ.update(environment)
+
+
+def _cluster_client():
     cluster = distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, memory_limit=WORKER_MEMORY,
         dashboard_address=None, env={"TENURE_FLAGS": f"compiledir={tn.config.compiledir}"})

@@ -33,16 +33,6 @@ def check_against_c(inputs, outputs, *args, chunks=None, rtol=1e-12, atol=0.0):
     return got
 
 
-@pytest.fixture(autouse=True)
-def synchronous_scheduler():
-    """Chunks run in the test's own thread: C loops started from Dask's pool
-    threads would leave OpenMP thread teams behind in this process, which
-    the memory tests that run after these in the same worker would count."""
-    import dask
-    with dask.config.set(scheduler="synchronous"):
-        yield
-
-
 @pytest.fixture
 def data(rng):
     return {"a": rng.standard_normal((37, 23)), "b": rng.standard_normal((37, 23)),
@@ -297,3 +287,22 @@ def test_alloc_stays_lazy_and_chunked(data):
     big = tn.function([x], tn.alloc(2.0, 40_000, 1_000), mode=LAZY,
                       on_unused_input="ignore")(data["a"])
     assert big.numblocks[0] > 1   # "auto" chunks, not one 320 MB block
+
+
+def test_lazy_output_does_not_see_later_writes_of_a_0d_argument(data):
+    x, scale = tn.matrix("x"), tn.scalar("scale")
+    f = tn.function([x, scale], x * scale, mode=LAZY)
+    factor = np.array(2.0)
+    out = f(data["a"], factor)
+    factor[...] = 100.0
+    np.testing.assert_allclose(out.compute(), data["a"] * 2)
+
+
+def test_reshape_errors_name_both_shapes(data):
+    x = tn.matrix("x")
+    f = tn.function([x], x.reshape((7, -1)), mode=LAZY)
+    with pytest.raises(ValueError, match=r"cannot reshape an array of shape \(37, 23\) "
+                                         r"\(size 851\) into shape \(7, -1\)"):
+        f(data["a"])
+    g = tn.function([In(x, chunks=(10, 7))], x.reshape((-1,)), mode=COMPUTED)
+    np.testing.assert_array_equal(g(data["a"]), data["a"].ravel())
