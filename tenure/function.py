@@ -30,11 +30,6 @@ from tenure.symbolic.ops.shape import specify_shape
 from tenure.symbolic.types import TensorType, is_same_memory
 
 
-def _type_filter(type_, value, allow_downcast: bool, what: str):
-    """The input gate of every linker but one that takes arrays of its own kind."""
-    return type_.filter(value, allow_downcast=allow_downcast, what=what)
-
-
 class UnusedInputError(ValueError):
     """An input of ``function`` is not needed by any output or update."""
 
@@ -333,8 +328,9 @@ class Function:
             # cannot be checked without computing them): nothing to copy.
             self._any_hazard = False
             self._writable_inputs = []
-        #: the input gate: the linker's where it takes arrays of its own kind
-        self._filter = getattr(self._thunk, "filter_input", None) or _type_filter
+        #: the linker's input gate where it takes arrays of its own kind (a
+        #: Dask array), else None: each input's type filters it
+        self._filter = getattr(self._thunk, "filter_input", None)
         #: the compiled call path (C linker), or None: calls go through :meth:`_call`
         self._fast_call = self._make_fast_call()
         self._defaults = [None if spec.value is None else self._own_default(spec)
@@ -562,8 +558,12 @@ class Function:
             for i, spec in enumerate(self.inputs):
                 if from_default[i]:
                     continue
-                values[i] = self._filter(spec.variable.type, values[i], allow,
-                                         f"input {self._input_label(i)}")
+                what = f"input {self._input_label(i)}"
+                if self._filter is None:
+                    values[i] = spec.variable.type.filter(values[i], allow_downcast=allow,
+                                                          what=what)
+                else:
+                    values[i] = self._filter(spec.variable.type, values[i], allow, what)
         if from_default is not None and any(from_default):
             # A default is the function's own data: never hand it out to be written.
             values = [v.copy() if d and self.inputs[i].mutable else v

@@ -33,15 +33,12 @@ a call that raises (a task failed) changes no shared variable.
 
 from __future__ import annotations
 
-import itertools
-import uuid
-
 import dask
 import dask.array as da
 import numpy as np
-from dask.array.core import normalize_chunks, slices_from_chunks
 
-from tenure.linkers.dask.lower import LoweringError, is_lazy, lower_graph, unsupported
+from tenure.linkers.dask.lower import (LoweringError, chunked, is_lazy, lower_graph,
+                                       unsupported)
 from tenure.symbolic.shared import SharedVariable
 
 __all__ = ["DaskLinker", "DaskThunk", "default_client"]
@@ -118,24 +115,27 @@ class DaskThunk:
         client = default_client() if any(self.is_shared) else None
         lazy_inputs = [self._lazy_input(i, value, client) for i, value in enumerate(values)]
         results = lower_graph(self.fgraph, lazy_inputs, self.context)
-        n = self.n_outputs
-        todo = [k for k in range(len(results))
-                if is_lazy(results[k]) and (k >= n or self.compute)]
-        computed = dask.compute(*[results[k] for k in todo]) if todo else ()
+        # Updates always, outputs when asked; a result concrete from the
+        # start (made from constants) needs no computing but must be fresh too.
+        todo = [k for k, r in enumerate(results)
+                if not is_lazy(r) or k >= self.n_outputs or self.compute]
+        lazy = [k for k in todo if is_lazy(results[k])]
+        for k, value in zip(lazy, dask.compute(*[results[k] for k in lazy]) if lazy else ()):
+            results[k] = value
         held = [v for v in values if isinstance(v, np.ndarray)]
-        for k, value in zip(todo, computed):
-            results[k] = self._fresh(k, value, held)
+        for k in todo:
+            results[k] = self._fresh(k, results[k], held)
             held.append(results[k])
-        for k in range(len(results)):
-            if not is_lazy(results[k]) and k not in todo:  # concrete from the start
-                results[k] = self._fresh(k, results[k], held)
         return results
 
     def _lazy_input(self, i: int, value, client):
-        if is_lazy(value) or value.ndim == 0:
-            # A 0-d value stays concrete: an index, a length, a learning rate
-            # that lowering may need to read, small enough for any task.
+        if is_lazy(value):
             return value
+        if value.ndim == 0:
+            # A 0-d value stays concrete: an index, a length, a learning rate
+            # that lowering may need to read, small enough for any task (and
+            # to copy, where a lazy result must not see a later write).
+            return value if self.compute or self.borrowed[i] else value.copy()
         if self.is_shared[i]:
             if client is not None:
                 return _scattered(client, value)
@@ -154,19 +154,6 @@ class DaskThunk:
 
     def free(self) -> None:
         """Nothing is held between calls."""
-
-
-def chunked(value: np.ndarray, chunks, copy: bool) -> da.Array:
-    """``value`` as a Dask array of ``chunks`` (anything ``from_array`` takes)
-    whose chunks are views of it, or of one copy of it."""
-    if copy:
-        value = value.copy()
-    chunks = normalize_chunks(chunks, value.shape, dtype=value.dtype)
-    name = f"tenure-input-{uuid.uuid4().hex}"
-    keys = itertools.product([name], *(range(len(c)) for c in chunks))
-    graph = {key: value[slices] for key, slices in zip(keys, slices_from_chunks(chunks))}
-    return da.Array(graph, name, chunks=chunks, dtype=value.dtype,
-                    meta=np.empty((0,) * value.ndim, dtype=value.dtype))
 
 
 def _scattered(client, value: np.ndarray) -> da.Array:

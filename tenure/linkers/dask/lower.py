@@ -25,13 +25,15 @@ client unseen.
 
 from __future__ import annotations
 
+import itertools
 import math
+import uuid
 from typing import Callable
 
 import dask
 import dask.array as da
 import numpy as np
-from dask.array.core import normalize_chunks
+from dask.array.core import normalize_chunks, slices_from_chunks
 
 from tenure.linkers.dask.chunks import ChunkKernel
 from tenure.symbolic.graph import Constant
@@ -58,12 +60,27 @@ def is_lazy(value) -> bool:
     return isinstance(value, da.Array)
 
 
+def chunked(value: np.ndarray, chunks, copy: bool) -> da.Array:
+    """``value`` as a Dask array of ``chunks`` (anything ``from_array`` takes)
+    whose chunks are views of it, or of one copy of it (``dask.array.from_array``
+    always copies a NumPy array)."""
+    if copy:
+        value = value.copy()
+    chunks = normalize_chunks(chunks, value.shape, dtype=value.dtype)
+    name = f"tenure-input-{uuid.uuid4().hex}"
+    keys = itertools.product([name], *(range(len(c)) for c in chunks))
+    graph = {key: value[slices] for key, slices in zip(keys, slices_from_chunks(chunks))}
+    return da.Array(graph, name, chunks=chunks, dtype=value.dtype,
+                    meta=np.empty((0,) * value.ndim, dtype=value.dtype))
+
+
 def as_lazy(value) -> da.Array:
-    """``value`` as a Dask array (a concrete one becomes a single chunk)."""
+    """``value`` as a Dask array (a concrete one, a constant or a value
+    computed from shapes that nobody writes, becomes one chunk viewing it)."""
     if is_lazy(value):
         return value
     value = np.asarray(value)
-    return da.from_array(value, chunks=value.shape or (), name=False)
+    return chunked(value, value.shape, copy=False)
 
 
 def _meta(var) -> np.ndarray:
@@ -249,17 +266,29 @@ def lower_dimshuffle(node, values, ctx) -> list:
 def lower_reshape(node, values, ctx) -> list:
     """Dask's reshape; where it cannot keep the chunks along the axes it
     merges, those (then all) axes become one chunk first."""
-    x, shape = as_lazy(values[0]), tuple(int(n) for n in values[1])
-    try:
-        shape = np.empty(x.shape, dtype=np.bool_)[...].reshape(shape).shape  # NumPy's checks
-    except ValueError as exc:
-        raise ValueError(f"reshape: {exc}") from None
+    x = as_lazy(values[0])
+    shape = reshaped(x.shape, tuple(int(n) for n in values[1]))
     for whole in (range(1, x.ndim), range(x.ndim)):
         try:
             return [x.reshape(shape, merge_chunks=True)]
         except NotImplementedError:
             x = x.rechunk({a: -1 for a in whole})
     return [x.reshape(shape)]
+
+
+def reshaped(old: tuple[int, ...], new: tuple[int, ...]) -> tuple[int, ...]:
+    """``new`` with its one -1 resolved, checked as NumPy checks a reshape."""
+    unknown = [i for i, n in enumerate(new) if n == -1]
+    if len(unknown) > 1 or any(n < -1 for n in new):
+        raise ValueError(f"reshape: a new shape has at most one -1 and no other negative "
+                         f"length, got {new}")
+    size, known = math.prod(old), math.prod(n for n in new if n != -1)
+    if unknown and known and size % known == 0:
+        new = new[:unknown[0]] + (size // known,) + new[unknown[0] + 1:]
+    if math.prod(new) != size or -1 in new:
+        raise ValueError(f"reshape: cannot reshape an array of shape {old} (size {size}) "
+                         f"into shape {new}")
+    return new
 
 
 def lower_by_perform(node, values, ctx) -> list:
