@@ -1,22 +1,25 @@
-"""Per-chunk kernels: one node of a graph, compiled by tenure, run on a chunk.
+"""Per-chunk kernels: a piece of a graph, compiled by tenure, run on chunks.
 
-A :class:`ChunkKernel` is what a Dask task calls: it holds an op and the
-types of its inputs (static lengths dropped, except the 1s that mark
-broadcasting: a chunk is shorter than the whole array) and, on first use in
-a process, compiles the node with the chunk linker (the C linker by
-default: the disk cache makes every process after the first load it without
-running the compiler).  It pickles as the op, the types and the linker's
-name, so a worker process rebuilds it from the task.
+A :class:`ChunkKernel` is what a Dask task calls: a few nodes (one op, or a
+region of elementwise ops with the partial reductions that read it, see
+:mod:`.regions`) written as :class:`Step`\\ s over the kernel's arguments,
+and the types of those arguments (static lengths dropped, except the 1s
+that mark broadcasting: a chunk is shorter than the whole array).  On first
+use in a process it builds the nodes, fuses them (the fusion rewrites) and
+compiles them with the chunk linker (the C linker by default: the disk
+cache makes every process after the first load it without running the
+compiler).  It pickles as its steps, types and linker's name, so a worker
+process rebuilds it from the task.
 
 Threads.  A compiled thunk owns the storage of one call, so one thunk must
 never run two chunks at once; Dask runs several tasks of a process on its
 threads.  Each thread gets its own thunk of the same compiled code (the
 module is loaded once per process; a thunk costs a plan and a schedule).
 
-Memory.  Chunk kernels never write their inputs (the node has no destroy
-map: the Dask mode compiles without in-place rewrites, and :func:`non_destructive`
-refuses one) and return fresh arrays: a chunk Dask holds may be read by
-other tasks.
+Memory.  Chunk kernels never write their arguments (no step has a destroy
+map: the Dask mode compiles without in-place rewrites, and
+:func:`non_destructive` refuses one) and return fresh arrays: a chunk Dask
+holds may be read by other tasks.
 """
 
 from __future__ import annotations
@@ -24,19 +27,27 @@ from __future__ import annotations
 import hashlib
 import pickle
 import threading
+from typing import NamedTuple
 
 import numpy as np
 
 from tenure.linkers.c.linker import CLinker
 from tenure.linkers.python import PythonLinker
+from tenure.rewrites.engine import Query, rewrite_graph
 from tenure.rewrites.fgraph import FunctionGraph
 from tenure.symbolic.graph import Constant
 from tenure.symbolic.types import TensorType
 
-__all__ = ["ChunkKernel", "chunk_type", "non_destructive"]
+__all__ = ["FUSION", "Arg", "ChunkKernel", "Result", "Step", "chunk_type", "non_destructive",
+           "steps_of"]
 
 #: the linkers a chunk kernel may be compiled with
 CHUNK_LINKERS = {"c": CLinker, "py": PythonLinker}
+
+#: the rewrites a kernel of several steps runs before it is compiled, and a
+#: graph specialised to a call (:mod:`.specialize`): fusion only (the
+#: function's graph went through every other rewrite when it was compiled)
+FUSION = Query(include=frozenset({"fusion"}), only_included=True)
 
 # Per thread: {kernel key: thunk}.  Worker threads live as long as the worker.
 _THUNKS = threading.local()
@@ -55,35 +66,89 @@ def non_destructive(op) -> None:
                          "kernel must not (the dask mode compiles without in-place rewrites)")
 
 
+class Arg(NamedTuple):
+    """The kernel's ``index``-th argument (a chunk)."""
+
+    index: int
+
+
+class Result(NamedTuple):
+    """Output ``output`` of the kernel's ``step``-th step."""
+
+    step: int
+    output: int = 0
+
+
+class Step(NamedTuple):
+    """``op`` applied to ``inputs``: each an :class:`Arg`, a :class:`Result` of
+    an earlier step or a :class:`~tenure.symbolic.graph.Constant` (kept in the
+    kernel: a weakly typed Python number must stay one, or ``x * 2`` of
+    float32 would become float64)."""
+
+    op: object
+    inputs: tuple
+
+
+def steps_of(nodes, outputs) -> tuple[tuple[Step, ...], list, tuple[Result, ...]]:
+    """``nodes`` (in an order where each comes after the nodes it reads) as
+    steps: ``(steps, arguments, results)`` where ``arguments`` are the
+    variables the nodes read that no node computes (constants excepted) and
+    ``results`` name ``outputs`` (variables the nodes compute)."""
+    made: dict = {}
+    arguments: list = []
+    steps = []
+    for node in nodes:
+        refs = []
+        for var in node.inputs:
+            if var in made:
+                refs.append(made[var])
+            elif isinstance(var, Constant):
+                refs.append(var)
+            else:
+                if var not in arguments:
+                    arguments.append(var)
+                refs.append(Arg(arguments.index(var)))
+        steps.append(Step(node.op, tuple(refs)))
+        for k, out in enumerate(node.outputs):
+            made[out] = Result(len(steps) - 1, k)
+    return tuple(steps), arguments, tuple(made[v] for v in outputs)
+
+
 class ChunkKernel:
-    """``kernel(*chunks)``: ``op`` applied to one chunk of each input.
+    """``kernel(*chunks)``: ``steps`` run on one chunk of each argument.
 
-    ``inputs``: per input of the node, a :class:`~tenure.symbolic.graph.Constant`
-    (kept in the kernel's graph: a weakly typed Python number must stay one,
-    or ``x * 2`` of float32 would become float64) or the input's type (a
-    chunk argument, in order).  ``output``: which output of the node the
-    kernel returns (None: all of them, as a tuple)."""
+    ``arg_types``: the type of each argument (as the whole array's; the
+    kernel makes them chunk types).  ``outputs``: the results the kernel
+    returns, one array, or a tuple when there are several."""
 
-    def __init__(self, op, inputs, output: int | None = 0, linker: str = "c",
-                 key: str | None = None):
-        non_destructive(op)
+    def __init__(self, steps, arg_types, outputs, linker: str = "c", key: str | None = None):
+        for step in steps:
+            non_destructive(step.op)
         if linker not in CHUNK_LINKERS:
             raise ValueError(f"dask linker: chunk_linker must be one of "
                              f"{', '.join(CHUNK_LINKERS)}, got {linker!r}")
-        self.op = op
-        self.inputs = tuple(i if isinstance(i, Constant) else chunk_type(i) for i in inputs)
-        self.output = output
+        self.steps = tuple(steps)
+        self.arg_types = tuple(chunk_type(t) for t in arg_types)
+        self.outputs = tuple(outputs)
         self.linker = linker
-        self.arg_types = [t for t in self.inputs if not isinstance(t, Constant)]
         # Constants compare by identity; their pickled form names them by
         # value.  Computed once: a task carries it (each task unpickles its kernel).
-        self.key = key or hashlib.sha256(pickle.dumps((op, self.inputs, linker))).hexdigest()
+        self.key = key or hashlib.sha256(pickle.dumps(
+            (self.steps, self.arg_types, self.outputs, linker))).hexdigest()
+
+    @classmethod
+    def of_nodes(cls, nodes, outputs, linker: str = "c") -> tuple[ChunkKernel, list]:
+        """The kernel computing ``outputs`` of ``nodes``, and the variables
+        whose chunks are its arguments, in order."""
+        steps, arguments, results = steps_of(nodes, outputs)
+        return cls(steps, [v.type for v in arguments], results, linker), arguments
 
     def __reduce__(self):
-        return (ChunkKernel, (self.op, self.inputs, self.output, self.linker, self.key))
+        return (ChunkKernel, (self.steps, self.arg_types, self.outputs, self.linker, self.key))
 
     def __repr__(self):
-        return f"ChunkKernel({self.op}, output={self.output})"
+        ops = ", ".join(str(step.op) for step in self.steps)
+        return f"ChunkKernel({ops})"
 
     def _thunk(self):
         thunks = getattr(_THUNKS, "by_key", None)
@@ -91,18 +156,31 @@ class ChunkKernel:
             thunks = _THUNKS.by_key = {}
         thunk = thunks.get(self.key)
         if thunk is None:
-            args = [t() for t in self.arg_types]
-            it = iter(args)
-            node = self.op.make_node(*[i if isinstance(i, Constant) else next(it)
-                                       for i in self.inputs])
-            fgraph = FunctionGraph(args, list(node.outputs))
-            thunk = thunks[self.key] = CHUNK_LINKERS[self.linker]().make_thunk(
-                fgraph, set(), allow_gc=True)
+            thunk = thunks[self.key] = self._compile()
         return thunk
+
+    def _compile(self):
+        args = [t() for t in self.arg_types]
+        nodes = []
+
+        def value(ref):
+            if isinstance(ref, Arg):
+                return args[ref.index]
+            if isinstance(ref, Result):
+                return nodes[ref.step].outputs[ref.output]
+            return ref
+
+        for step in self.steps:
+            nodes.append(step.op.make_node(*[value(ref) for ref in step.inputs]))
+        outputs = [value(ref) for ref in self.outputs]
+        fgraph = FunctionGraph(args, outputs)
+        if len(self.steps) > 1:
+            rewrite_graph(fgraph, FUSION)
+        return CHUNK_LINKERS[self.linker]().make_thunk(fgraph, set(), allow_gc=True)
 
     def __call__(self, *chunks):
         values = [np.asarray(c, dtype=t.numpy_dtype) for c, t in zip(chunks, self.arg_types)]
         results = self._thunk()(values)
-        if self.output is None:
-            return tuple(results)
-        return results[self.output]
+        if len(self.outputs) == 1:
+            return results[0]
+        return tuple(results)

@@ -37,8 +37,11 @@ import dask
 import dask.array as da
 import numpy as np
 
+from tenure.linkers.dask.chunks import ChunkKernel
 from tenure.linkers.dask.lower import (LoweringError, chunked, is_lazy, lower_graph,
                                        unsupported)
+from tenure.linkers.dask.regions import lowering_order
+from tenure.linkers.dask.specialize import CallGraphs
 from tenure.symbolic.shared import SharedVariable
 
 __all__ = ["DaskLinker", "DaskThunk", "default_client"]
@@ -60,10 +63,40 @@ def default_client():
 
 
 class _Context:
-    """What lowering needs besides the values: the chunk kernels' linker."""
+    """What lowering keeps between calls: the chunk kernel of each node or
+    region (a kernel hashes its steps once), the partial-reduction node of
+    each reduction, and the lowering order of each graph (the graphs a call
+    lowers are kept between calls too, see :mod:`.specialize`)."""
 
     def __init__(self, chunk_linker: str):
         self.chunk_linker = chunk_linker
+        self._kernels: dict = {}
+        self._partials: dict = {}
+        self._orders: dict = {}
+
+    def kernel(self, key, nodes_and_outputs) -> tuple[ChunkKernel, list]:
+        """``(kernel, arguments)`` for ``key`` (a node or a region), made from
+        ``nodes_and_outputs()`` the first time: the nodes the kernel runs and
+        the variables it returns (see :meth:`ChunkKernel.of_nodes`)."""
+        found = self._kernels.get(key)
+        if found is None:
+            nodes, outputs = nodes_and_outputs()
+            found = self._kernels[key] = ChunkKernel.of_nodes(nodes, outputs,
+                                                              self.chunk_linker)
+        return found
+
+    def partial_node(self, node, make):
+        """``make(node)``, made once: the node reducing a chunk to a partial."""
+        found = self._partials.get(node)
+        if found is None:
+            found = self._partials[node] = make(node)
+        return found
+
+    def lowering_order(self, fgraph) -> list:
+        found = self._orders.get(fgraph)
+        if found is None:
+            found = self._orders[fgraph] = lowering_order(fgraph)
+        return found
 
 
 class DaskThunk:
@@ -81,6 +114,7 @@ class DaskThunk:
         self.n_outputs = n_outputs
         self.compute = compute
         self.context = _Context(chunk_linker)
+        self.graphs = CallGraphs(fgraph)
         self.is_shared = [isinstance(v, SharedVariable) for v in fgraph.inputs]
         specs = list(input_specs) + [None] * (len(fgraph.inputs) - len(input_specs))
         self.borrowed = [spec is not None and spec.borrow for spec in specs]
@@ -114,7 +148,7 @@ class DaskThunk:
     def __call__(self, values: list) -> list:
         client = default_client() if any(self.is_shared) else None
         lazy_inputs = [self._lazy_input(i, value, client) for i, value in enumerate(values)]
-        results = lower_graph(self.fgraph, lazy_inputs, self.context)
+        results = lower_graph(self.graphs.for_values(lazy_inputs), lazy_inputs, self.context)
         # Updates always, outputs when asked; a result concrete from the
         # start (made from constants) needs no computing but must be fresh too.
         todo = [k for k, r in enumerate(results)

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
+import re
 import uuid
 from typing import Callable
 
@@ -35,7 +37,8 @@ import dask.array as da
 import numpy as np
 from dask.array.core import normalize_chunks, slices_from_chunks
 
-from tenure.linkers.dask.chunks import ChunkKernel
+from tenure.linkers.dask.regions import (ALWAYS_LAZY, COMBINED_REDUCTIONS, Region,
+                                          lazy_variables, lowering_order)
 from tenure.symbolic.graph import Constant
 from tenure.symbolic.ops.blas import Dot, MatMul, Outer, TensorDot
 from tenure.symbolic.ops.composite import FusedReduce
@@ -89,82 +92,153 @@ def _meta(var) -> np.ndarray:
     return np.empty((0,) * var.ndim, dtype=var.type.numpy_dtype)
 
 
-def _kernel_inputs(node) -> tuple[list, list]:
-    """``(spec, arg_positions)``: each input as the kernel takes it (a
-    Constant is kept, any other input is a chunk argument) and the positions
-    of the chunk arguments."""
-    spec, args = [], []
-    for i, var in enumerate(node.inputs):
-        if isinstance(var, Constant):
-            spec.append(var)
-        else:
-            spec.append(var.type)
-            args.append(i)
-    return spec, args
-
-
-# ----------------------------------------------------------------------------
-# elementwise
+def _task_name(op) -> str:
+    """A fresh name for a layer of tasks (naming it ourselves spares Dask from
+    hashing the kernel and every argument to make one: each call builds a
+    new graph, so a content hash would buy nothing)."""
+    return f"{re.sub(r'[^A-Za-z0-9_]+', '_', str(op))[:40]}-{uuid.uuid4().hex}"
 
 
 def _right_aligned(ndim: int, var) -> tuple[int, ...]:
     return tuple(range(ndim - var.ndim, ndim))
 
 
-def lower_elemwise(node, values, ctx) -> list:
-    """One ``blockwise`` per output; broadcasting as NumPy's (length-1 axes)."""
-    spec, args = _kernel_inputs(node)
-    ndim = node.outputs[0].ndim
+def _value(var, env):
+    return var.data if isinstance(var, Constant) else env[var]
+
+
+def _run_kernel(kernel, arguments, env, ndim: int, outputs) -> list:
+    """``kernel`` on every chunk of ``arguments`` (variables, their values in
+    ``env``, read with NumPy's broadcasting over ``ndim`` axes): one Dask
+    array per entry of ``outputs``, each ``(variable, adjust_chunks)``.
+
+    A kernel of several outputs returns a tuple per chunk; one more small
+    task per chunk and output takes each array out of it."""
+    ind = tuple(range(ndim))
     pairs = []
-    for i in args:
-        pairs += [as_lazy(values[i]), _right_aligned(ndim, node.inputs[i])]
-    outs = []
-    for k, out in enumerate(node.outputs):
-        kernel = ChunkKernel(node.op, spec, output=k, linker=ctx.chunk_linker)
-        outs.append(da.blockwise(kernel, tuple(range(ndim)), *pairs,
-                                 dtype=out.type.numpy_dtype, meta=_meta(out)))
-    return outs
+    for var in arguments:
+        pairs += [as_lazy(_value(var, env)), _right_aligned(ndim, var)]
+    name = _task_name(kernel)
+    if len(outputs) == 1:
+        (var, adjust), = outputs
+        return [da.blockwise(kernel, ind, *pairs, name=name, adjust_chunks=adjust or None,
+                             dtype=var.type.numpy_dtype, meta=_meta(var))]
+    tuples = da.blockwise(kernel, ind, *pairs, name=name, dtype=object,
+                          meta=np.empty((0,) * ndim, dtype=object))
+    return [da.blockwise(operator.getitem, ind, tuples, ind, k, None, name=f"{name}-{k}",
+                         adjust_chunks=adjust or None, dtype=var.type.numpy_dtype,
+                         meta=_meta(var))
+            for k, (var, adjust) in enumerate(outputs)]
+
+
+# ----------------------------------------------------------------------------
+# elementwise
+
+
+def lower_elemwise(node, values, ctx) -> list:
+    """One ``blockwise`` (an elementwise node has one output); broadcasting as
+    NumPy's (length-1 axes)."""
+    kernel, arguments = ctx.kernel(node, lambda: ([node], node.outputs))
+    out = node.outputs[0]
+    return _run_kernel(kernel, arguments, dict(zip(node.inputs, values)), out.ndim,
+                       [(out, None)])
 
 
 # ----------------------------------------------------------------------------
 # reductions: a kernel per chunk, Dask's tree over the partials
 
 #: how partials of each reduction combine
-COMBINE = {"sum": da.sum, "mean": da.sum, "prod": da.prod, "max": da.max, "min": da.min,
-           "any": da.any, "all": da.all}
+COMBINE = {name: getattr(da, "sum" if name == "mean" else name)
+           for name in COMBINED_REDUCTIONS}
 
 
-def _chunk_reduction(op):
-    """The op that reduces one chunk to its partial (keepdims; ``mean``: sum)."""
+def _partial_node(node):
+    """A node reducing one chunk to its partial (keepdims; ``mean``: sum)."""
+    op = node.op
     fn = "sum" if op.fn_name == "mean" else op.fn_name
     if isinstance(op, FusedReduce):
-        return FusedReduce(op.composite, fn, op.axis, True)
-    return Reduce(fn, op.axis, True)
+        partial = FusedReduce(op.composite, fn, op.axis, True)
+    else:
+        partial = Reduce(fn, op.axis, True)
+    return partial.make_node(*node.inputs)
+
+
+def _combine(node, partials, shape) -> da.Array:
+    """``node``'s result from the partials of chunks of an array of ``shape``."""
+    op = node.op
+    total = COMBINE[op.fn_name](partials, axis=op.axis, keepdims=op.keepdims)
+    if op.fn_name == "mean":
+        total = total / math.prod(shape[a] for a in op.axis)
+    return total.astype(node.outputs[0].type.numpy_dtype, copy=False)
 
 
 def lower_reduce(node, values, ctx) -> list:
     op = node.op
     if op.fn_name not in COMBINE:
         raise LoweringError(f"dask linker: no tree reduction for {op.fn_name!r} ({op})")
-    spec, args = _kernel_inputs(node)
-    ndim = max(node.inputs[i].ndim for i in args)
-    lazy = [as_lazy(values[i]) for i in args]
-    pairs = []
-    for i, arr in zip(args, lazy):
-        pairs += [arr, _right_aligned(ndim, node.inputs[i])]
-    chunk_op = _chunk_reduction(op)
-    partial_var = chunk_op.make_node(*[v if isinstance(v, Constant) else v.type()
-                                       for v in node.inputs]).outputs[0]
-    kernel = ChunkKernel(chunk_op, spec, linker=ctx.chunk_linker)
-    partials = da.blockwise(kernel, tuple(range(ndim)), *pairs,
-                            adjust_chunks={a: 1 for a in op.axis},
-                            dtype=partial_var.type.numpy_dtype, meta=_meta(partial_var))
-    out = node.outputs[0]
-    total = COMBINE[op.fn_name](partials, axis=op.axis, keepdims=op.keepdims)
-    if op.fn_name == "mean":
-        shape = da.core.broadcast_shapes(*[a.shape for a in lazy])
-        total = total / math.prod(shape[a] for a in op.axis)
-    return [total.astype(out.type.numpy_dtype, copy=False)]
+    partial = ctx.partial_node(node, _partial_node)
+    kernel, arguments = ctx.kernel(node, lambda: ([partial], partial.outputs))
+    env = dict(zip(node.inputs, values))
+    ndim = max(v.ndim for v in arguments)
+    partials, = _run_kernel(kernel, arguments, env, ndim,
+                            [(partial.outputs[0], {a: 1 for a in op.axis})])
+    shape = da.core.broadcast_shapes(*[np.shape(env[v]) for v in arguments])
+    return [_combine(node, partials, shape)]
+
+
+# ----------------------------------------------------------------------------
+# regions: elementwise nodes and the partials of their reductions, one kernel
+
+
+def _region_shape(region, env) -> tuple[int, ...] | None:
+    """The one shape of every node of ``region`` for these values, or None
+    when they differ (a length 1 broadcast at run time), when a length is not
+    known, or when no argument is lazy."""
+    shapes: dict = {}
+    lazy = False
+
+    def shape_of(var):
+        nonlocal lazy
+        if var in shapes:
+            return shapes[var]
+        value = _value(var, env)
+        lazy = lazy or is_lazy(value)
+        return tuple(np.shape(value))
+
+    found = None
+    for node in region.nodes + region.sinks:
+        try:
+            shape = np.broadcast_shapes(*[shape_of(v) for v in node.inputs])
+        except (TypeError, ValueError):
+            return None
+        if any(not isinstance(n, (int, np.integer)) for n in shape):
+            return None
+        if found is not None and shape != found:
+            return None
+        found = shape
+        shapes.update((out, shape) for out in node.outputs)
+    return found if lazy else None
+
+
+def lower_region(region: Region, env, ctx) -> None:
+    """All of ``region`` as one kernel per chunk (see :mod:`.regions`), or
+    node by node when its nodes do not share one shape for these values."""
+    shape = _region_shape(region, env)
+    if shape is None:
+        for node in region.nodes + region.sinks:
+            lower_node(node, env, ctx)
+        return
+    partials = [ctx.partial_node(sink, _partial_node) for sink in region.sinks]
+    kernel, arguments = ctx.kernel(region, lambda: (
+        list(region.nodes) + partials,
+        list(region.outputs) + [p.outputs[0] for p in partials]))
+    outputs = [(var, None) for var in region.outputs]
+    outputs += [(p.outputs[0], {a: 1 for a in sink.op.axis})
+                for sink, p in zip(region.sinks, partials)]
+    results = _run_kernel(kernel, arguments, env, len(shape), outputs)
+    env.update(zip(region.outputs, results))
+    for sink, result in zip(region.sinks, results[len(region.outputs):]):
+        env[sink.outputs[0]] = _combine(sink, result, shape)
 
 
 def lower_sum_to(node, values, ctx) -> list:
@@ -214,8 +288,8 @@ def lower_along_axes(node, values, ctx) -> list:
     else:
         raise LoweringError(f"dask linker: {node.op} maps {x.ndim}-d to {out.ndim}-d, which "
                             "no chunk layout gives")
-    kernel = ChunkKernel(node.op, [x_var.type], linker=ctx.chunk_linker)
-    return [da.blockwise(kernel, out_ind, x, ind, concatenate=True,
+    kernel, _ = ctx.kernel(node, lambda: ([node], node.outputs))
+    return [da.blockwise(kernel, out_ind, x, ind, concatenate=True, name=_task_name(node.op),
                          dtype=out.type.numpy_dtype, meta=_meta(out))]
 
 
@@ -331,9 +405,6 @@ def lower_alloc(node, values, ctx) -> list:
     return [da.broadcast_to(as_lazy(np.asarray(value, dtype=dtype)), shape, chunks=chunks)]
 
 
-#: ops lowered to Dask even when every input is concrete (their result may be big)
-ALWAYS_LAZY = (Alloc,)
-
 #: the lowering of each op class a lazy value may reach
 LOWERINGS: dict[type, Callable] = {
     Elemwise: lower_elemwise,
@@ -375,15 +446,10 @@ def unsupported(fgraph) -> list:
     """The nodes a lazy value reaches that no entry of :data:`LOWERINGS`
     lowers (an op's shape is concrete: ``x.shape`` of a lazy ``x`` is not
     lazy; so are 0-d arguments, see :mod:`.linker`)."""
-    lazy = {var for var in fgraph.inputs if var.ndim > 0}
-    missing = []
-    for node in fgraph.toposort():
-        if isinstance(node.op, Shape) or not any(v in lazy for v in node.inputs):
-            continue
-        lazy.update(node.outputs)
-        if _lowering(node.op) is None:
-            missing.append(node)
-    return missing
+    lazy = lazy_variables(fgraph)
+    return [node for node in fgraph.toposort()
+            if not isinstance(node.op, Shape) and any(v in lazy for v in node.inputs)
+            and _lowering(node.op) is None]
 
 
 class _ComputeRefused(Exception):
@@ -401,24 +467,33 @@ def _concrete(node, values) -> list:
     return [cell[0] for cell in storage]
 
 
+def lower_node(node, env, ctx) -> None:
+    """``node``'s outputs into ``env``: lowered to Dask where an input is lazy,
+    computed at once where all are concrete."""
+    values = [_value(var, env) for var in node.inputs]
+    if isinstance(node.op, Shape) and is_lazy(values[0]):
+        outs = [np.asarray(values[0].shape, dtype=np.int64)]
+    elif any(is_lazy(v) for v in values) or isinstance(node.op, ALWAYS_LAZY):
+        try:
+            outs = _lowering(node.op)(node, values, ctx)
+        except _ComputeRefused:
+            raise LoweringError(
+                f"dask linker: {node.op} needs the value of a lazy input to build its "
+                f"Dask graph (an index or a length given as a dask array?); pass it "
+                f"as a NumPy value") from None
+    else:
+        outs = _concrete(node, values)
+    env.update(zip(node.outputs, outs))
+
+
 def lower_graph(fgraph, input_values: list, ctx) -> list:
     """The values of ``fgraph``'s outputs (lazy where they depend on a lazy
     input) for ``input_values`` (Dask arrays, or concrete values)."""
     env = {var: value for var, value in zip(fgraph.inputs, input_values)}
     with dask.config.set(scheduler=_refuse_to_compute):
-        for node in fgraph.toposort():
-            values = [var.data if isinstance(var, Constant) else env[var] for var in node.inputs]
-            if isinstance(node.op, Shape) and is_lazy(values[0]):
-                outs = [np.asarray(values[0].shape, dtype=np.int64)]
-            elif any(is_lazy(v) for v in values) or isinstance(node.op, ALWAYS_LAZY):
-                try:
-                    outs = _lowering(node.op)(node, values, ctx)
-                except _ComputeRefused:
-                    raise LoweringError(
-                        f"dask linker: {node.op} needs the value of a lazy input to build its "
-                        f"Dask graph (an index or a length given as a dask array?); pass it "
-                        f"as a NumPy value") from None
+        for unit in ctx.lowering_order(fgraph):
+            if isinstance(unit, Region):
+                lower_region(unit, env, ctx)
             else:
-                outs = _concrete(node, values)
-            env.update(zip(node.outputs, outs))
-    return [var.data if isinstance(var, Constant) else env[var] for var in fgraph.outputs]
+                lower_node(unit, env, ctx)
+    return [_value(var, env) for var in fgraph.outputs]

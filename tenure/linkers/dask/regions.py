@@ -1,0 +1,191 @@
+"""Which nodes of a graph one Dask task runs together, and in what order.
+
+Dask runs a task per chunk per lowered node; a chunk that goes through ten
+elementwise nodes goes through ten tasks, each allocating a fresh array.
+The fusion rewrites already merge trees of elementwise nodes, but a value
+read twice (``p`` in a loss and in its gradient) ends a tree.  Here the
+elementwise nodes a lazy value reaches are grouped into *regions*: every
+node of a region is computed, chunk by chunk, by one kernel (compiled and
+fused by tenure, see :class:`~.chunks.ChunkKernel`), which returns the
+region's values that other nodes read, and the per-chunk partials of the
+reductions over the region's values (the region's *sinks*), so a value that
+only a reduction reads is never made whole.
+
+A region must stay one step of the graph: a node joins the region of one of
+the nodes it reads only if none of its other inputs is computed from that
+region through a node outside it (a cycle: the region would have to run
+before and after that node).  :func:`lowering_order` lists the regions and
+the other nodes in an order where each comes after what it reads.
+
+Static: which values are lazy is decided from the graph alone, as
+:func:`lazy_variables` says (the inputs with at least one axis, what
+``alloc`` makes, and what is computed from those, shapes excepted); the
+lowering checks at call time that a region's nodes all have one shape (a
+length-1 axis broadcast at run time may break that) and lowers its nodes
+one by one when they do not.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from tenure.rewrites.fgraph import OUTPUT
+from tenure.symbolic.graph import Apply, Variable
+from tenure.symbolic.ops.composite import FusedReduce
+from tenure.symbolic.ops.creation import Alloc
+from tenure.symbolic.ops.elemwise import Elemwise
+from tenure.symbolic.ops.reduce import Reduce
+from tenure.symbolic.ops.shape import Shape
+
+__all__ = ["ALWAYS_LAZY", "COMBINED_REDUCTIONS", "Region", "lazy_variables", "lowering_order"]
+
+#: ops lowered to Dask even when every input is concrete (their result may be big)
+ALWAYS_LAZY = (Alloc,)
+
+#: reductions whose per-chunk partials Dask's tree combines (``mean`` as sums)
+COMBINED_REDUCTIONS = ("sum", "mean", "prod", "max", "min", "any", "all")
+
+
+class Region(NamedTuple):
+    """Elementwise ``nodes`` computed by one kernel per chunk (in graph
+    order), the reductions ``sinks`` whose partials it computes too, and the
+    ``outputs`` (values of ``nodes``) that something outside reads."""
+
+    nodes: tuple[Apply, ...]
+    sinks: tuple[Apply, ...]
+    outputs: tuple[Variable, ...]
+
+
+def lazy_variables(fgraph) -> set[Variable]:
+    """The variables whose values are Dask arrays when the graph is lowered."""
+    lazy = {var for var in fgraph.inputs if var.ndim > 0}
+    for node in fgraph.toposort():
+        if isinstance(node.op, Shape):
+            continue
+        if isinstance(node.op, ALWAYS_LAZY) or any(v in lazy for v in node.inputs):
+            lazy.update(node.outputs)
+    return lazy
+
+
+def _is_member(node, lazy: set) -> bool:
+    return isinstance(node.op, Elemwise) and node.outputs[0] in lazy
+
+
+def _is_sink(node) -> bool:
+    op = node.op
+    return (isinstance(op, (Reduce, FusedReduce)) and op.fn_name in COMBINED_REDUCTIONS
+            and bool(op.axis))
+
+
+class _Grouping:
+    """Regions grown one node at a time, in graph order."""
+
+    def __init__(self):
+        self.region_of: dict[Apply, int] = {}
+        self.members: dict[int, list[Apply]] = {}
+        self.sinks: dict[int, list[Apply]] = {}
+
+    def _inside(self, var, region: int) -> bool:
+        """Whether ``var`` is computed inside ``region``'s kernel (a sink's
+        result is not: Dask's tree makes it from the kernels' partials)."""
+        return (var.owner is not None and self.region_of.get(var.owner) == region
+                and var.owner not in self.sinks[region])
+
+    def _needs(self, var, region: int) -> bool:
+        """Whether computing ``var`` needs ``region`` to have run.  A value of
+        a region needs everything any node of that region reads: the region
+        runs as one kernel."""
+        stack, seen = [var.owner] if var.owner is not None else [], set()
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            other = self.region_of.get(node)
+            if other == region:
+                return True
+            nodes = [node] if other is None else self.members[other] + self.sinks[other]
+            stack += [v.owner for n in nodes for v in n.inputs if v.owner is not None]
+        return False
+
+    def can_join(self, node, region: int) -> bool:
+        """Whether ``node`` may run in ``region`` without a cycle."""
+        return not any(self._needs(v, region) for v in node.inputs
+                       if not self._inside(v, region))
+
+    def place(self, node, lazy: set) -> None:
+        region = None
+        if _is_member(node, lazy) or _is_sink(node):
+            region = self._region_for(node)
+        if region is None and _is_member(node, lazy):
+            region = len(self.members)
+            self.members[region], self.sinks[region] = [], []
+        if region is not None:
+            self.region_of[node] = region
+            (self.members if _is_member(node, lazy) else self.sinks)[region].append(node)
+
+    def _region_for(self, node) -> int | None:
+        ndim = node.outputs[0].ndim if isinstance(node.op, Elemwise) else None
+        for var in node.inputs:
+            region = self.region_of.get(var.owner) if var.owner is not None else None
+            if region is None or var.owner in self.sinks[region]:
+                continue
+            if ndim is not None and self.members[region][0].outputs[0].ndim != ndim:
+                continue
+            if self.can_join(node, region):
+                return region
+        return None
+
+
+def _regions(fgraph) -> tuple[dict[Apply, Region], list[Region]]:
+    lazy = lazy_variables(fgraph)
+    grouping = _Grouping()
+    for node in fgraph.toposort():
+        grouping.place(node, lazy)
+    by_node, regions = {}, []
+    for region_id, nodes in grouping.members.items():
+        sinks = grouping.sinks[region_id]
+        if len(nodes) < 2 and not sinks:
+            continue
+        inside = set(nodes) | set(sinks)
+        outputs = tuple(out for node in nodes for out in node.outputs
+                        if any(client is OUTPUT or client not in inside
+                               for client, _ in fgraph.clients.get(out, [])))
+        region = Region(tuple(nodes), tuple(sinks), outputs)
+        regions.append(region)
+        by_node.update((node, region) for node in inside)
+    return by_node, regions
+
+
+def lowering_order(fgraph) -> list:
+    """The regions of ``fgraph`` and its other nodes (:class:`Apply`), each
+    after every node and region it reads from."""
+    by_node, _ = _regions(fgraph)
+    unit_of = {node: by_node.get(node, node) for node in fgraph.apply_nodes}
+
+    def dependencies(unit) -> list:
+        nodes = unit.nodes + unit.sinks if isinstance(unit, Region) else (unit,)
+        found = []
+        for node in nodes:
+            for var in node.inputs:
+                owner = unit_of.get(var.owner) if var.owner is not None else None
+                if owner is not None and owner is not unit and owner not in found:
+                    found.append(owner)
+        return found
+
+    order, done = [], set()
+    for start in fgraph.toposort():
+        stack = [(unit_of[start], None)]
+        while stack:
+            unit, pending = stack.pop()
+            if id(unit) in done:
+                continue
+            if pending is None:
+                pending = [d for d in dependencies(unit) if id(d) not in done]
+            if pending:
+                stack.append((unit, pending[1:]))
+                stack.append((pending[0], None))
+                continue
+            done.add(id(unit))
+            order.append(unit)
+    return order
