@@ -16,11 +16,16 @@ them).  A call then lowers the graph (:mod:`.lower`) over its arguments:
   writes the array (``dask.array.from_array`` would always copy);
 - a 0-d NumPy argument or shared value stays a NumPy value (lowering may
   read it: an index, a length; it travels inside the tasks);
-- a shared variable's value travels once per call, not with each task:
-  scattered to every worker when a ``distributed`` client is the default
-  scheduler (on every worker, so that losing one loses no copy), and
-  otherwise one chunk: the value itself when the call computes its outputs,
-  a copy when they stay lazy (an update may later write the value in place).
+- a shared variable's value travels once per call, not with each task: a
+  value of :data:`SCATTER_BYTES` or more is scattered to every worker when
+  a ``distributed`` client is the default scheduler (on every worker, so
+  that losing one loses no copy); a smaller one, or any without a client,
+  is one task of the graph (sent with the graph, once to each worker that
+  reads it, and recomputable from the graph if a worker dies: a scatter is
+  a round trip to every worker before the graph leaves, dearer than a few
+  kilobytes in it) holding the value itself when the call computes its
+  outputs, a copy when they stay lazy (an update may later write the value
+  in place).
 
 Updates of shared variables are computed before the call returns, in one
 ``dask.compute`` with the outputs when those are computed too
@@ -44,7 +49,10 @@ from tenure.linkers.dask.regions import lowering_order
 from tenure.linkers.dask.specialize import CallGraphs
 from tenure.symbolic.shared import SharedVariable
 
-__all__ = ["DaskLinker", "DaskThunk", "default_client"]
+__all__ = ["SCATTER_BYTES", "DaskLinker", "DaskThunk", "default_client"]
+
+#: the smallest shared value scattered to the workers rather than sent in the graph
+SCATTER_BYTES = 1 << 20
 
 #: what a ``chunks`` hint may be (see ``dask.array.from_array``)
 DEFAULT_CHUNKS = "auto"
@@ -171,7 +179,7 @@ class DaskThunk:
             # to copy, where a lazy result must not see a later write).
             return value if self.compute or self.borrowed[i] else value.copy()
         if self.is_shared[i]:
-            if client is not None:
+            if client is not None and value.nbytes >= SCATTER_BYTES:
                 return _scattered(client, value)
             return chunked(value, value.shape, copy=not self.compute)
         return chunked(value, self.chunks[i], copy=not (self.compute or self.borrowed[i]))

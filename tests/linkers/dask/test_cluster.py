@@ -19,6 +19,7 @@ from tenure import In
 
 da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
+from tenure.linkers.dask.linker import SCATTER_BYTES  # noqa: E402  (needs dask)
 
 pytestmark = pytest.mark.xdist_group("dask_cluster")
 
@@ -76,6 +77,45 @@ def test_gradient_step_equals_one_machine(client):
         np.testing.assert_allclose(w.get_value(), w1.get_value(), rtol=1e-12, atol=1e-15)
         np.testing.assert_allclose(b.get_value(), b1.get_value(), rtol=1e-12, atol=1e-15)
     assert np.abs(w.get_value()).max() > 0.1   # it learned something
+
+
+def _arrays_in(graph) -> list:
+    """Every NumPy array a task graph holds (a task's value or its arguments)."""
+    found = []
+
+    def walk(item):
+        if isinstance(item, np.ndarray):
+            found.append(item)
+        elif isinstance(item, (tuple, list)):
+            for part in item:
+                walk(part)
+        elif hasattr(item, "args"):   # a dask Task
+            walk(tuple(item.args))
+            if hasattr(item, "value"):
+                walk(item.value)
+    for task in dict(graph).values():
+        walk(task)
+    return found
+
+
+def test_shared_values_travel_once_per_call(client):
+    x = tn.matrix("x")
+    big = tn.shared(np.random.default_rng(1).standard_normal((400, 400)), name="big")
+    small = tn.shared(np.arange(400.0), name="small")
+    assert big.get_value(borrow=True).nbytes >= SCATTER_BYTES > small.get_value().nbytes
+    f = tn.function([In(x, chunks=(100, 400))], (x @ big) * small,
+                    mode=tn.Mode(linker="dask"))
+    value = np.random.default_rng(2).standard_normal((1_000, 400))
+    lazy = f(value)
+    graph = lazy.__dask_graph__()
+    # The big value is on the workers (a future in one task), not in the graph;
+    # the small one is in exactly one task, which every chunk's task reads.
+    assert not [a for a in _arrays_in(graph) if a.shape == (400, 400)]
+    scattered = [k for k in dict(graph) if "tenure-shared" in str(k)]
+    assert len(scattered) == 1
+    assert len([a for a in _arrays_in(graph) if a.shape == (400,)]) == 1
+    np.testing.assert_allclose(lazy.compute(), (value @ big.get_value()) * small.get_value(),
+                               rtol=1e-12)
 
 
 def geometric_sum(n: int) -> float:
