@@ -38,8 +38,8 @@ from tenure.rewrites.fgraph import FunctionGraph
 from tenure.symbolic.graph import Constant
 from tenure.symbolic.types import TensorType
 
-__all__ = ["FUSION", "Arg", "ChunkKernel", "Result", "Step", "chunk_type", "non_destructive",
-           "steps_of"]
+__all__ = ["FUSION", "Arg", "ChunkKernel", "Result", "Step", "chunk_type", "joined",
+           "non_destructive", "steps_of"]
 
 #: the linkers a chunk kernel may be compiled with
 CHUNK_LINKERS = {"c": CLinker, "py": PythonLinker}
@@ -114,14 +114,27 @@ def steps_of(nodes, outputs) -> tuple[tuple[Step, ...], list, tuple[Result, ...]
     return tuple(steps), arguments, tuple(made[v] for v in outputs)
 
 
+def joined(blocks, axes: tuple[int, ...]):
+    """The blocks Dask passes for axes read whole (nested lists, one level
+    per axis) as one array; one block is returned as it is."""
+    if not axes:
+        return blocks
+    parts = [joined(b, axes[1:]) for b in blocks]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=axes[0])
+
+
 class ChunkKernel:
     """``kernel(*chunks)``: ``steps`` run on one chunk of each argument.
 
     ``arg_types``: the type of each argument (as the whole array's; the
     kernel makes them chunk types).  ``outputs``: the results the kernel
-    returns, one array, or a tuple when there are several."""
+    returns, one array, or a tuple when there are several.  ``whole_axes``:
+    per argument, the axes the kernel reads whole, in order; Dask passes
+    the blocks along them as (nested) lists, which the kernel joins (a
+    single block is used as it is, not copied)."""
 
-    def __init__(self, steps, arg_types, outputs, linker: str = "c", key: str | None = None):
+    def __init__(self, steps, arg_types, outputs, linker: str = "c", whole_axes=None,
+                 key: str | None = None):
         for step in steps:
             non_destructive(step.op)
         if linker not in CHUNK_LINKERS:
@@ -131,20 +144,25 @@ class ChunkKernel:
         self.arg_types = tuple(chunk_type(t) for t in arg_types)
         self.outputs = tuple(outputs)
         self.linker = linker
+        self.whole_axes = tuple(whole_axes or ((),) * len(self.arg_types))
         # Constants compare by identity; their pickled form names them by
         # value.  Computed once: a task carries it (each task unpickles its kernel).
         self.key = key or hashlib.sha256(pickle.dumps(
-            (self.steps, self.arg_types, self.outputs, linker))).hexdigest()
+            (self.steps, self.arg_types, self.outputs, linker, self.whole_axes))).hexdigest()
 
     @classmethod
-    def of_nodes(cls, nodes, outputs, linker: str = "c") -> tuple[ChunkKernel, list]:
+    def of_nodes(cls, nodes, outputs, linker: str = "c",
+                 whole_axes=None) -> tuple[ChunkKernel, list]:
         """The kernel computing ``outputs`` of ``nodes``, and the variables
-        whose chunks are its arguments, in order."""
+        whose chunks are its arguments, in order.  ``whole_axes``: the axes
+        of some of those variables the kernel reads whole (see the class)."""
         steps, arguments, results = steps_of(nodes, outputs)
-        return cls(steps, [v.type for v in arguments], results, linker), arguments
+        whole = [tuple((whole_axes or {}).get(v, ())) for v in arguments]
+        return cls(steps, [v.type for v in arguments], results, linker, whole), arguments
 
     def __reduce__(self):
-        return (ChunkKernel, (self.steps, self.arg_types, self.outputs, self.linker, self.key))
+        return (ChunkKernel, (self.steps, self.arg_types, self.outputs, self.linker,
+                              self.whole_axes, self.key))
 
     def __repr__(self):
         ops = ", ".join(str(step.op) for step in self.steps)
@@ -179,7 +197,8 @@ class ChunkKernel:
         return CHUNK_LINKERS[self.linker]().make_thunk(fgraph, set(), allow_gc=True)
 
     def __call__(self, *chunks):
-        values = [np.asarray(c, dtype=t.numpy_dtype) for c, t in zip(chunks, self.arg_types)]
+        values = [np.asarray(joined(c, axes), dtype=t.numpy_dtype)
+                  for c, t, axes in zip(chunks, self.arg_types, self.whole_axes)]
         results = self._thunk()(values)
         if len(self.outputs) == 1:
             return results[0]

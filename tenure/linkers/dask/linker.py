@@ -84,13 +84,14 @@ class _Context:
 
     def kernel(self, key, nodes_and_outputs) -> tuple[ChunkKernel, list]:
         """``(kernel, arguments)`` for ``key`` (a node or a region), made from
-        ``nodes_and_outputs()`` the first time: the nodes the kernel runs and
-        the variables it returns (see :meth:`ChunkKernel.of_nodes`)."""
+        ``nodes_and_outputs()`` the first time: the nodes the kernel runs,
+        the variables it returns and the axes it reads whole (see
+        :meth:`ChunkKernel.of_nodes`)."""
         found = self._kernels.get(key)
         if found is None:
-            nodes, outputs = nodes_and_outputs()
+            nodes, outputs, whole_axes = nodes_and_outputs()
             found = self._kernels[key] = ChunkKernel.of_nodes(nodes, outputs,
-                                                              self.chunk_linker)
+                                                              self.chunk_linker, whole_axes)
         return found
 
     def partial_node(self, node, make):

@@ -38,7 +38,7 @@ import numpy as np
 from dask.array.core import normalize_chunks, slices_from_chunks
 
 from tenure.linkers.dask.regions import (ALWAYS_LAZY, COMBINED_REDUCTIONS, Region,
-                                          lazy_variables, lowering_order)
+                                          is_rows_product, lazy_variables, lowering_order)
 from tenure.symbolic.graph import Constant
 from tenure.symbolic.ops.blas import Dot, MatMul, Outer, TensorDot
 from tenure.symbolic.ops.composite import FusedReduce
@@ -107,17 +107,21 @@ def _value(var, env):
     return var.data if isinstance(var, Constant) else env[var]
 
 
-def _run_kernel(kernel, arguments, env, ndim: int, outputs) -> list:
+def _run_kernel(kernel, arguments, env, ndim: int, outputs, indices=None) -> list:
     """``kernel`` on every chunk of ``arguments`` (variables, their values in
-    ``env``, read with NumPy's broadcasting over ``ndim`` axes): one Dask
-    array per entry of ``outputs``, each ``(variable, adjust_chunks)``.
+    ``env``, read with NumPy's broadcasting over ``ndim`` axes unless
+    ``indices`` gives a variable's Dask index): one Dask array per entry of
+    ``outputs``, each ``(variable, adjust_chunks)``.
 
     A kernel of several outputs returns a tuple per chunk; one more small
-    task per chunk and output takes each array out of it."""
+    task per chunk and output takes each array out of it.  An index that is
+    not an output axis is an axis the kernel reads whole (the shared axis of
+    a product): the kernel's ``whole_axes`` name it."""
+    indices = indices or {}
     ind = tuple(range(ndim))
     pairs = []
     for var in arguments:
-        pairs += [as_lazy(_value(var, env)), _right_aligned(ndim, var)]
+        pairs += [as_lazy(_value(var, env)), indices.get(var) or _right_aligned(ndim, var)]
     name = _task_name(kernel)
     if len(outputs) == 1:
         (var, adjust), = outputs
@@ -138,7 +142,7 @@ def _run_kernel(kernel, arguments, env, ndim: int, outputs) -> list:
 def lower_elemwise(node, values, ctx) -> list:
     """One ``blockwise`` (an elementwise node has one output); broadcasting as
     NumPy's (length-1 axes)."""
-    kernel, arguments = ctx.kernel(node, lambda: ([node], node.outputs))
+    kernel, arguments = ctx.kernel(node, lambda: ([node], node.outputs, {}))
     out = node.outputs[0]
     return _run_kernel(kernel, arguments, dict(zip(node.inputs, values)), out.ndim,
                        [(out, None)])
@@ -177,7 +181,7 @@ def lower_reduce(node, values, ctx) -> list:
     if op.fn_name not in COMBINE:
         raise LoweringError(f"dask linker: no tree reduction for {op.fn_name!r} ({op})")
     partial = ctx.partial_node(node, _partial_node)
-    kernel, arguments = ctx.kernel(node, lambda: ([partial], partial.outputs))
+    kernel, arguments = ctx.kernel(node, lambda: ([partial], partial.outputs, {}))
     env = dict(zip(node.inputs, values))
     ndim = max(v.ndim for v in arguments)
     partials, = _run_kernel(kernel, arguments, env, ndim,
@@ -188,6 +192,36 @@ def lower_reduce(node, values, ctx) -> list:
 
 # ----------------------------------------------------------------------------
 # regions: elementwise nodes and the partials of their reductions, one kernel
+
+
+def _node_shape(node, shape_of) -> tuple:
+    """The shape of a region node's output from its inputs' shapes (raises
+    ValueError where they do not fit)."""
+    if is_rows_product(node):
+        (rows, inner), b = (shape_of(v) for v in node.inputs)
+        if b[0] != inner:
+            raise ValueError(f"{node.op}: shapes {(rows, inner)} and {b} do not fit")
+        return (rows,) + tuple(b[1:])
+    return np.broadcast_shapes(*[shape_of(v) for v in node.inputs])
+
+
+def _product_indices(region, ndim: int) -> dict | None:
+    """The Dask index of each operand of the region's products: a block of
+    the matrix's rows and the whole shared axis (index ``ndim``), the whole
+    other operand (its columns by blocks, as the result's).  None when an
+    operand would need two indices (read by two products differently, or
+    by an elementwise node too)."""
+    indices: dict = {}
+    for node in region.nodes:
+        if not is_rows_product(node):
+            continue
+        a, b = node.inputs
+        for var, index in ((a, (0, ndim)), (b, (ndim,) + tuple(range(1, b.ndim)))):
+            if indices.setdefault(var, index) != index:
+                return None
+    read_elementwise = {v for node in region.nodes + region.sinks
+                        if not is_rows_product(node) for v in node.inputs}
+    return None if read_elementwise & set(indices) else indices
 
 
 def _region_shape(region, env) -> tuple[int, ...] | None:
@@ -208,7 +242,8 @@ def _region_shape(region, env) -> tuple[int, ...] | None:
     found = None
     for node in region.nodes + region.sinks:
         try:
-            shape = np.broadcast_shapes(*[shape_of(v) for v in node.inputs])
+            shape = _node_shape(node, shape_of) if node in region.nodes else \
+                np.broadcast_shapes(*[shape_of(v) for v in node.inputs])
         except (TypeError, ValueError):
             return None
         if any(not isinstance(n, (int, np.integer)) for n in shape):
@@ -224,18 +259,20 @@ def lower_region(region: Region, env, ctx) -> None:
     """All of ``region`` as one kernel per chunk (see :mod:`.regions`), or
     node by node when its nodes do not share one shape for these values."""
     shape = _region_shape(region, env)
-    if shape is None:
+    indices = None if shape is None else _product_indices(region, len(shape))
+    if indices is None:
         for node in region.nodes + region.sinks:
             lower_node(node, env, ctx)
         return
     partials = [ctx.partial_node(sink, _partial_node) for sink in region.sinks]
     kernel, arguments = ctx.kernel(region, lambda: (
         list(region.nodes) + partials,
-        list(region.outputs) + [p.outputs[0] for p in partials]))
+        list(region.outputs) + [p.outputs[0] for p in partials],
+        {var: (index.index(len(shape)),) for var, index in indices.items()}))
     outputs = [(var, None) for var in region.outputs]
     outputs += [(p.outputs[0], {a: 1 for a in sink.op.axis})
                 for sink, p in zip(region.sinks, partials)]
-    results = _run_kernel(kernel, arguments, env, len(shape), outputs)
+    results = _run_kernel(kernel, arguments, env, len(shape), outputs, indices)
     env.update(zip(region.outputs, results))
     for sink, result in zip(region.sinks, results[len(region.outputs):]):
         env[sink.outputs[0]] = _combine(sink, result, shape)
@@ -288,8 +325,9 @@ def lower_along_axes(node, values, ctx) -> list:
     else:
         raise LoweringError(f"dask linker: {node.op} maps {x.ndim}-d to {out.ndim}-d, which "
                             "no chunk layout gives")
-    kernel, _ = ctx.kernel(node, lambda: ([node], node.outputs))
-    return [da.blockwise(kernel, out_ind, x, ind, concatenate=True, name=_task_name(node.op),
+    whole = tuple(a for a in ind if a not in out_ind)
+    kernel, _ = ctx.kernel(node, lambda: ([node], node.outputs, {x_var: whole}))
+    return [da.blockwise(kernel, out_ind, x, ind, name=_task_name(node.op),
                          dtype=out.type.numpy_dtype, meta=_meta(out))]
 
 
@@ -301,12 +339,32 @@ def _cast(node, result) -> list:
     return [result.astype(node.outputs[0].type.numpy_dtype, copy=False)]
 
 
+def _rows_product(node, values, ctx) -> list | None:
+    """A matrix times a matrix or a vector whose shared axis is one chunk on
+    both sides, as a kernel per block of rows (and of columns): no partial
+    products to add, and a ``blockwise`` task Dask fuses with the
+    elementwise tasks that read it.  None when the shapes or chunks differ."""
+    a, b = (as_lazy(v) for v in values)
+    if a.ndim != 2 or b.ndim not in (1, 2) or len(a.chunks[1]) != 1 or len(b.chunks[0]) != 1:
+        return None
+    a_var, b_var = node.inputs
+    if a_var is b_var:   # a product of a matrix with itself: one argument, two indices
+        return None
+    kernel, _ = ctx.kernel(node, lambda: ([node], node.outputs, {a_var: (1,), b_var: (0,)}))
+    out = node.outputs[0]
+    b_ind, out_ind = ((1,), (0,)) if b.ndim == 1 else ((1, 2), (0, 2))
+    return [da.blockwise(kernel, out_ind, a, (0, 1), b, b_ind, name=_task_name(kernel),
+                         dtype=out.type.numpy_dtype, meta=_meta(out))]
+
+
 def lower_dot(node, values, ctx) -> list:
-    return _cast(node, da.dot(as_lazy(values[0]), as_lazy(values[1])))
+    return (_rows_product(node, values, ctx)
+            or _cast(node, da.dot(as_lazy(values[0]), as_lazy(values[1]))))
 
 
 def lower_matmul(node, values, ctx) -> list:
-    return _cast(node, da.matmul(as_lazy(values[0]), as_lazy(values[1])))
+    return (_rows_product(node, values, ctx)
+            or _cast(node, da.matmul(as_lazy(values[0]), as_lazy(values[1]))))
 
 
 def lower_tensordot(node, values, ctx) -> list:

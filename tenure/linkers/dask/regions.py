@@ -4,8 +4,10 @@ Dask runs a task per chunk per lowered node; a chunk that goes through ten
 elementwise nodes goes through ten tasks, each allocating a fresh array.
 The fusion rewrites already merge trees of elementwise nodes, but a value
 read twice (``p`` in a loss and in its gradient) ends a tree.  Here the
-elementwise nodes a lazy value reaches are grouped into *regions*: every
-node of a region is computed, chunk by chunk, by one kernel (compiled and
+elementwise nodes a lazy value reaches, and the products of a matrix by a
+vector or a matrix that feed them or read them (a block of rows of the
+matrix gives the same rows of the result: ``x @ w + b``), are grouped into
+*regions*: every node of a region is computed, chunk by chunk, by one kernel (compiled and
 fused by tenure, see :class:`~.chunks.ChunkKernel`), which returns the
 region's values that other nodes read, and the per-chunk partials of the
 reductions over the region's values (the region's *sinks*), so a value that
@@ -31,13 +33,15 @@ from typing import NamedTuple
 
 from tenure.rewrites.fgraph import OUTPUT
 from tenure.symbolic.graph import Apply, Variable
+from tenure.symbolic.ops.blas import Dot, MatMul
 from tenure.symbolic.ops.composite import FusedReduce
 from tenure.symbolic.ops.creation import Alloc
 from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.reduce import Reduce
 from tenure.symbolic.ops.shape import Shape
 
-__all__ = ["ALWAYS_LAZY", "COMBINED_REDUCTIONS", "Region", "lazy_variables", "lowering_order"]
+__all__ = ["ALWAYS_LAZY", "COMBINED_REDUCTIONS", "Region", "is_rows_product", "lazy_variables",
+           "lowering_order"]
 
 #: ops lowered to Dask even when every input is concrete (their result may be big)
 ALWAYS_LAZY = (Alloc,)
@@ -67,8 +71,17 @@ def lazy_variables(fgraph) -> set[Variable]:
     return lazy
 
 
+def is_rows_product(node) -> bool:
+    """A matrix times a vector or a matrix (``dot``, ``matmul``): each block
+    of the matrix's rows gives the same rows of the result, from the whole
+    of the other operand."""
+    return (isinstance(node.op, (Dot, MatMul)) and node.inputs[0].ndim == 2
+            and node.inputs[1].ndim in (1, 2))
+
+
 def _is_member(node, lazy: set) -> bool:
-    return isinstance(node.op, Elemwise) and node.outputs[0] in lazy
+    return ((isinstance(node.op, Elemwise) or is_rows_product(node))
+            and node.outputs[0] in lazy)
 
 
 def _is_sink(node) -> bool:
@@ -84,6 +97,8 @@ class _Grouping:
         self.region_of: dict[Apply, int] = {}
         self.members: dict[int, list[Apply]] = {}
         self.sinks: dict[int, list[Apply]] = {}
+        #: each node's position in the graph order
+        self.placed: dict[Apply, int] = {}
 
     def _inside(self, var, region: int) -> bool:
         """Whether ``var`` is computed inside ``region``'s kernel (a sink's
@@ -114,6 +129,7 @@ class _Grouping:
                        if not self._inside(v, region))
 
     def place(self, node, lazy: set) -> None:
+        self.placed[node] = len(self.placed)
         region = None
         if _is_member(node, lazy) or _is_sink(node):
             region = self._region_for(node)
@@ -123,10 +139,47 @@ class _Grouping:
         if region is not None:
             self.region_of[node] = region
             (self.members if _is_member(node, lazy) else self.sinks)[region].append(node)
+        if region is not None and _is_member(node, lazy):
+            for other in self._other_regions(node, region):
+                if self._can_merge(region, other):
+                    self._merge(region, other)
+
+    def _other_regions(self, node, region: int) -> list[int]:
+        """The regions other than ``region`` whose members ``node`` reads
+        (through its matrix only, for a product) and that have its ndim."""
+        found = []
+        for var in node.inputs[:1] if is_rows_product(node) else node.inputs:
+            other = self.region_of.get(var.owner) if var.owner is not None else None
+            if (other is not None and other != region and other not in found
+                    and var.owner in self.members[other]
+                    and self.members[other][0].outputs[0].ndim == node.outputs[0].ndim):
+                found.append(other)
+        return found
+
+    def _can_merge(self, region: int, other: int) -> bool:
+        """Whether one kernel may run both regions: neither reads the other
+        through a node outside both."""
+        def reads_through_outside(readers: int, read: int) -> bool:
+            return any(self._needs(v, read)
+                       for node in self.members[readers] + self.sinks[readers]
+                       for v in node.inputs
+                       if not self._inside(v, readers) and not self._inside(v, read))
+        return (not reads_through_outside(region, other)
+                and not reads_through_outside(other, region))
+
+    def _merge(self, region: int, other: int) -> None:
+        """Move ``other``'s nodes into ``region`` (in graph order: the kernel's
+        steps are built in that order)."""
+        for node in self.members[other] + self.sinks[other]:
+            self.region_of[node] = region
+        for nodes in (self.members, self.sinks):
+            nodes[region] = sorted(nodes[region] + nodes.pop(other), key=self.placed.get)
 
     def _region_for(self, node) -> int | None:
-        ndim = node.outputs[0].ndim if isinstance(node.op, Elemwise) else None
-        for var in node.inputs:
+        ndim = None if _is_sink(node) else node.outputs[0].ndim
+        # A product joins the region of its matrix only: the other operand is
+        # read whole, not by blocks of the region's shape.
+        for var in node.inputs[:1] if is_rows_product(node) else node.inputs:
             region = self.region_of.get(var.owner) if var.owner is not None else None
             if region is None or var.owner in self.sinks[region]:
                 continue
