@@ -163,12 +163,13 @@ typedef struct {
 #define TN_STEP_TABLE_CAPSULE "tenure.linkers.c.module.steps"
 
 /* The table a runtime hands out; TN_RUNTIME_ABI changes with its layout. */
-#define TN_RUNTIME_ABI 1
+#define TN_RUNTIME_ABI 2
 
 typedef struct {
     int abi;
     const char *digest;
-    int *interruptible;            /* loops may stop for Ctrl-C (see src/elemwise.c) */
+    int *(*interruptible_flag)(void);  /* this thread's: loops may stop for Ctrl-C
+                                          (see src/elemwise.c) */
 
     /* elementwise (src/elemwise.c) */
     int (*ew_run)(const tn_ew_kernel *kernel, PyArrayObject **ops);
@@ -279,7 +280,7 @@ static int tn_import_runtime(void)
     return 0;
 }
 
-#define tn_interruptible (*tn_rt->interruptible)
+#define tn_interruptible (*tn_rt->interruptible_flag())
 #define tn_ew_run (tn_rt->ew_run)
 #define tn_shape_tuple (tn_rt->shape_tuple)
 #define tn_omp_usable (tn_rt->omp_usable)

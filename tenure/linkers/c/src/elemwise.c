@@ -19,8 +19,31 @@
 /* Whether a loop may stop for Ctrl-C: a graph module's run sets it until its
  * commit point (tenure/linkers/commit.py) and puts back the value it found
  * when it returns; 0 elsewhere, so a loop that writes shared storage always
- * completes.  Read and written with the GIL held. */
-static int tn_interruptible = 0;
+ * completes.  One per thread: calls on other threads (Dask's) run at the same
+ * time, and one call's commit point must not decide another's loops. */
+static _Thread_local int tn_interruptible = 0;
+
+/* This thread's tn_interruptible (what graph modules read and write). */
+static int *tn_interruptible_flag(void)
+{
+    return &tn_interruptible;
+}
+
+/* The main thread's identity: only it runs Python's signal handlers, so only
+ * its loops need the GIL to stop for Ctrl-C (set once by the runtime's init). */
+static unsigned long tn_main_thread_ident = 0;
+
+static int tn_is_main_thread(void)
+{
+    return PyThread_get_thread_ident() == tn_main_thread_ident;
+}
+
+/* Loops over at least this many elements (and products of at least this many
+ * multiply-adds) run without the GIL, so other Python threads run meanwhile
+ * (Dask's threads on the other cores); below it, giving the GIL back and
+ * waiting for it again would cost more than the loop.  A loop that may stop
+ * for Ctrl-C keeps the GIL: checking for a signal needs it. */
+#define TN_NOGIL_MIN 32768
 
 #ifdef _OPENMP
 #include <unistd.h>
@@ -314,8 +337,9 @@ static int tn_ew_run(const tn_ew_kernel *kernel, PyArrayObject **ops)
     const npy_intp per_chunk = tn_chunk(items, nthreads);
     const npy_intp chunks = (items + per_chunk - 1) / per_chunk;
     /* Ctrl-C: the threads stop taking blocks once the caller's thread saw it. */
-    const int interruptible = tn_interruptible && items > TN_CHECK_BLOCKS;
+    const int interruptible = tn_interruptible && items > TN_CHECK_BLOCKS && tn_is_main_thread();
     volatile int stop = 0;
+    PyThreadState *saved = NULL;
     if (filled) {
         row_buffer = (char *)PyMem_Malloc(buffer_size * (size_t)nthreads);
         if (row_buffer == NULL) {
@@ -323,6 +347,8 @@ static int tn_ew_run(const tn_ew_kernel *kernel, PyArrayObject **ops)
             return -1;
         }
     }
+    if (!interruptible && size >= TN_NOGIL_MIN)
+        saved = PyEval_SaveThread();   /* the loop touches no Python object */
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1) reduction(| : status)
 #endif
@@ -370,6 +396,8 @@ static int tn_ew_run(const tn_ew_kernel *kernel, PyArrayObject **ops)
             }
         }
     }
+    if (saved != NULL)
+        PyEval_RestoreThread(saved);
     PyMem_Free(row_buffer);
     if (stop)
         return -1;   /* KeyboardInterrupt (or a handler's error) is set */

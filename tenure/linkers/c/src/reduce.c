@@ -253,10 +253,13 @@ static int tn_rd_run(const tn_rd_kernel *kernel, PyArrayObject **ops)
         const tn_rd_row_fn loop = rows ? kernel->loops.row : kernel->loops.kept;
         /* Ctrl-C: the caller's thread checks every TN_CHECK_BLOCKS rows; the
          * threads then stop. */
-        const int interruptible = tn_interruptible;
+        const int interruptible = tn_interruptible && tn_is_main_thread();
         volatile int stop = 0;
+        PyThreadState *saved = NULL;
         for (int j = 0; j < nops; j++)
             s[j] = strides[j * NPY_MAXDIMS + nd - 1];
+        if (!interruptible && count * PyArray_SIZE(ops[0]) >= TN_NOGIL_MIN)
+            saved = PyEval_SaveThread();   /* the loops touch no Python object */
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1) reduction(| : status)
 #endif
@@ -284,6 +287,8 @@ static int tn_rd_run(const tn_rd_kernel *kernel, PyArrayObject **ops)
                 } while (!stop && tn_ew_next(nd - 1, box, strides, nops, index, ptr));
             }
         }
+        if (saved != NULL)
+            PyEval_RestoreThread(saved);
         if (stop)
             return -1;   /* KeyboardInterrupt (or a handler's error) is set */
     }

@@ -35,7 +35,7 @@
 static const tn_runtime_api tn_api = {
     .abi = TN_RUNTIME_ABI,
     .digest = TN_RUNTIME_DIGEST,
-    .interruptible = &tn_interruptible,
+    .interruptible_flag = tn_interruptible_flag,
     .ew_run = tn_ew_run,
     .shape_tuple = tn_shape_tuple,
     .omp_usable = tn_omp_usable,
@@ -80,10 +80,29 @@ static struct PyModuleDef tn_runtime_module = {
     -1, NULL, NULL, NULL, NULL, NULL
 };
 
+/* tn_main_thread_ident: threading.main_thread()'s (this module may be
+ * imported on any thread: a Dask worker's first task). */
+static int tn_find_main_thread(void)
+{
+    PyObject *threading = PyImport_ImportModule("threading"), *main = NULL, *ident = NULL;
+    if (threading != NULL)
+        main = PyObject_CallMethod(threading, "main_thread", NULL);
+    if (main != NULL)
+        ident = PyObject_GetAttrString(main, "ident");
+    if (ident != NULL)
+        tn_main_thread_ident = PyLong_AsUnsignedLong(ident);
+    Py_XDECREF(threading);
+    Py_XDECREF(main);
+    Py_XDECREF(ident);
+    return ident == NULL || PyErr_Occurred() ? -1 : 0;
+}
+
 PyMODINIT_FUNC TN_RUNTIME_INIT(void)
 {
     PyObject *module, *capsule;
     import_array();
+    if (tn_find_main_thread() < 0)
+        return NULL;
     if (tn_fastcall_ready() < 0 || PyType_Ready(&ScheduleType) < 0)
         return NULL;
     module = PyModule_Create(&tn_runtime_module);
