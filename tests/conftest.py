@@ -2,6 +2,7 @@
 ``mode`` parameter, so each linker runs the whole suite: a new linker joins by
 adding its name to ``LINKERS``."""
 
+import importlib.util
 import os
 import pathlib
 
@@ -28,6 +29,15 @@ C_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_transactions.py"
                   "test_foreign_arrays.py"}
 C_IN_EVERY_RUN_DIRS = {("symbolic", "ops")}
 
+#: test files that run on the Dask linker too (computed results), where Dask
+#: is installed: the memory contract and the calling conventions.  Not yet
+#: the op suite (inc_subtensor and set_subtensor, one_hot, split have no
+#: lowering) nor test_transactions (Ctrl-C between steps, per-step errors and
+#: backup copies describe the step-by-step linkers).
+DASK_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_pytensor_idioms.py",
+                     "test_pickle.py", "test_array_types.py", "test_foreign_arrays.py"}
+HAVE_DASK = importlib.util.find_spec("dask") is not None
+
 
 def _linkers_for(path) -> list[str]:
     linkers = list(LINKERS)
@@ -36,6 +46,8 @@ def _linkers_for(path) -> list[str]:
                                            path.parent.name) in C_IN_EVERY_RUN_DIRS
     if not _FROM_ENV and on_c:
         linkers.append("c")
+    if not _FROM_ENV and HAVE_DASK and path.name in DASK_IN_EVERY_RUN:
+        linkers.append("dask")
     return linkers
 
 
@@ -43,7 +55,28 @@ def pytest_generate_tests(metafunc):
     """``mode``: a compilation mode for each linker the test's file runs on."""
     if "mode" in metafunc.fixturenames:
         linkers = _linkers_for(metafunc.definition.path)
-        metafunc.parametrize("mode", [tn.Mode(linker=name) for name in linkers], ids=linkers)
+        shares = metafunc.definition.get_closest_marker("shares_buffers") is not None
+        metafunc.parametrize("mode", [_mode_param(name, shares) for name in linkers],
+                             ids=linkers)
+
+
+def _mode_param(linker: str, checks_shared_buffers: bool):
+    mode = mode_for(linker)
+    if checks_shared_buffers and not getattr(mode.make_linker(), "shares_buffers", True):
+        return pytest.param(mode, marks=pytest.mark.skip(
+            reason=f"the {linker} linker never shares buffers (views of arguments, in-place "
+                   f"writes, kept output buffers): results are made elsewhere"))
+    return mode
+
+
+def mode_for(linker: str) -> tn.Mode:
+    """The mode a suite runs on ``linker`` with (the dask linker computes its
+    outputs: the suites compare NumPy arrays)."""
+    return tn.Mode(linker=linker, **LINKER_OPTIONS.get(linker, {}))
+
+
+#: options of the modes the suites run linkers with
+LINKER_OPTIONS = {"dask": {"compute": True}}
 
 
 @pytest.fixture

@@ -194,6 +194,7 @@ class TestUpdates:
         assert f() == [1.0, 10.0]
         assert float(w.get_value()) == 11.0 and float(v.get_value()) == 2.0
 
+    @pytest.mark.shares_buffers
     def test_update_in_place_into_own_buffer(self, mode):
         # Overwriting an updated shared variable's own buffer is allowed.
         w = tn.shared(np.ones(3), name="w", borrow=True)
@@ -251,6 +252,7 @@ class TestInDefault:
 
 
 class TestInBorrow:
+    @pytest.mark.shares_buffers
     def test_outputs_may_alias_a_borrowed_input(self, mode):
         x = tn.matrix("x")
         f = tn.function([In(x, borrow=True)], x.T, mode=mode)
@@ -277,6 +279,7 @@ class TestInMutable:
         with pytest.raises(ValueError, match="mutable=True requires borrow=True"):
             In(x, mutable=True, borrow=False)
 
+    @pytest.mark.shares_buffers
     def test_mutable_buffer_is_used_as_workspace(self, mode):
         x = tn.vector("x")
         f = tn.function([In(x, borrow=True, mutable=True)], Out(inplace(ps.exp, x), borrow=True),
@@ -388,6 +391,7 @@ class TestOutDefault:
 
 
 class TestOutBorrow:
+    @pytest.mark.shares_buffers
     def test_next_call_overwrites_the_returned_buffer(self, mode):
         x = tn.vector("x")
         f = tn.function([x], Out(tn.exp(x), borrow=True), mode=mode)
@@ -396,6 +400,7 @@ class TestOutBorrow:
         assert r1.ctypes.data == r2.ctypes.data
         np.testing.assert_allclose(r1, np.exp(np.ones(3)))
 
+    @pytest.mark.shares_buffers
     def test_no_allocation_per_call_in_steady_state(self, mode):
         x = tn.vector("x")
         n = 200_000

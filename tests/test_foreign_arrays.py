@@ -135,6 +135,7 @@ def test_non_numeric_array_interface_is_refused():
 # The memory contract, for foreign arrays (NumPy only)
 
 
+@pytest.mark.shares_buffers
 @pytest.mark.parametrize("kind", KINDS)
 def test_borrowed_input_is_the_callers_memory(mode, kind):
     m = tn.matrix("m")
@@ -160,6 +161,7 @@ def test_default_input_is_never_written_nor_aliased(mode, kind):
     np.testing.assert_array_equal(source, np.arange(4.0))
 
 
+@pytest.mark.shares_buffers
 @pytest.mark.parametrize("kind", KINDS)
 def test_mutable_writeable_source_is_used_as_workspace(mode, kind):
     x = tn.vector("x")
@@ -253,6 +255,7 @@ def test_shared_keeps_the_dtype_of_a_foreign_array():
 # PyTorch
 
 
+@pytest.mark.shares_buffers
 def test_torch_borrowed_input_has_the_tensors_address(mode):
     torch = torch_module()
     m = tn.matrix("m")
@@ -311,6 +314,7 @@ def test_torch_unsupported_dtype_is_refused_with_the_reason():
         tn.TensorType("float32", (None,)).filter(t, what="input b")
 
 
+@pytest.mark.shares_buffers
 def test_torch_mutable_input_is_written_in_place(mode):
     torch = torch_module()
     x = tn.vector("x")
@@ -394,6 +398,7 @@ def test_torch_shared_updates_in_place_on_borrowed_memory(mode):
 # JAX (its arrays are read-only)
 
 
+@pytest.mark.shares_buffers
 def test_jax_borrowed_input_has_the_arrays_address(mode):
     jnp = jax_numpy()
     m = tn.matrix("m", dtype="float32")

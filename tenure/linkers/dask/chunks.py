@@ -199,7 +199,11 @@ class ChunkKernel:
     def __call__(self, *chunks):
         values = [np.asarray(joined(c, axes), dtype=t.numpy_dtype)
                   for c, t, axes in zip(chunks, self.arg_types, self.whole_axes)]
-        results = self._thunk()(values)
+        try:
+            results = self._thunk()(values)
+        except Exception as exc:
+            exc.add_note(f"tenure: raised in a Dask task running {self!r} on a chunk")
+            raise
         if len(self.outputs) == 1:
             return results[0]
         return tuple(results)

@@ -2,9 +2,12 @@
 
 ``tn.function(..., mode=tn.Mode(linker="dask"))`` compiles the graph with
 every rewrite except the in-place ones (a chunk Dask holds may be read by
-other tasks, so nothing is overwritten) and checks that every op a lazy
-value reaches can be lowered (:func:`.lower.unsupported`: the error names
-them).  A call then lowers the graph (:mod:`.lower`) over its arguments:
+other tasks, so nothing is overwritten; an in-place op written into the
+graph by hand runs as its out-of-place twin, which ``mutable`` allows: it
+lets tenure overwrite an argument, it does not make it) and checks that
+every op a lazy value reaches can be lowered (:func:`.lower.unsupported`:
+the error names them).  A call then lowers the graph (:mod:`.lower`) over
+its arguments:
 
 - a ``dask.array`` argument is used as it is (checked lazily: ndim, static
   lengths, dtype, cast as the input gate would, without computing it);
@@ -30,10 +33,19 @@ them).  A call then lowers the graph (:mod:`.lower`) over its arguments:
 Updates of shared variables are computed before the call returns, in one
 ``dask.compute`` with the outputs when those are computed too
 (``Mode(linker="dask", compute=True)``: NumPy outputs); otherwise outputs
-are Dask arrays, lazy.  Computed results never alias the caller's arrays or
-the shared values (a result that may is copied), so the call keeps the
-memory contract: an update is assigned only after everything computed, and
-a call that raises (a task failed) changes no shared variable.
+are Dask arrays, lazy.  Computed results alias nothing the contract keeps
+from them (a result that may is copied): no constant, no shared value, no
+other result, and no argument the caller did not lend.  An output may be a
+borrowed argument or a view of it (the argument itself when the output is
+that input); an update from a ``mutable`` argument adopts it; nothing else.
+An update is assigned only after everything computed, so a call that
+raises (a task failed) changes no shared variable.
+
+What the Dask linker never does (results are made on the workers and
+gathered): write a buffer in place (an argument's, a shared value's),
+return a view of an argument's chunks, or keep an output buffer for the
+next call (``Out(borrow=True)`` is a fresh array each call).
+:attr:`DaskLinker.shares_buffers` says so to the suites.
 """
 
 from __future__ import annotations
@@ -46,7 +58,8 @@ from tenure.linkers.dask.chunks import ChunkKernel
 from tenure.linkers.dask.lower import (LoweringError, chunked, is_lazy, lower_graph,
                                        unsupported)
 from tenure.linkers.dask.regions import lowering_order
-from tenure.linkers.dask.specialize import CallGraphs
+from tenure.linkers.dask.specialize import CallGraphs, out_of_place
+from tenure.symbolic.graph import Constant
 from tenure.symbolic.shared import SharedVariable
 
 __all__ = ["SCATTER_BYTES", "DaskLinker", "DaskThunk", "default_client"]
@@ -113,9 +126,9 @@ class DaskThunk:
 
     #: no output buffer is kept between calls
     kept_slots = ()
-    #: computed results alias nothing the caller or a shared variable holds,
-    #: and lazy ones cannot be checked without computing them: the function
-    #: copies nothing after a call
+    #: computed results alias only what the contract allows (see the module
+    #: notes), and lazy ones cannot be checked without computing them: the
+    #: function copies nothing after a call
     fresh_results = True
 
     def __init__(self, fgraph, n_outputs: int, input_specs, compute: bool, chunk_linker: str):
@@ -126,7 +139,17 @@ class DaskThunk:
         self.graphs = CallGraphs(fgraph)
         self.is_shared = [isinstance(v, SharedVariable) for v in fgraph.inputs]
         specs = list(input_specs) + [None] * (len(fgraph.inputs) - len(input_specs))
-        self.borrowed = [spec is not None and spec.borrow for spec in specs]
+        # A default value is lent by nobody: never handed out, never adopted.
+        self.borrowed = [spec is not None and spec.borrow and spec.value is None
+                         for spec in specs]
+        self.mutable = [spec is not None and spec.mutable and spec.value is None
+                        for spec in specs]
+        position = {var: i for i, var in enumerate(fgraph.inputs)}
+        #: per result, the input it is (returned or assigned as it came), or None
+        self.returned_input = [position.get(var) for var in fgraph.outputs]
+        #: what no result may alias: the graph's constants
+        self.constants = [var.data for var in fgraph.variables
+                          if isinstance(var, Constant) and isinstance(var.data, np.ndarray)]
         self.chunks = [DEFAULT_CHUNKS if spec is None or spec.chunks is None else spec.chunks
                        for spec in specs]
 
@@ -162,14 +185,42 @@ class DaskThunk:
         # start (made from constants) needs no computing but must be fresh too.
         todo = [k for k, r in enumerate(results)
                 if not is_lazy(r) or k >= self.n_outputs or self.compute]
-        lazy = [k for k in todo if is_lazy(results[k])]
+        lazy = [k for k in todo if is_lazy(results[k]) and self._given(k) is None]
         for k, value in zip(lazy, dask.compute(*[results[k] for k in lazy]) if lazy else ()):
             results[k] = value
-        held = [v for v in values if isinstance(v, np.ndarray)]
         for k in todo:
-            results[k] = self._fresh(k, results[k], held)
-            held.append(results[k])
+            results[k] = self._result(k, results[k], values, results)
         return results
+
+    def _given(self, k: int) -> int | None:
+        """The input result ``k`` may be handed back as the caller passed it
+        (the result is that input): an output of a borrowed input, an update
+        from a mutable one (the shared variable adopts the buffer); else None."""
+        i = self.returned_input[k]
+        if i is None:
+            return None
+        allowed = self.mutable[i] if k >= self.n_outputs else self.borrowed[i]
+        return i if allowed else None
+
+    def _result(self, k: int, value, values: list, results: list) -> np.ndarray:
+        """Result ``k`` as an array of its type that aliases nothing it must
+        not: a constant, an argument the caller did not lend (borrowed, for an
+        output; mutable, for an update), a shared value, another result."""
+        given = self._given(k)
+        if given is not None and isinstance(values[given], np.ndarray) and (
+                k < self.n_outputs or values[given].flags.writeable):
+            return values[given]   # (a shared variable adopts only writeable storage)
+        dtype = self.fgraph.outputs[k].type.numpy_dtype
+        array = np.asarray(value)
+        if array.dtype != dtype:
+            return array.astype(dtype)
+        lent = self.mutable if k >= self.n_outputs else self.borrowed
+        held = [v for i, v in enumerate(values) if isinstance(v, np.ndarray) and not lent[i]]
+        held += [r for j, r in enumerate(results) if j != k and isinstance(r, np.ndarray)]
+        if not array.flags.writeable or any(np.may_share_memory(array, h)
+                                            for h in held + self.constants):
+            array = array.copy()
+        return array
 
     def _lazy_input(self, i: int, value, client):
         if is_lazy(value):
@@ -184,16 +235,6 @@ class DaskThunk:
                 return _scattered(client, value)
             return chunked(value, value.shape, copy=not self.compute)
         return chunked(value, self.chunks[i], copy=not (self.compute or self.borrowed[i]))
-
-    def _fresh(self, k: int, value, held: list) -> np.ndarray:
-        """Result ``k`` as an array of its type that aliases nothing in ``held``."""
-        dtype = self.fgraph.outputs[k].type.numpy_dtype
-        array = np.asarray(value)
-        if array.dtype != dtype:
-            array = array.astype(dtype)
-        elif any(np.may_share_memory(array, h) for h in held):
-            array = array.copy()
-        return array
 
     def free(self) -> None:
         """Nothing is held between calls."""
@@ -213,6 +254,10 @@ class DaskLinker:
     """Makes :class:`DaskThunk`\\ s (see the module notes)."""
 
     name = "dask"
+    #: never writes an argument or a shared value in place, never returns a
+    #: view of one, never keeps an output buffer between calls (the suites
+    #: skip the tests that check a linker does: ``pytest.mark.shares_buffers``)
+    shares_buffers = False
 
     def __init__(self, compute: bool = False, chunk_linker: str = "c"):
         self.compute = compute
@@ -220,6 +265,7 @@ class DaskLinker:
 
     def make_thunk(self, fgraph, keep_outputs: set[int], allow_gc: bool = True,
                    input_specs=(), n_outputs: int | None = None) -> DaskThunk:
+        fgraph = out_of_place(fgraph)
         missing = unsupported(fgraph)
         if missing:
             names = sorted({str(node.op) for node in missing})

@@ -550,8 +550,14 @@ def lower_graph(fgraph, input_values: list, ctx) -> list:
     env = {var: value for var, value in zip(fgraph.inputs, input_values)}
     with dask.config.set(scheduler=_refuse_to_compute):
         for unit in ctx.lowering_order(fgraph):
-            if isinstance(unit, Region):
-                lower_region(unit, env, ctx)
-            else:
-                lower_node(unit, env, ctx)
+            try:
+                if isinstance(unit, Region):
+                    lower_region(unit, env, ctx)
+                else:
+                    lower_node(unit, env, ctx)
+            except Exception as exc:
+                nodes = unit.nodes + unit.sinks if isinstance(unit, Region) else (unit,)
+                exc.add_note(f"tenure: raised while lowering "
+                             f"{', '.join(str(n) for n in nodes)} to Dask")
+                raise
     return [_value(var, env) for var in fgraph.outputs]

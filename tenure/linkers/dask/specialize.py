@@ -41,7 +41,7 @@ from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.reduce import SumTo
 from tenure.symbolic.ops.shape import DimShuffle
 
-__all__ = ["CallGraphs"]
+__all__ = ["CallGraphs", "out_of_place"]
 
 
 def _shape_values(fgraph, values) -> list | None:
@@ -60,10 +60,12 @@ def _shape_values(fgraph, values) -> list | None:
     return out
 
 
-def _rebuild(fgraph, alias: dict) -> FunctionGraph:
+def _rebuild(fgraph, alias: dict, swap: dict | None = None) -> FunctionGraph:
     """A copy of ``fgraph`` (same inputs) in which each node output that is a
-    key of ``alias`` is replaced by (the copy of) the variable it maps to."""
+    key of ``alias`` is replaced by (the copy of) the variable it maps to,
+    and each node that is a key of ``swap`` applies that op instead."""
     equiv = {var: var for var in fgraph.inputs}
+    swap = swap or {}
     for node in fgraph.toposort():
         inputs = [equiv.get(v, v) for v in node.inputs]
         if node.outputs[0] in alias:
@@ -71,7 +73,10 @@ def _rebuild(fgraph, alias: dict) -> FunctionGraph:
                                                               alias[node.outputs[0]]),
                                                     node.outputs[0].ndim)
             continue
-        new = node.clone_with_new_inputs(inputs)
+        if node in swap:
+            new = swap[node].make_node(*inputs)
+        else:
+            new = node.clone_with_new_inputs(inputs)
         equiv.update(zip(node.outputs, new.outputs))
     return FunctionGraph(list(fgraph.inputs), [equiv.get(v, v) for v in fgraph.outputs])
 
@@ -123,6 +128,16 @@ def _gets_shape_elsewhere(reader, allocated, shapes: dict, replaced: dict) -> bo
     return want is not None and any(
         v is not allocated and v not in replaced and shapes.get(v) == want
         for v in reader.inputs)
+
+
+def out_of_place(fgraph):
+    """``fgraph``, with each in-place elementwise op (one written into the
+    graph by hand: the dask mode runs no in-place rewrite) replaced by its
+    out-of-place twin (same inputs, a new output); ``fgraph`` itself when
+    there is none.  Chunk kernels must not write a chunk Dask holds."""
+    twins = {node: Elemwise(node.op.scalar_op) for node in fgraph.apply_nodes
+             if isinstance(node.op, Elemwise) and node.op.inplace_pattern}
+    return _rebuild(fgraph, {}, twins) if twins else fgraph
 
 
 class CallGraphs:
