@@ -30,7 +30,7 @@ import math
 import operator
 import re
 import uuid
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import dask
 import dask.array as da
@@ -39,7 +39,7 @@ from dask.array.core import normalize_chunks, slices_from_chunks
 
 from tenure.linkers.dask.regions import (ALWAYS_LAZY, COMBINED_REDUCTIONS, Region,
                                           is_rows_product, lazy_variables, lowering_order)
-from tenure.symbolic.graph import Constant
+from tenure.symbolic.graph import Constant, Variable
 from tenure.symbolic.ops.blas import Dot, MatMul, Outer, TensorDot
 from tenure.symbolic.ops.composite import FusedReduce
 from tenure.symbolic.ops.creation import Alloc
@@ -107,11 +107,22 @@ def _value(var, env):
     return var.data if isinstance(var, Constant) else env[var]
 
 
+class KernelOutput(NamedTuple):
+    """One output of a kernel run by :func:`_run_kernel`: the variable, the
+    chunk lengths Dask should expect where they differ from the arguments'
+    (``adjust_chunks``: a reduced axis has length 1 per chunk), and the
+    lengths of the axes it has beyond the kernel's (one block each)."""
+
+    var: Variable
+    adjust: dict | None = None
+    new_axes: tuple[int, ...] = ()
+
+
 def _run_kernel(kernel, arguments, env, ndim: int, outputs, indices=None) -> list:
     """``kernel`` on every chunk of ``arguments`` (variables, their values in
     ``env``, read with NumPy's broadcasting over ``ndim`` axes unless
-    ``indices`` gives a variable's Dask index): one Dask array per entry of
-    ``outputs``, each ``(variable, adjust_chunks)``.
+    ``indices`` gives a variable's Dask index): one Dask array per
+    :class:`KernelOutput` of ``outputs``.
 
     A kernel of several outputs returns a tuple per chunk; one more small
     task per chunk and output takes each array out of it.  An index that is
@@ -123,16 +134,21 @@ def _run_kernel(kernel, arguments, env, ndim: int, outputs, indices=None) -> lis
     for var in arguments:
         pairs += [as_lazy(_value(var, env)), indices.get(var) or _right_aligned(ndim, var)]
     name = _task_name(kernel)
+
+    def layout(out: KernelOutput) -> dict:
+        new = {ndim + i: n for i, n in enumerate(out.new_axes)}
+        return {"adjust_chunks": out.adjust or None, "new_axes": new or None,
+                "dtype": out.var.type.numpy_dtype, "meta": _meta(out.var)}
+
     if len(outputs) == 1:
-        (var, adjust), = outputs
-        return [da.blockwise(kernel, ind, *pairs, name=name, adjust_chunks=adjust or None,
-                             dtype=var.type.numpy_dtype, meta=_meta(var))]
+        (out,) = outputs
+        return [da.blockwise(kernel, tuple(range(out.var.ndim)), *pairs, name=name,
+                             **layout(out))]
     tuples = da.blockwise(kernel, ind, *pairs, name=name, dtype=object,
                           meta=np.empty((0,) * ndim, dtype=object))
-    return [da.blockwise(operator.getitem, ind, tuples, ind, k, None, name=f"{name}-{k}",
-                         adjust_chunks=adjust or None, dtype=var.type.numpy_dtype,
-                         meta=_meta(var))
-            for k, (var, adjust) in enumerate(outputs)]
+    return [da.blockwise(operator.getitem, tuple(range(out.var.ndim)), tuples, ind, k, None,
+                         name=f"{name}-{k}", **layout(out))
+            for k, out in enumerate(outputs)]
 
 
 # ----------------------------------------------------------------------------
@@ -145,7 +161,7 @@ def lower_elemwise(node, values, ctx) -> list:
     kernel, arguments = ctx.kernel(node, lambda: ([node], node.outputs, {}))
     out = node.outputs[0]
     return _run_kernel(kernel, arguments, dict(zip(node.inputs, values)), out.ndim,
-                       [(out, None)])
+                       [KernelOutput(out)])
 
 
 # ----------------------------------------------------------------------------
@@ -167,9 +183,38 @@ def _partial_node(node):
     return partial.make_node(*node.inputs)
 
 
+class Partial(NamedTuple):
+    """How a region's kernel computes one sink's partial per chunk: the
+    ``nodes`` it runs after the region's, and the partial ``var``."""
+
+    nodes: list
+    var: Variable
+
+
+def _sink_partial(sink, region) -> Partial:
+    """A reduction's keepdims partial; a contraction ``x.T @ e``'s product of
+    the chunk's rows, with a leading axis of length 1 (one per chunk: the
+    partials stack along it, and add up)."""
+    if not is_contraction(sink):
+        partial = _partial_node(sink)
+        return Partial([partial], partial.outputs[0])
+    product = sink.outputs[0]
+    stacked = DimShuffle(product.ndim, ("x",) + tuple(range(product.ndim)))(product)
+    helpers = [h for h in region.helpers if h.outputs[0] in sink.inputs]
+    return Partial(helpers + [sink, stacked.owner], stacked)
+
+
+def is_contraction(sink) -> bool:
+    """Whether a region's ``sink`` is a product over its rows (not a reduction)."""
+    return isinstance(sink.op, (Dot, MatMul))
+
+
 def _combine(node, partials, shape) -> da.Array:
-    """``node``'s result from the partials of chunks of an array of ``shape``."""
+    """``node``'s result from the partials of chunks of an array of ``shape``
+    (a contraction's partial products stack along a leading axis)."""
     op = node.op
+    if isinstance(op, (Dot, MatMul)):
+        return partials.sum(axis=0).astype(node.outputs[0].type.numpy_dtype, copy=False)
     total = COMBINE[op.fn_name](partials, axis=op.axis, keepdims=op.keepdims)
     if op.fn_name == "mean":
         total = total / math.prod(shape[a] for a in op.axis)
@@ -185,7 +230,7 @@ def lower_reduce(node, values, ctx) -> list:
     env = dict(zip(node.inputs, values))
     ndim = max(v.ndim for v in arguments)
     partials, = _run_kernel(kernel, arguments, env, ndim,
-                            [(partial.outputs[0], {a: 1 for a in op.axis})])
+                            [KernelOutput(partial.outputs[0], {a: 1 for a in op.axis})])
     shape = da.core.broadcast_shapes(*[np.shape(env[v]) for v in arguments])
     return [_combine(node, partials, shape)]
 
@@ -219,9 +264,33 @@ def _product_indices(region, ndim: int) -> dict | None:
         for var, index in ((a, (0, ndim)), (b, (ndim,) + tuple(range(1, b.ndim)))):
             if indices.setdefault(var, index) != index:
                 return None
+    contractions = [s for s in region.sinks if is_contraction(s)]
+    for sink in contractions:
+        x, _ = _contraction_operands(sink, region)
+        if indices.setdefault(x, (0, ndim)) != (0, ndim):
+            return None
     read_elementwise = {v for node in region.nodes + region.sinks
-                        if not is_rows_product(node) for v in node.inputs}
+                        if not is_rows_product(node) and node not in contractions
+                        for v in node.inputs}
     return None if read_elementwise & set(indices) else indices
+
+
+def _contraction_operands(sink, region):
+    """``(x, e)`` of a contraction sink ``x.T @ e`` (see :mod:`.regions`)."""
+    a, b = sink.inputs
+    helpers = {h.outputs[0]: h for h in region.helpers}
+    x = helpers[a].inputs[0]
+    e = helpers[b].inputs[0] if b in helpers else b
+    return x, e
+
+
+def _contraction_rows(sink, region, shape_of) -> tuple[int, ...]:
+    """The rows a contraction sums over: ``e``'s shape, which ``x``'s rows
+    must match (ValueError otherwise)."""
+    x, e = _contraction_operands(sink, region)
+    if shape_of(x)[0] != shape_of(e)[0]:
+        raise ValueError(f"{sink.op}: {shape_of(x)} and {shape_of(e)} do not fit")
+    return tuple(shape_of(e))
 
 
 def _region_shape(region, env) -> tuple[int, ...] | None:
@@ -242,8 +311,12 @@ def _region_shape(region, env) -> tuple[int, ...] | None:
     found = None
     for node in region.nodes + region.sinks:
         try:
-            shape = _node_shape(node, shape_of) if node in region.nodes else \
-                np.broadcast_shapes(*[shape_of(v) for v in node.inputs])
+            if node in region.nodes:
+                shape = _node_shape(node, shape_of)
+            elif is_contraction(node):
+                shape = _contraction_rows(node, region, shape_of)
+            else:
+                shape = np.broadcast_shapes(*[shape_of(v) for v in node.inputs])
         except (TypeError, ValueError):
             return None
         if any(not isinstance(n, (int, np.integer)) for n in shape):
@@ -261,17 +334,24 @@ def lower_region(region: Region, env, ctx) -> None:
     shape = _region_shape(region, env)
     indices = None if shape is None else _product_indices(region, len(shape))
     if indices is None:
-        for node in region.nodes + region.sinks:
+        for node in region.all_nodes:
             lower_node(node, env, ctx)
         return
-    partials = [ctx.partial_node(sink, _partial_node) for sink in region.sinks]
+    partials = [ctx.partial_node(sink, lambda s: _sink_partial(s, region))
+                for sink in region.sinks]
     kernel, arguments = ctx.kernel(region, lambda: (
-        list(region.nodes) + partials,
-        list(region.outputs) + [p.outputs[0] for p in partials],
+        list(region.nodes) + [n for p in partials for n in p.nodes],
+        list(region.outputs) + [p.var for p in partials],
         {var: (index.index(len(shape)),) for var, index in indices.items()}))
-    outputs = [(var, None) for var in region.outputs]
-    outputs += [(p.outputs[0], {a: 1 for a in sink.op.axis})
-                for sink, p in zip(region.sinks, partials)]
+    outputs = [KernelOutput(var) for var in region.outputs]
+    for sink, partial in zip(region.sinks, partials):
+        if is_contraction(sink):
+            x, _ = _contraction_operands(sink, region)
+            columns = np.shape(_value(x, env))[1:]
+            outputs.append(KernelOutput(partial.var, {0: 1},
+                                        columns + (1,) * (sink.outputs[0].ndim - 1)))
+        else:
+            outputs.append(KernelOutput(partial.var, {a: 1 for a in sink.op.axis}))
     results = _run_kernel(kernel, arguments, env, len(shape), outputs, indices)
     env.update(zip(region.outputs, results))
     for sink, result in zip(region.sinks, results[len(region.outputs):]):

@@ -7,11 +7,13 @@ read twice (``p`` in a loss and in its gradient) ends a tree.  Here the
 elementwise nodes a lazy value reaches, and the products of a matrix by a
 vector or a matrix that feed them or read them (a block of rows of the
 matrix gives the same rows of the result: ``x @ w + b``), are grouped into
-*regions*: every node of a region is computed, chunk by chunk, by one kernel (compiled and
-fused by tenure, see :class:`~.chunks.ChunkKernel`), which returns the
-region's values that other nodes read, and the per-chunk partials of the
-reductions over the region's values (the region's *sinks*), so a value that
-only a reduction reads is never made whole.
+*regions*: every node of a region is computed, chunk by chunk, by one
+kernel (compiled and fused by tenure, see :class:`~.chunks.ChunkKernel`),
+which returns the region's values that other nodes read, and the per-chunk
+partials of the reductions over the region's values (the region's
+*sinks*), so a value that only a reduction reads is never made whole.  A
+product ``x.T @ e`` that sums over the region's rows (the gradient of a
+data-parallel step) is a sink too: each chunk gives its partial product.
 
 A region must stay one step of the graph: a node joins the region of one of
 the nodes it reads only if none of its other inputs is computed from that
@@ -38,10 +40,10 @@ from tenure.symbolic.ops.composite import FusedReduce
 from tenure.symbolic.ops.creation import Alloc
 from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.reduce import Reduce
-from tenure.symbolic.ops.shape import Shape
+from tenure.symbolic.ops.shape import DimShuffle, Shape
 
-__all__ = ["ALWAYS_LAZY", "COMBINED_REDUCTIONS", "Region", "is_rows_product", "lazy_variables",
-           "lowering_order"]
+__all__ = ["ALWAYS_LAZY", "COMBINED_REDUCTIONS", "Contraction", "Region", "is_rows_product",
+           "lazy_variables", "lowering_order", "rows_contraction"]
 
 #: ops lowered to Dask even when every input is concrete (their result may be big)
 ALWAYS_LAZY = (Alloc,)
@@ -52,12 +54,52 @@ COMBINED_REDUCTIONS = ("sum", "mean", "prod", "max", "min", "any", "all")
 
 class Region(NamedTuple):
     """Elementwise ``nodes`` computed by one kernel per chunk (in graph
-    order), the reductions ``sinks`` whose partials it computes too, and the
+    order), the reductions ``sinks`` whose partials it computes too (with
+    the ``helpers`` they need: the transposes of a sink product), and the
     ``outputs`` (values of ``nodes``) that something outside reads."""
 
     nodes: tuple[Apply, ...]
     sinks: tuple[Apply, ...]
     outputs: tuple[Variable, ...]
+    helpers: tuple[Apply, ...] = ()
+
+    @property
+    def all_nodes(self) -> tuple[Apply, ...]:
+        """Every node the region's kernel runs, in an order it may run them."""
+        return self.nodes + self.helpers + self.sinks
+
+
+class Contraction(NamedTuple):
+    """A product ``x.T @ e`` summing over the rows of a region: ``x`` (a
+    matrix) and ``e`` (a vector of the region) are read by the same blocks
+    of rows, each block gives a partial product, and the partials add up.
+    ``helpers``: the nodes between them and the product (``x.T``,
+    ``e[:, None]``), read by nothing else."""
+
+    x: Variable
+    e: Variable
+    helpers: tuple[Apply, ...]
+
+
+def rows_contraction(node, clients) -> Contraction | None:
+    """``node`` as a :class:`Contraction`, or None.  ``clients(var)``: the
+    nodes that read ``var`` (the graph's outputs count as readers too)."""
+    if not isinstance(node.op, (Dot, MatMul)):
+        return None
+    a, b = node.inputs
+    transpose = a.owner
+    if (transpose is None or not isinstance(transpose.op, DimShuffle)
+            or transpose.op.new_order != (1, 0) or clients(a) != [node]):
+        return None
+    helpers, e = [transpose], b
+    column = b.owner
+    if (b.ndim == 2 and column is not None and isinstance(column.op, DimShuffle)
+            and column.op.new_order == (0, "x") and clients(b) == [node]):
+        helpers.append(column)
+        e = column.inputs[0]
+    if e.ndim != 1:
+        return None
+    return Contraction(transpose.inputs[0], e, tuple(helpers))
 
 
 def lazy_variables(fgraph) -> set[Variable]:
@@ -84,7 +126,7 @@ def _is_member(node, lazy: set) -> bool:
             and node.outputs[0] in lazy)
 
 
-def _is_sink(node) -> bool:
+def _is_reduction_sink(node) -> bool:
     op = node.op
     return (isinstance(op, (Reduce, FusedReduce)) and op.fn_name in COMBINED_REDUCTIONS
             and bool(op.axis))
@@ -93,12 +135,20 @@ def _is_sink(node) -> bool:
 class _Grouping:
     """Regions grown one node at a time, in graph order."""
 
-    def __init__(self):
+    def __init__(self, fgraph):
+        self.fgraph = fgraph
         self.region_of: dict[Apply, int] = {}
         self.members: dict[int, list[Apply]] = {}
         self.sinks: dict[int, list[Apply]] = {}
+        self.helpers: dict[int, list[Apply]] = {}
         #: each node's position in the graph order
         self.placed: dict[Apply, int] = {}
+
+    def clients(self, var) -> list:
+        return [client for client, _ in self.fgraph.clients.get(var, [])]
+
+    def nodes_of(self, region: int) -> list[Apply]:
+        return self.members[region] + self.helpers[region] + self.sinks[region]
 
     def _inside(self, var, region: int) -> bool:
         """Whether ``var`` is computed inside ``region``'s kernel (a sink's
@@ -119,7 +169,7 @@ class _Grouping:
             other = self.region_of.get(node)
             if other == region:
                 return True
-            nodes = [node] if other is None else self.members[other] + self.sinks[other]
+            nodes = [node] if other is None else self.nodes_of(other)
             stack += [v.owner for n in nodes for v in n.inputs if v.owner is not None]
         return False
 
@@ -130,12 +180,14 @@ class _Grouping:
 
     def place(self, node, lazy: set) -> None:
         self.placed[node] = len(self.placed)
+        if self._place_contraction(node):
+            return
         region = None
-        if _is_member(node, lazy) or _is_sink(node):
+        if _is_member(node, lazy) or _is_reduction_sink(node):
             region = self._region_for(node)
         if region is None and _is_member(node, lazy):
             region = len(self.members)
-            self.members[region], self.sinks[region] = [], []
+            self.members[region], self.sinks[region], self.helpers[region] = [], [], []
         if region is not None:
             self.region_of[node] = region
             (self.members if _is_member(node, lazy) else self.sinks)[region].append(node)
@@ -143,6 +195,24 @@ class _Grouping:
             for other in self._other_regions(node, region):
                 if self._can_merge(region, other):
                     self._merge(region, other)
+
+    def _place_contraction(self, node) -> bool:
+        """Make ``node`` a sink of the region of its ``e`` if it is a
+        :class:`Contraction` over it (with its helpers); whether it did."""
+        found = rows_contraction(node, self.clients)
+        if found is None or found.e.owner is None:
+            return False
+        region = self.region_of.get(found.e.owner)
+        if (region is None or found.e.owner not in self.members[region]
+                or self._needs(found.x, region)
+                or any(h in self.region_of for h in found.helpers)):
+            return False
+        for helper in found.helpers:
+            self.region_of[helper] = region
+            self.helpers[region].append(helper)
+        self.region_of[node] = region
+        self.sinks[region].append(node)
+        return True
 
     def _other_regions(self, node, region: int) -> list[int]:
         """The regions other than ``region`` whose members ``node`` reads
@@ -161,7 +231,7 @@ class _Grouping:
         through a node outside both."""
         def reads_through_outside(readers: int, read: int) -> bool:
             return any(self._needs(v, read)
-                       for node in self.members[readers] + self.sinks[readers]
+                       for node in self.nodes_of(readers)
                        for v in node.inputs
                        if not self._inside(v, readers) and not self._inside(v, read))
         return (not reads_through_outside(region, other)
@@ -170,13 +240,13 @@ class _Grouping:
     def _merge(self, region: int, other: int) -> None:
         """Move ``other``'s nodes into ``region`` (in graph order: the kernel's
         steps are built in that order)."""
-        for node in self.members[other] + self.sinks[other]:
+        for node in self.nodes_of(other):
             self.region_of[node] = region
-        for nodes in (self.members, self.sinks):
+        for nodes in (self.members, self.helpers, self.sinks):
             nodes[region] = sorted(nodes[region] + nodes.pop(other), key=self.placed.get)
 
     def _region_for(self, node) -> int | None:
-        ndim = None if _is_sink(node) else node.outputs[0].ndim
+        ndim = None if _is_reduction_sink(node) else node.outputs[0].ndim
         # A product joins the region of its matrix only: the other operand is
         # read whole, not by blocks of the region's shape.
         for var in node.inputs[:1] if is_rows_product(node) else node.inputs:
@@ -192,19 +262,19 @@ class _Grouping:
 
 def _regions(fgraph) -> tuple[dict[Apply, Region], list[Region]]:
     lazy = lazy_variables(fgraph)
-    grouping = _Grouping()
+    grouping = _Grouping(fgraph)
     for node in fgraph.toposort():
         grouping.place(node, lazy)
     by_node, regions = {}, []
     for region_id, nodes in grouping.members.items():
-        sinks = grouping.sinks[region_id]
+        sinks, helpers = grouping.sinks[region_id], grouping.helpers[region_id]
         if len(nodes) < 2 and not sinks:
             continue
-        inside = set(nodes) | set(sinks)
+        inside = set(nodes) | set(sinks) | set(helpers)
         outputs = tuple(out for node in nodes for out in node.outputs
                         if any(client is OUTPUT or client not in inside
                                for client, _ in fgraph.clients.get(out, [])))
-        region = Region(tuple(nodes), tuple(sinks), outputs)
+        region = Region(tuple(nodes), tuple(sinks), outputs, tuple(helpers))
         regions.append(region)
         by_node.update((node, region) for node in inside)
     return by_node, regions
@@ -217,7 +287,7 @@ def lowering_order(fgraph) -> list:
     unit_of = {node: by_node.get(node, node) for node in fgraph.apply_nodes}
 
     def dependencies(unit) -> list:
-        nodes = unit.nodes + unit.sinks if isinstance(unit, Region) else (unit,)
+        nodes = unit.all_nodes if isinstance(unit, Region) else (unit,)
         found = []
         for node in nodes:
             for var in node.inputs:

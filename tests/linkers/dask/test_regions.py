@@ -57,9 +57,13 @@ def test_a_gradient_step_is_one_kernel_per_chunk(data):
     got = f(data["x"], data["y"], data["w"], data["b"])
     for g, want in zip(dask.compute(*got), ref(data["x"], data["y"], data["w"], data["b"])):
         np.testing.assert_allclose(g, want, rtol=1e-12)
-    # x @ w, the sigmoid, the loss terms, their mean's partial and the error
-    # term all run in one kernel: one task per chunk (4 chunks), not one per node.
+    # x @ w, the sigmoid, the loss terms, their mean's partial, the error
+    # term and its partial product x.T @ err for the gradient all run in one
+    # kernel: one task per chunk (4 chunks), not one per node; Dask's own
+    # blocked product (its chunk_sum tasks) is not needed.
     assert region_tasks(got, "matmul_add_sigmoid") == 4
+    graph = da.core.HighLevelGraph.merge(*[a.__dask_graph__() for a in got])
+    assert not [name for name in graph.layers if name.startswith(("matmul", "chunk_sum"))]
 
 
 def test_lowering_order_keeps_regions_acyclic():
@@ -114,6 +118,24 @@ def test_sum_to_that_sums_nothing_is_dropped(data):
     assert count(graphs.fgraph, "SumTo") > count(call_graph, "SumTo")
     assert count(call_graph, "Alloc") == 0          # read only by broadcasting ops
     assert graphs.for_values(values) is call_graph  # kept for the next call
+
+
+def test_products_over_the_rows_of_a_region(rng):
+    """``x.T @ e`` sums over the rows a region computes ``e`` on: each chunk's
+    kernel gives its partial product (also with ``x``'s columns in blocks,
+    which the kernel joins; and as ``x.T @ e.dimshuffle(0, "x")``, as gradients
+    write it)."""
+    x, w = tn.matrix("x"), tn.vector("w")
+    e = tn.tanh(x @ w) * 2
+    value, wv = rng.standard_normal((30, 12)), rng.standard_normal(12)
+    for product in (tn.dot(x.T, e), (x.T @ e.dimshuffle(0, "x")).dimshuffle(0) + 1):
+        for chunks in ([(7, 12), None], [(7, 5), 5]):
+            f, ref = lazy_and_reference([x, w], [product, tn.sum(e)], chunks)
+            got = f(value, wv)
+            graph = da.core.HighLevelGraph.merge(*[a.__dask_graph__() for a in got])
+            assert not [name for name in graph.layers if name.startswith("chunk_sum")]
+            for g, want in zip(dask.compute(*got), ref(value, wv)):
+                np.testing.assert_allclose(g, want, rtol=1e-12)
 
 
 def test_products_by_row_blocks(rng):
