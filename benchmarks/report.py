@@ -86,7 +86,7 @@ def markdown(doc: dict) -> str:
     found = {}
     for r in ok:
         for name, version in r.get("versions", {}).items():
-            if name in ("numpy", "pytensor", "torch", "python"):
+            if name in ("numpy", "pytensor", "torch", "jax", "python"):
                 found.setdefault(name, version)
     if found:
         lines[0] += " Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(found.items())) + "."

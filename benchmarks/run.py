@@ -10,7 +10,9 @@ the OS at once.  Results go to ``DIR`` (default ``benchmarks/results/``):
 
 Systems: ``tenure-<linker>`` for every linker in ``tenure.config.LINKERS``,
 ``pytensor`` (its default mode), ``pytensor-c`` (its C mode: the C VM with the
-FAST_RUN rewrites), ``numpy`` and ``torch`` (eager, CPU), each when installed.
+FAST_RUN rewrites), ``numpy``, ``torch`` (eager, CPU) and ``jax`` (``jax.jit`` on the
+CPU, float64 enabled; the training step donates its parameters), each when
+installed.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ sys.path.insert(0, HERE)
 import report  # noqa: E402
 from workloads import WORKLOADS, family, measured, skip_reason  # noqa: E402
 
-PEERS = ("pytensor", "pytensor-c", "numpy", "torch")
+PEERS = ("pytensor", "pytensor-c", "numpy", "torch", "jax")
 MMAP_THRESHOLD = "131072"
 TIMEOUT_S = {"full": 400, "quick": 90}
 

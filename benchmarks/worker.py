@@ -86,6 +86,10 @@ def versions(system: str) -> dict:
         import torch
         out["torch"] = torch.__version__
         out["torch_threads"] = torch.get_num_threads()
+    elif fam == "jax":
+        import jax
+        out["jax"] = jax.__version__
+        out["jax_backend"] = jax.default_backend()
     return out
 
 

@@ -45,7 +45,7 @@ def _np(value) -> np.ndarray:
     """A result as a NumPy array the caller owns (a borrowed buffer is copied)."""
     if hasattr(value, "detach"):  # torch
         value = value.detach().cpu().numpy()
-    return np.array(value, copy=True)
+    return np.array(value, copy=True)   # (a JAX array converts too)
 
 
 def _tenure_mode(linker, **options):
@@ -59,6 +59,34 @@ def pytensor_mode(variant):
         return None
     from pytensor.compile.mode import Mode
     return Mode(linker="cvm", optimizer="fast_run")
+
+
+def _jax():
+    """JAX with float64 enabled (the float64 workloads stay float64, as for
+    every other system; float32 data stays float32)."""
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    return jax
+
+
+def _jax_built(jitted, args, observe=None) -> Built:
+    """A ``jax.jit`` function over ``args`` (device arrays, made once): the
+    compile time is lowering + XLA compilation, and each step waits for its
+    result (JAX dispatches asynchronously: without waiting, the time would be
+    the dispatch's)."""
+    clock = _Clock()
+    with clock:
+        compiled = jitted.lower(*args).compile()
+
+    def step():
+        out = compiled(*args)
+        return _jax_ready(out)
+    return Built(step, observe or (lambda r: [_np(r)]), clock.s)
+
+
+def _jax_ready(out):
+    import jax
+    return jax.block_until_ready(out)
 
 
 # ============================================================================
@@ -117,6 +145,12 @@ class Overhead:
             with torch.inference_mode():
                 return (torch.exp(x) * 2 + 1).sum()
         return Built(step, lambda r: [_np(r)])
+
+    @staticmethod
+    def jax(d):
+        jax = _jax()
+        import jax.numpy as jnp
+        return _jax_built(jax.jit(lambda x: (jnp.exp(x) * 2 + 1).sum()), [jnp.asarray(d["x"])])
 
 
 # ============================================================================
@@ -177,6 +211,13 @@ class Elemwise:
             with torch.inference_mode():
                 return torch.exp(x) * 2 + torch.sin(z) * x
         return Built(step, lambda r: [_np(r)])
+
+    @staticmethod
+    def jax(d):
+        jax = _jax()
+        import jax.numpy as jnp
+        return _jax_built(jax.jit(lambda x, z: jnp.exp(x) * 2 + jnp.sin(z) * x),
+                          [jnp.asarray(d["x"]), jnp.asarray(d["z"])])
 
 
 # ============================================================================
@@ -244,6 +285,14 @@ class SoftmaxInfer:
                 return torch.exp(x - torch.log(torch.sum(torch.exp(x), dim=1, keepdim=True)))
         return Built(step, lambda r: [_np(r)])
 
+    @staticmethod
+    def jax(d):
+        jax = _jax()
+        import jax.numpy as jnp
+        return _jax_built(
+            jax.jit(lambda x: jnp.exp(x - jnp.log(jnp.sum(jnp.exp(x), axis=1, keepdims=True)))),
+            [jnp.asarray(d["x"])])
+
 
 # ============================================================================
 # softmax_grad: d/dx sum(softmax(x) * w), same sizes
@@ -304,6 +353,13 @@ class SoftmaxGrad:
             (g,) = torch.autograd.grad(torch.sum(torch.softmax(x, dim=1) * w), x)
             return g
         return Built(step, lambda r: [_np(r)])
+
+    @staticmethod
+    def jax(d):
+        jax = _jax()
+        import jax.numpy as jnp
+        grad = jax.grad(lambda x, w: jnp.sum(jax.nn.softmax(x, axis=1) * w))
+        return _jax_built(jax.jit(grad), [jnp.asarray(d["x"]), jnp.asarray(d["w"])])
 
 
 # ============================================================================
@@ -412,6 +468,13 @@ class MlpInfer:
                 return symbolic_mlp(torch.relu, x, params)
         return Built(step, lambda r: [_np(r)])
 
+    @staticmethod
+    def jax(d):
+        jax = _jax()
+        import jax.numpy as jnp
+        forward = jax.jit(lambda x, params: symbolic_mlp(jax.nn.relu, x, params))
+        return _jax_built(forward, [jnp.asarray(d["x"]), [jnp.asarray(p) for p in d["params"]]])
+
 
 class MlpTrain:
     name = "mlp_train"
@@ -493,6 +556,33 @@ class MlpTrain:
             return loss.detach()
         return Built(step, lambda r: [_np(r)] + [_np(p) for p in params])
 
+    @staticmethod
+    def jax(d):
+        """The SGD step as one ``jit`` function that donates the parameters
+        (``donate_argnums``: JAX's form of borrowing, so the new parameters
+        may take the old ones' buffers)."""
+        jax = _jax()
+        import jax.numpy as jnp
+
+        def loss_fn(params, x, t):
+            return jnp.mean((symbolic_mlp(jax.nn.relu, x, params) - t) ** 2)
+
+        def train_step(params, x, t):
+            loss, grads = jax.value_and_grad(loss_fn)(params, x, t)
+            return loss, [p - jnp.float32(LR) * g for p, g in zip(params, grads)]
+
+        x, t = jnp.asarray(d["x"]), jnp.asarray(d["t"])
+        state = {"params": [jnp.asarray(p) for p in d["params"]]}
+        clock = _Clock()
+        with clock:
+            compiled = jax.jit(train_step, donate_argnums=(0,)).lower(
+                state["params"], x, t).compile()
+
+        def step():
+            loss, state["params"] = _jax_ready(compiled(state["params"], x, t))
+            return loss
+        return Built(step, lambda r: [_np(r)] + [_np(p) for p in state["params"]], clock.s)
+
 
 # ============================================================================
 # mlp_train_budget / mlp_train_budget_8: mlp_train under activation-memory budgets
@@ -527,6 +617,10 @@ class MlpTrainBudget(MlpTrain):
     @staticmethod
     def torch(d, variant):
         return MlpTrain.torch(d)
+
+    @staticmethod
+    def jax(d, variant):
+        return MlpTrain.jax(d)
 
 
 class MlpTrainBudget8(MlpTrainBudget):

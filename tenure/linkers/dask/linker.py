@@ -42,9 +42,10 @@ An update is assigned only after everything computed, so a call that
 raises (a task failed) changes no shared variable.
 
 What the Dask linker never does (results are made on the workers and
-gathered): write a buffer in place (an argument's, a shared value's),
-return a view of an argument's chunks, or keep an output buffer for the
-next call (``Out(borrow=True)`` is a fresh array each call).
+gathered): write a buffer in place (an argument's, a shared value's) or
+keep an output buffer for the next call (``Out(borrow=True)`` is a fresh
+array each call); and it never promises a view of an argument (whether a
+gathered result is one is Dask's business: from a cluster it never is).
 :attr:`DaskLinker.shares_buffers` says so to the suites.
 """
 
