@@ -73,8 +73,9 @@ class Contraction(NamedTuple):
     """A product ``x.T @ e`` summing over the rows of a region: ``x`` (a
     matrix) and ``e`` (a vector of the region) are read by the same blocks
     of rows, each block gives a partial product, and the partials add up.
-    ``helpers``: the nodes between them and the product (``x.T``,
-    ``e[:, None]``), read by nothing else."""
+    ``helpers``: the nodes between them and the product (``x.T``, and
+    ``e.dimshuffle(0, "x")`` where the product is written as gradients
+    write it), read by nothing else."""
 
     x: Variable
     e: Variable
