@@ -51,6 +51,7 @@ from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
 from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, SumTo, Var
 from tenure.symbolic.ops.shape import DimShuffle, Reshape, Shape, SpecifyShape
 from tenure.symbolic.ops.sorting import ArgSort, Sort
+from tenure.symbolic.types import TensorType
 
 __all__ = ["LOWERINGS", "LoweringError", "lower_graph", "unsupported"]
 
@@ -209,12 +210,19 @@ def is_contraction(sink) -> bool:
     return isinstance(sink.op, (Dot, MatMul))
 
 
+#: reductions with no value for an empty axis (NumPy raises)
+NO_IDENTITY = ("max", "min")
+
+
 def _combine(node, partials, shape) -> da.Array:
     """``node``'s result from the partials of chunks of an array of ``shape``
     (a contraction's partial products stack along a leading axis)."""
     op = node.op
     if isinstance(op, (Dot, MatMul)):
         return partials.sum(axis=0).astype(node.outputs[0].type.numpy_dtype, copy=False)
+    if op.fn_name in NO_IDENTITY and 0 in (shape[a] for a in op.axis):
+        raise ValueError(f"{op}: zero-size array to reduction operation {op.fn_name} which has "
+                         f"no identity (an array of shape {tuple(shape)})")
     total = COMBINE[op.fn_name](partials, axis=op.axis, keepdims=op.keepdims)
     if op.fn_name == "mean":
         total = total / math.prod(shape[a] for a in op.axis)
@@ -225,6 +233,15 @@ def lower_reduce(node, values, ctx) -> list:
     op = node.op
     if op.fn_name not in COMBINE:
         raise LoweringError(f"dask linker: no tree reduction for {op.fn_name!r} ({op})")
+    if not op.axis:   # reducing no axis: the op on each chunk, nothing to combine
+        kernel, arguments = ctx.kernel(node, lambda: ([node], node.outputs, {}))
+        return _run_kernel(kernel, arguments, dict(zip(node.inputs, values)),
+                           node.outputs[0].ndim, [KernelOutput(node.outputs[0])])
+    if any(0 in np.shape(v) for v in values if is_lazy(v)):
+        # Nothing to reduce: the op on empty arrays of the same shapes (an
+        # empty result, or NumPy's error for an empty axis without identity).
+        empty = [np.zeros(v.shape, dtype=v.dtype) if is_lazy(v) else v for v in values]
+        return [as_lazy(r) for r in _concrete(node, empty)]
     partial = ctx.partial_node(node, _partial_node)
     kernel, arguments = ctx.kernel(node, lambda: ([partial], partial.outputs, {}))
     env = dict(zip(node.inputs, values))
@@ -332,6 +349,8 @@ def lower_region(region: Region, env, ctx) -> None:
     """All of ``region`` as one kernel per chunk (see :mod:`.regions`), or
     node by node when its nodes do not share one shape for these values."""
     shape = _region_shape(region, env)
+    if shape is not None and 0 in shape:
+        shape = None   # empty: the nodes one by one (a reduction says what it makes of that)
     indices = None if shape is None else _product_indices(region, len(shape))
     if indices is None:
         for node in region.all_nodes:
@@ -389,9 +408,18 @@ def _op_axes(op, ndim: int) -> tuple[int, ...]:
 
 
 def lower_along_axes(node, values, ctx) -> list:
-    """Rechunk the op's axes into one chunk each, then one kernel per chunk."""
+    """Rechunk the op's axes into one chunk each, then one kernel per chunk.
+    (An op over every axis that returns them flattened, ``cumsum(x)`` of an
+    n-d ``x``, runs on ``x`` flattened: the op on a vector.)"""
     (x_var,) = node.inputs
     x = as_lazy(values[0])
+    if node.op.axis is None and node.outputs[0].ndim == 1 and x.ndim > 1:
+        flat = ctx.partial_node(node, _on_a_vector)
+        x = x.rechunk(-1).reshape(-1)
+        kernel, _ = ctx.kernel(node, lambda: ([flat], flat.outputs, {}))
+        out = node.outputs[0]
+        return [da.blockwise(kernel, (0,), x, (0,), name=_task_name(node.op),
+                             dtype=out.type.numpy_dtype, meta=_meta(out))]
     axes = _op_axes(node.op, x.ndim)
     x = x.rechunk({a: -1 for a in axes})
     out = node.outputs[0]
@@ -409,6 +437,11 @@ def lower_along_axes(node, values, ctx) -> list:
     kernel, _ = ctx.kernel(node, lambda: ([node], node.outputs, {x_var: whole}))
     return [da.blockwise(kernel, out_ind, x, ind, name=_task_name(node.op),
                          dtype=out.type.numpy_dtype, meta=_meta(out))]
+
+
+def _on_a_vector(node):
+    """``node``'s op applied to a vector of its input's dtype."""
+    return node.op.make_node(TensorType(node.inputs[0].type.dtype, (None,))())
 
 
 # ----------------------------------------------------------------------------

@@ -95,6 +95,14 @@ def test_ops_along_axes(data, make):
     check_against_c([x], [make(x)], data["a"], chunks=[(10, 6)])
 
 
+def test_op_over_every_axis_of_a_matrix_flattens_it(data):
+    """``cumsum`` without an axis returns the running sum of the flattened
+    matrix: one chunk of the flattened array, as NumPy does."""
+    x = tn.matrix("x")
+    got = check_against_c([x], [tn.cumsum(x), tn.cumsum(x, axis=1)], data["a"], chunks=[(10, 6)])
+    assert got[0].shape == (37 * 23,)
+
+
 def test_products(data, rng):
     x, y, v, z = tn.matrix("x"), tn.matrix("y"), tn.vector("v"), tn.matrix("z")
     outs = [tn.dot(x, y.T), x @ v, tn.tensordot(x, y, axes=([0], [0])), tn.outer(v, v),

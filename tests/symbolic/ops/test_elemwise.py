@@ -730,6 +730,7 @@ def test_inplace_elemwise_perform_writes_into_its_input():
     np.testing.assert_array_equal(xv, [2.0, 4.0, 6.0])
 
 
+@pytest.mark.shares_buffers
 def test_inplace_elemwise_compiled_with_mutable_input(mode):
     op = Elemwise(ps.add, {0: 0})
     a, b = tn.vector("a"), tn.vector("b")
