@@ -1,12 +1,13 @@
 """Long C loops and BLAS products run without the GIL: another Python thread
 runs while a call on a worker thread is inside one (Dask's threads overlap).
 
-How it is seen without timing anything: a worker thread starts a call that
-takes about a second; the main thread sleeps a tenth of that, then runs a
-line of Python and looks whether the call has returned.  With the GIL held
-through the loop the main thread cannot run that line before the loop ends
-(the interpreter only switches threads between bytecodes), so it would
-find the call returned."""
+How it is seen without a timing assertion on the call itself: while a call
+runs on a worker thread, the main thread spins in a Python loop and notes
+the longest stretch between two of its iterations.  With the GIL held
+through the call's loop, the main thread could not run at all meanwhile (the
+interpreter switches threads only between bytecodes): the longest stretch
+would be most of the call.  With it released, the stretches are the OS's
+scheduling slices, far shorter."""
 
 import threading
 import time
@@ -20,26 +21,28 @@ pytestmark = pytest.mark.usefixtures("cc_or_skip")
 
 
 def _runs_beside(f, *args) -> bool:
-    """Whether the main thread ran Python while ``f(*args)`` (one call) ran
-    on another thread."""
-    started, returned = threading.Event(), threading.Event()
-    start = time.perf_counter()
-    f(*args)
-    took = time.perf_counter() - start
-    assert took > 0.05, f"the call took {took:.3f} s: too short to tell (make it bigger)"
+    """Whether the main thread kept running Python while ``f(*args)`` (one
+    call) ran on another thread."""
+    f(*args)   # compiled and warm
+    returned = threading.Event()
+    span = {}
 
     def call():
-        started.set()
+        span["start"] = time.perf_counter()
         f(*args)
+        span["end"] = time.perf_counter()
         returned.set()
 
     worker = threading.Thread(target=call)
+    longest, last = 0.0, time.perf_counter()
     worker.start()
-    started.wait()
-    time.sleep(took / 5)
-    ran_while_inside = not returned.is_set()
+    while not returned.is_set():
+        now = time.perf_counter()
+        longest, last = max(longest, now - last), now
     worker.join()
-    return ran_while_inside
+    took = span["end"] - span["start"]
+    assert took > 0.05, f"the call took {took:.3f} s: too short to tell (make it bigger)"
+    return longest < took / 2
 
 
 def _same_everywhere(value, shape):
