@@ -169,7 +169,11 @@ def _scalar_kernel(op: Elemwise, weak_inputs: tuple, exact: tuple, inputs: tuple
                       + [kernel.out_dtype])
     args = [_Value(number=weak[i]) if i in weak else _Value(f"v{i}", kernel.in_dtypes[i])
             for i in range(len(inputs))]
-    result = _emit(op.scalar_op, args, kernel)
+    # NumPy's power by a 0-d exponent takes its scalar path (sqrt for 0.5):
+    # only for a power node of its own (inside a Composite, as in its perform,
+    # the exponent is an array like any other operand).
+    by_a_scalar = (op.scalar_op.name == "power" and 1 not in weak and inputs[1][1] == 0)
+    result = _emit(op.scalar_op, args, kernel, by_a_scalar)
     value = (result.ident if result.ident is not None
              else sc.c_weak_literal(op.scalar_op, 0, result.number, kernel.out_dtype))
     src = result.dtype if result.ident is not None else kernel.out_dtype
@@ -178,8 +182,10 @@ def _scalar_kernel(op: Elemwise, weak_inputs: tuple, exact: tuple, inputs: tuple
     return kernel
 
 
-def _emit(op: ps.ScalarOp, args: list[_Value], kernel: ScalarKernel) -> _Value:
-    """Append the statements computing ``op(*args)`` (a Composite step by step)."""
+def _emit(op: ps.ScalarOp, args: list[_Value], kernel: ScalarKernel,
+          power_by_a_scalar: bool = False) -> _Value:
+    """Append the statements computing ``op(*args)`` (a Composite step by step;
+    ``power_by_a_scalar``: ``op`` is a power whose exponent is 0-d)."""
     if isinstance(op, Composite):
         temps: list[_Value] = []
         for step_op, refs in op.steps:
@@ -201,7 +207,11 @@ def _emit(op: ps.ScalarOp, args: list[_Value], kernel: ScalarKernel) -> _Value:
         converted = sc.c_convert(arg.ident, arg.dtype, dtype)
         # Templates may repeat an argument: give a conversion a name of its own.
         names.append(arg.ident if converted == arg.ident else kernel.temp(dtype, converted))
-    return _Value(kernel.temp(out_dtype, sc.c_code(op, names, dtypes, out_dtype)), out_dtype)
+    if power_by_a_scalar and out_dtype.kind == "f":
+        code = sc.float_power_by_a_scalar(names, out_dtype)
+    else:
+        code = sc.c_code(op, names, dtypes, out_dtype)
+    return _Value(kernel.temp(out_dtype, code), out_dtype)
 
 
 def has_c_code(node: Apply) -> bool:

@@ -332,6 +332,14 @@ class _Power:
         return "(" + _expand("pow{f}({0}, {1})", inputs, out_dtype) + ")"
 
 
+def float_power_by_a_scalar(inputs, out_dtype) -> str:
+    """C code of float ``power`` whose exponent is one number for the whole
+    array (a 0-d operand): NumPy then takes the square root for an exponent
+    of 0.5 (see :class:`_Power`), decided at run time here."""
+    return "(" + _expand("({1} == 0.5 ? sqrt{f}({0}) : pow{f}({0}, {1}))", inputs,
+                         np.dtype(out_dtype)) + ")"
+
+
 
 # Templates: keys are dtype kinds of the (last) input's computation dtype.
 # Integer +, -, * wrap in {U} (C signed overflow is undefined); floats are plain C.

@@ -751,3 +751,23 @@ def test_inplace_elemwise_input_must_hold_the_output():
         op(tn.vector(dtype="int32"), tn.vector())  # output is float64
     with pytest.raises(TypeError):
         op(tn.vector(shape=(1,)), tn.vector(shape=(3,)))  # output is larger
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_power_by_a_0d_exponent_as_numpy(mode, dtype):
+    """NumPy takes the square root for a 0-d exponent of 0.5 (nan at -inf,
+    -0.0 at -0.0) and ``pow`` for an array of exponents (inf, 0.0): a power
+    node does the same on every linker (a falsifying example of
+    test_op_matches_numpy once)."""
+    base = np.array([-np.inf, -0.0, 4.0], dtype=dtype)
+    v, w = tn.vector("v", dtype=dtype), tn.vector("w", dtype=dtype)
+    a, b = tn.tensor("a", dtype=dtype, shape=()), tn.tensor("b", dtype=dtype, shape=())
+    half = np.array(0.5, dtype=dtype)
+    with np.errstate(invalid="ignore"):
+        cases = [(tn.function([v, b], v ** b, mode=mode), (base, half)),
+                 (tn.function([a, b], a ** b, mode=mode), (base[0], half)),
+                 (tn.function([v, w], v ** w, mode=mode), (base, np.full(3, 0.5, dtype))),
+                 (tn.function([v, b], v ** b, mode=mode), (base, np.array(2.0, dtype)))]
+        for f, args in cases:
+            np.testing.assert_array_equal(f(*args), np.power(*args))
+            assert np.signbit(f(*args)).tolist() == np.signbit(np.power(*args)).tolist()
