@@ -38,6 +38,9 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import measure  # noqa: E402  (benchmarks/measure.py: also imported on the workers)
 
 SIZES = {"full": {"n": 2**26, "chunk": 2**22, "rows": 2**20, "row_chunk": 2**17, "features": 32},
          "quick": {"n": 2**23, "chunk": 2**20, "rows": 2**17, "row_chunk": 2**14,
@@ -95,25 +98,12 @@ def logreg_step(size, client):
 
 def _reset_peak() -> int:
     """On a worker: start a new high-water mark; the resident bytes now."""
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")
-    return _status_kb("VmRSS") * 1024
+    if not measure.reset_hwm():
+        raise RuntimeError("this kernel does not reset VmHWM (/proc/self/clear_refs)")
+    return measure.rss()
 
 
-def _peak() -> int:
-    """On a worker: the resident high-water mark since the reset, in bytes."""
-    return _status_kb("VmHWM") * 1024
-
-
-def _status_kb(field: str) -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-def measure(call, repeat: int, client) -> dict:
+def measured(call, repeat: int, client) -> dict:
     first = call()
     times, peaks = [], []
     for _ in range(repeat):
@@ -121,7 +111,7 @@ def measure(call, repeat: int, client) -> dict:
         start = time.perf_counter()
         value = call()
         times.append(time.perf_counter() - start)
-        after = client.run(_peak)
+        after = client.run(measure.hwm)
         peaks.append(max(after[w] - before[w] for w in before))
     return {"time_s": statistics.median(times), "peak_extra_mb": max(peaks) / 2**20,
             "first": first, "last": value}
@@ -143,8 +133,8 @@ def main(argv=None) -> int:
         for name, make in (("elemwise_reduce", lambda: elemwise_reduce(size)),
                            ("logreg_step", lambda: logreg_step(size, client))):
             tenure_call, dask_call = make()
-            tenure = measure(tenure_call, args.repeat, client)
-            dask_ = measure(dask_call, args.repeat, client)
+            tenure = measured(tenure_call, args.repeat, client)
+            dask_ = measured(dask_call, args.repeat, client)
             rows.append({"workload": name, "tenure-dask": tenure, "dask.array": dask_})
             print(f"  {name:16s} tenure-dask {tenure['time_s']:.3f} s {tenure['peak_extra_mb']:7.1f}"
                   f" MB   dask.array {dask_['time_s']:.3f} s {dask_['peak_extra_mb']:7.1f} MB",

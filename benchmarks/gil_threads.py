@@ -30,6 +30,9 @@ from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from measure import best_time  # noqa: E402
 CALLS = 8
 
 
@@ -80,15 +83,9 @@ def dask_linker_rows(repeat: int):
     for workers in (1, 2):
         with dask.config.set(scheduler="threads", num_workers=workers):
             f(data)
-            times[workers] = min(_timed(lambda: f(data)) for _ in range(repeat))
+            times[workers] = best_time(lambda: f(data), repeat)
     return ("dask linker, threaded scheduler: fused sum over 2^24 f64 in 16 chunks",
             times[1], times[2])
-
-
-def _timed(call) -> float:
-    start = time.perf_counter()
-    call()
-    return time.perf_counter() - start
 
 
 def main(argv=None) -> int:

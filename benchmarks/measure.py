@@ -94,6 +94,19 @@ class PeakMeter:
         return max(peak - self.baseline, 0)
 
 
+def best_time(action, repeat: int, warmup: int = 0) -> float:
+    """The shortest of ``repeat`` timed runs of ``action()``, after ``warmup``
+    untimed ones (the scripts that compare a few configurations by hand)."""
+    for _ in range(warmup):
+        action()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
 def minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 

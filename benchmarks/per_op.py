@@ -32,6 +32,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from measure import best_time  # noqa: E402
 from workloads import LR, WORKLOADS, symbolic_mlp  # noqa: E402
 
 PRODUCTS = ("Dot", "MatMul", "Gemm")
@@ -94,27 +95,17 @@ def single_node(node):
                                                  if not isinstance(v, Constant)]
 
 
-def best_of(call, repeat: int) -> float:
-    call()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def node_time(node, env, repeat: int) -> float:
     thunk, variables = single_node(node)
     values = [env[v] for v in variables]
     destroyed = {i for ins in getattr(node.op, "destroy_map", {}).values() for i in ins}
     if not destroyed:
-        return best_of(lambda: thunk(values), repeat)
+        return best_time(lambda: thunk(values), repeat, 1)
     positions = {variables.index(node.inputs[i]) for i in destroyed}
 
     def fresh():
         return [np.array(v, copy=True) if k in positions else v for k, v in enumerate(values)]
-    return max(best_of(lambda: thunk(fresh()), repeat) - best_of(fresh, repeat), 0.0)
+    return max(best_time(lambda: thunk(fresh()), repeat, 1) - best_time(fresh, repeat, 1), 0.0)
 
 
 def product_flops(node, env) -> float:
@@ -153,14 +144,14 @@ def sgemm_gflops(n: int = 2048, repeat: int = 5) -> float:
     rng = np.random.default_rng(0)
     a = np.asfortranarray(rng.standard_normal((n, n), dtype=np.float32))
     b = np.asfortranarray(rng.standard_normal((n, n), dtype=np.float32))
-    return 2.0 * n ** 3 / best_of(lambda: sgemm(1.0, a, b), repeat) / 1e9
+    return 2.0 * n ** 3 / best_time(lambda: sgemm(1.0, a, b), repeat, 1) / 1e9
 
 
 def analyse(workload: str, quick: bool, repeat: int) -> list[str]:
     w = WORKLOADS[workload]
     data = w.data(**w.sizes["quick" if quick else "full"], rng=np.random.default_rng(0))
     f, args = graph_of(workload, data)
-    call = best_of(lambda: f(*args), repeat)
+    call = best_time(lambda: f(*args), repeat, 1)
     env = node_values(f, args)
     rows, total = [], 0.0
     for node in f.fgraph.toposort():

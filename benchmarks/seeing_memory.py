@@ -23,13 +23,14 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 import tracemalloc
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import measure  # noqa: E402
 import tenure as tn  # noqa: E402
 from tenure import In, Out  # noqa: E402
 
@@ -56,15 +57,6 @@ def deep_step(min_nodes: int):
         layers = max(layers + 1, int(layers * min_nodes / max(n, 1)))
 
 
-def best_time(action, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def drawing(nodes: int, repeat: int) -> None:
     f, args, n = deep_step(nodes)
     timeline = f.memory_timeline(*args)
@@ -82,7 +74,7 @@ def drawing(nodes: int, repeat: int) -> None:
             rows.append(("graph_picture -> svg",
                          lambda: tn.printing.graph_picture(f, f"{folder}/g.svg")))
         for name, action in rows:
-            print(f"  {name:<28} {best_time(action, repeat):7.3f} s")
+            print(f"  {name:<28} {measure.best_time(action, repeat):7.3f} s")
     finally:
         shutil.rmtree(folder)
 
