@@ -342,7 +342,10 @@ class Function:
 
     # -- compilation ----------------------------------------------------------
     def _make_thunk(self, linker, keep: set[int]):
-        if linker.name == "dask":
+        """The linker's thunk; a linker that reads the ``In`` specs (its
+        ``takes_input_specs``: the dask linker's chunks, borrow and mutable
+        flags) gets them and the number of outputs (the rest are updates)."""
+        if getattr(linker, "takes_input_specs", False):
             return linker.make_thunk(self.fgraph, keep, allow_gc=config.allow_gc,
                                      input_specs=self.inputs, n_outputs=self._n_out)
         chunked = [spec.name or str(spec.variable) for spec in self.inputs
