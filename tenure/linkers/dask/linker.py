@@ -86,14 +86,14 @@ def default_client():
 
 class _Context:
     """What lowering keeps between calls: the chunk kernel of each node or
-    region (a kernel hashes its steps once), the partial-reduction node of
-    each reduction, and the lowering order of each graph (the graphs a call
+    region (a kernel hashes its steps once), the helper nodes lowering makes
+    (:meth:`made_once`), and the lowering order of each graph (the graphs a call
     lowers are kept between calls too, see :mod:`.specialize`)."""
 
     def __init__(self, chunk_linker: str):
         self.chunk_linker = chunk_linker
         self._kernels: dict = {}
-        self._partials: dict = {}
+        self._made: dict = {}
         self._orders: dict = {}
 
     def kernel(self, key, nodes_and_outputs) -> tuple[ChunkKernel, list]:
@@ -108,11 +108,15 @@ class _Context:
                                                               self.chunk_linker, whole_axes)
         return found
 
-    def partial_node(self, node, make):
-        """``make(node)``, made once: the node reducing a chunk to a partial."""
-        found = self._partials.get(node)
+    def made_once(self, key, make):
+        """``make()``, made the first time ``key`` is asked for: the symbolic
+        helpers lowering builds for a node (a reduction's per-chunk partial,
+        an op on a flattened input).  A key names its purpose with the node:
+        the same reduction is a region's sink in one call and lowered alone
+        in the next (when the region's shapes differ)."""
+        found = self._made.get(key)
         if found is None:
-            found = self._partials[node] = make(node)
+            found = self._made[key] = make()
         return found
 
     def lowering_order(self, fgraph) -> list:
@@ -259,6 +263,8 @@ class DaskLinker:
     #: view of one, never keeps an output buffer between calls (the suites
     #: skip the tests that check a linker does: ``pytest.mark.shares_buffers``)
     shares_buffers = False
+    #: the function hands ``make_thunk`` its ``In`` specs (chunks, borrow, mutable)
+    takes_input_specs = True
 
     def __init__(self, compute: bool = False, chunk_linker: str = "c"):
         self.compute = compute

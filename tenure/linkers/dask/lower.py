@@ -242,7 +242,7 @@ def lower_reduce(node, values, ctx) -> list:
         # empty result, or NumPy's error for an empty axis without identity).
         empty = [np.zeros(v.shape, dtype=v.dtype) if is_lazy(v) else v for v in values]
         return [as_lazy(r) for r in _concrete(node, empty)]
-    partial = ctx.partial_node(node, _partial_node)
+    partial = ctx.made_once(("partial", node), lambda: _partial_node(node))
     kernel, arguments = ctx.kernel(node, lambda: ([partial], partial.outputs, {}))
     env = dict(zip(node.inputs, values))
     ndim = max(v.ndim for v in arguments)
@@ -356,7 +356,7 @@ def lower_region(region: Region, env, ctx) -> None:
         for node in region.all_nodes:
             lower_node(node, env, ctx)
         return
-    partials = [ctx.partial_node(sink, lambda s: _sink_partial(s, region))
+    partials = [ctx.made_once(("sink partial", sink), lambda s=sink: _sink_partial(s, region))
                 for sink in region.sinks]
     kernel, arguments = ctx.kernel(region, lambda: (
         list(region.nodes) + [n for p in partials for n in p.nodes],
@@ -414,7 +414,7 @@ def lower_along_axes(node, values, ctx) -> list:
     (x_var,) = node.inputs
     x = as_lazy(values[0])
     if node.op.axis is None and node.outputs[0].ndim == 1 and x.ndim > 1:
-        flat = ctx.partial_node(node, _on_a_vector)
+        flat = ctx.made_once(("on a vector", node), lambda: _on_a_vector(node))
         x = x.rechunk(-1).reshape(-1)
         kernel, _ = ctx.kernel(node, lambda: ([flat], flat.outputs, {}))
         out = node.outputs[0]

@@ -104,6 +104,21 @@ def test_a_length_one_axis_found_at_run_time_is_summed(rng):
             np.testing.assert_allclose(g, want, rtol=1e-12)
 
 
+def test_a_region_lowered_whole_then_node_by_node(rng):
+    """The same region (``y + 1`` read twice, so not fused into one loop, and
+    a sum over ``x * (y + 1)``) runs as one kernel when ``y`` has ``x``'s
+    length and node by node when it has length 1 (its nodes' shapes differ):
+    what each way keeps for the sum must not be taken for the other's."""
+    x, y = tn.vector("x"), tn.vector("y")
+    a = y + 1
+    z = x * a
+    f, ref = lazy_and_reference([x, y], [a, z, tn.sum(z)], [4, None])
+    value = rng.standard_normal(10)
+    for y_value in (rng.standard_normal(10), rng.standard_normal(1), rng.standard_normal(10)):
+        for g, want in zip(dask.compute(*f(value, y_value)), ref(value, y_value)):
+            np.testing.assert_allclose(g, want, rtol=1e-12)
+
+
 def test_sum_to_that_sums_nothing_is_dropped(data):
     x, y, w, b = tn.matrix("x"), tn.vector("y"), tn.vector("w"), tn.scalar("b")
     f = tn.function([x, y, w, b], logistic(x, y, w, b), mode=LAZY)
