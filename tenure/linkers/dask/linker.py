@@ -157,6 +157,12 @@ class DaskThunk:
                           if isinstance(var, Constant) and isinstance(var.data, np.ndarray)]
         self.chunks = [DEFAULT_CHUNKS if spec is None or spec.chunks is None else spec.chunks
                        for spec in specs]
+        self.labels = [f"input {spec.name or spec.variable}" if spec is not None else str(var)
+                       for spec, var in zip(specs, fgraph.inputs)]
+        for label, chunks, var in zip(self.labels, self.chunks, fgraph.inputs):
+            if isinstance(chunks, (tuple, list)) and len(chunks) != var.ndim:
+                raise ValueError(f"{label}: In(chunks={chunks!r}) names {len(chunks)} axes; "
+                                 f"the input has {var.ndim} ({var.type})")
 
     # -- the input gate for lazy arguments -------------------------------------------
     @staticmethod
@@ -239,7 +245,11 @@ class DaskThunk:
             if client is not None and value.nbytes >= SCATTER_BYTES:
                 return _scattered(client, value)
             return chunked(value, value.shape, copy=not self.compute)
-        return chunked(value, self.chunks[i], copy=not (self.compute or self.borrowed[i]))
+        try:
+            return chunked(value, self.chunks[i], copy=not (self.compute or self.borrowed[i]))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{self.labels[i]}: In(chunks={self.chunks[i]!r}) does not cut an "
+                             f"array of shape {value.shape} into chunks ({exc})") from None
 
     def free(self) -> None:
         """Nothing is held between calls."""

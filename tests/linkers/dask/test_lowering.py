@@ -184,6 +184,25 @@ def test_no_in_place_rewrites(data):
     np.testing.assert_array_equal(data["a"], before)
 
 
+def test_chunk_hints_are_checked_naming_the_input(data):
+    x = tn.matrix("x")
+    with pytest.raises(ValueError, match=r"input x: In\(chunks=\(3,\)\) names 1 axes; the "
+                                         r"input has 2"):
+        tn.function([In(x, chunks=(3,))], x * 2, mode=COMPUTED)
+    f = tn.function([In(x, chunks="banana")], x * 2, mode=COMPUTED)
+    with pytest.raises(ValueError, match=r"input x: In\(chunks='banana'\) does not cut an "
+                                         r"array of shape \(37, 23\)"):
+        f(data["a"])
+
+
+def test_a_kernel_error_names_the_task():
+    x, y = tn.vector("x", dtype="int64"), tn.vector("y", dtype="int64")
+    f = tn.function([In(x, chunks=2), In(y, chunks=2)], x ** y, mode=COMPUTED)
+    with pytest.raises(ValueError, match="negative integer powers") as info:
+        f(np.arange(1, 5), np.array([1, 2, -1, 3]))
+    assert "raised in a Dask task running ChunkKernel(power)" in "".join(info.value.__notes__)
+
+
 def test_options_are_checked():
     with pytest.raises(ValueError, match="options of the dask linker"):
         tn.Mode(linker="c", compute=True)

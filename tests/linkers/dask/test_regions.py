@@ -155,6 +155,12 @@ def test_products_over_the_rows_of_a_region(rng):
 
 def test_products_by_row_blocks(rng):
     x, w, m = tn.matrix("x"), tn.vector("w"), tn.matrix("m")
+    alone = lazy_and_reference([x, m], [x @ m], [(7, 12), None])[0]
+    # a product read by no elementwise node: a kernel per block of rows, not
+    # Dask's blocked product (its layers are named matmul)
+    layers = alone(np.ones((30, 12)), np.ones((12, 5)))[0].__dask_graph__().layers
+    assert [n for n in layers if n.startswith("ChunkKernel_matmul")]
+    assert not [n for n in layers if n.startswith("matmul")]
     outs = [tn.tanh(x @ w + 1), tn.exp(tn.dot(x, m)) * 2]
     value, wv, mv = rng.standard_normal((30, 12)), rng.standard_normal(12), \
         rng.standard_normal((12, 5))
