@@ -210,19 +210,12 @@ def is_contraction(sink) -> bool:
     return isinstance(sink.op, (Dot, MatMul))
 
 
-#: reductions with no value for an empty axis (NumPy raises)
-NO_IDENTITY = ("max", "min")
-
-
 def _combine(node, partials, shape) -> da.Array:
     """``node``'s result from the partials of chunks of an array of ``shape``
     (a contraction's partial products stack along a leading axis)."""
     op = node.op
     if isinstance(op, (Dot, MatMul)):
         return partials.sum(axis=0).astype(node.outputs[0].type.numpy_dtype, copy=False)
-    if op.fn_name in NO_IDENTITY and 0 in (shape[a] for a in op.axis):
-        raise ValueError(f"{op}: zero-size array to reduction operation {op.fn_name} which has "
-                         f"no identity (an array of shape {tuple(shape)})")
     total = COMBINE[op.fn_name](partials, axis=op.axis, keepdims=op.keepdims)
     if op.fn_name == "mean":
         total = total / math.prod(shape[a] for a in op.axis)
