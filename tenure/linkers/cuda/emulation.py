@@ -1,0 +1,145 @@
+"""Generated CUDA kernels run on the CPU: how CI, which has no GPU, executes
+the kernels' logic (indexing, broadcasting, strides, in place, the scalar
+code) and compares it with NumPy.
+
+:func:`load` compiles kernel sources as host C++ with ``TN_HOST_EMULATION``
+defined and ``include/host_emulation.h`` first (``__global__`` vanishes,
+``blockIdx``/``threadIdx`` become globals a launch loop sets, math comes
+from ``<math.h>``), into a shared library kept in tenure's compile cache,
+and returns a :class:`HostModule`.  ``module.launch(kernel, layout, arrays)``
+then runs ``kernel`` over NumPy arrays exactly as the device would run it
+over device arrays: same arguments, a (small, odd) grid of blocks of
+threads, each thread one call of the kernel.
+
+Only kernels whose threads never wait for each other emulate faithfully
+(see the header): the elementwise kernels of :mod:`.elemwise`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from tenure.linkers.c import cache, compiler
+from tenure.linkers.cuda.elemwise import INCLUDE, ElemwiseKernel, prelude, variant_name
+from tenure.linkers.cuda.layout import Layout, byte_extent
+
+__all__ = ["EMULATED_BLOCKS", "EMULATED_THREADS", "EmulatedBackend", "HostModule", "load"]
+
+#: the emulated grid: a few blocks of an odd number of threads, so the
+#: grid-stride loop wraps and threads end on different elements
+EMULATED_BLOCKS = 3
+EMULATED_THREADS = 5
+
+#: how the host compiler builds emulated kernels: C++ (the source is CUDA C++),
+#: the emulation header first, and no contraction into FMAs (as on the device)
+HOST_FLAGS = ("-x", "c++", "-std=c++17", "-O1", "-ffp-contract=off", "-DTN_HOST_EMULATION",
+              "-include", str(INCLUDE / "host_emulation.h"))
+
+_LIBRARY = "kernels.so"
+_loaded: dict[str, "HostModule"] = {}
+_lock = threading.Lock()
+
+
+class HostModule:
+    """Emulated kernels loaded from one shared library."""
+
+    def __init__(self, path: Path, kernels: tuple[ElemwiseKernel, ...]):
+        self.path = path
+        self.library = ctypes.CDLL(str(path))
+        self.kernels = {k.name: k for k in kernels}
+
+    def launch(self, kernel: str, layout: Layout, arrays: list[np.ndarray],
+               blocks: int = EMULATED_BLOCKS, threads: int = EMULATED_THREADS) -> int:
+        """Run ``kernel``'s variant for ``layout`` over ``arrays`` (the output
+        first, then the inputs it reads); returns the error bits it set."""
+        entry = self.kernels[kernel]
+        if len(arrays) != len(entry.dtypes):
+            raise ValueError(f"{kernel}: {len(entry.dtypes)} operands expected, got "
+                             f"{len(arrays)}")
+        if layout.ndim > entry.max_ndim:
+            raise ValueError(f"{kernel}: a launch over {layout.ndim} axes; its kernels take "
+                             f"at most {entry.max_ndim}")
+        status = ctypes.c_int(0)
+        function = getattr(self.library, variant_name(kernel, layout.ndim) + "_host")
+        pointers = [ctypes.c_void_p(a.ctypes.data) for a in arrays]
+        integers = [ctypes.c_longlong(v) for v in layout.arguments()]
+        function(ctypes.c_uint(blocks), ctypes.c_uint(threads), *pointers,
+                 ctypes.byref(status), *integers)
+        return status.value
+
+
+class EmulatedBackend:
+    """The :class:`.launch.Backend` of host emulation: NumPy arrays, kernels
+    from :func:`load` (each kernel's module built the first time it runs, or
+    all at once by :meth:`prepare`)."""
+
+    def __init__(self, blocks: int = EMULATED_BLOCKS, threads: int = EMULATED_THREADS):
+        self.blocks, self.threads = blocks, threads
+        self._modules: dict[str, HostModule] = {}
+
+    def prepare(self, kernels) -> None:
+        """Build ``kernels`` into one module (one compilation for many)."""
+        kernels = [k for k in {k.name: k for k in kernels}.values() if k.name not in self._modules]
+        if kernels:
+            module = load(kernels)
+            self._modules.update({k.name: module for k in kernels})
+
+    def empty(self, shape, dtype) -> np.ndarray:
+        return np.empty(shape, dtype)
+
+    def copy(self, array) -> np.ndarray:
+        return np.array(array, copy=True)   # C-contiguous, aligned
+
+    def extent(self, array) -> tuple[int, int]:
+        return byte_extent(self.pointer(array), array.shape, array.strides, array.itemsize)
+
+    def pointer(self, array) -> int:
+        return array.ctypes.data
+
+    def launch(self, kernel: ElemwiseKernel, layout: Layout, arrays: list) -> int:
+        self.prepare([kernel])
+        return self._modules[kernel.name].launch(kernel.name, layout, arrays, self.blocks,
+                                                 self.threads)
+
+
+def load(kernels: list[ElemwiseKernel]) -> HostModule:
+    """The emulated module of ``kernels`` (built once, then from the cache)."""
+    kernels = tuple(kernels)
+    source = module_source(kernels)
+    with _lock:
+        if source not in _loaded:
+            recipe = _recipe()
+            entry = cache.load_files("cuda_emulated", source, recipe,
+                                     lambda directory: _build(directory, source, recipe))
+            _loaded[source] = HostModule(entry / _LIBRARY, kernels)
+        return _loaded[source]
+
+
+def module_source(kernels) -> str:
+    """The source of a module of ``kernels``: the prelude, then each kernel
+    (the same text NVRTC compiles for the device)."""
+    return "\n".join([prelude()] + [k.source for k in kernels])
+
+
+def _recipe() -> compiler.Recipe:
+    command = compiler.find_compiler()
+    if command is None:
+        raise compiler.CompileError("no working C compiler to emulate CUDA kernels with: set "
+                                    "tenure.config.cxx or $CC")
+    header = (INCLUDE / "host_emulation.h").read_text()
+    # The header's text is part of the recipe, hence of the cache key.
+    return compiler.Recipe(command, compiler.compiler_version(command), None,
+                           ("-fPIC", "-shared", *HOST_FLAGS,
+                            f"-DTN_EMULATION_HEADER={hashlib.sha256(header.encode()).hexdigest()[:16]}"),
+                           ())
+
+
+def _build(directory: Path, source: str, recipe: compiler.Recipe) -> None:
+    source_path = directory / "kernels.cu"
+    source_path.write_text(source)
+    compiler.compile_shared_library(source_path, directory / _LIBRARY, recipe)
