@@ -101,6 +101,12 @@ class EmulatedBackend:
     def pointer(self, array) -> int:
         return array.ctypes.data
 
+    def from_host(self, array: np.ndarray) -> np.ndarray:
+        return array
+
+    def to_host(self, array) -> np.ndarray:
+        return array
+
     def launch(self, kernel: ElemwiseKernel, layout: Layout, arrays: list) -> int:
         self.prepare([kernel])
         return self._modules[kernel.name].launch(kernel.name, layout, arrays, self.blocks,

@@ -37,6 +37,12 @@ class Backend(Protocol):
 
     def pointer(self, array) -> int: ...
 
+    def from_host(self, array: np.ndarray):
+        """``array`` as an array of this backend (a copy on a device)."""
+
+    def to_host(self, array) -> np.ndarray:
+        """A NumPy array holding ``array``'s values."""
+
     def launch(self, kernel: ElemwiseKernel, layout: Layout, arrays: list) -> int:
         """Run ``kernel`` over ``arrays`` (output first); the error bits it
         set (0 without reading them back when it sets none)."""

@@ -1,9 +1,12 @@
-"""Generated CUDA kernels for elementwise nodes (tenure/linkers/cuda/elemwise.py),
-without a GPU: every kernel the elementwise cases generate (every scalar op
+"""Generated CUDA kernels for elementwise nodes (tenure/linkers/cuda/elemwise.py).
+
+Without a GPU: every kernel the elementwise cases generate (every scalar op
 on every dtype, Python-number inputs, fused and in-place nodes from real
 graphs, layouts up to 5-d) is compiled for the device (NVRTC, else nvcc),
 and executed on the CPU under host emulation against NumPy: odd shapes,
 broadcasting, negative strides, unaligned and overlapping operands, in place.
+The tests that take ``backend`` run again on a CUDA device (CuPy arrays,
+``CupyBackend``) where there is one, and skip with the reason where not.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from hypothesis import strategies as st
 from tenure.linkers.c import compiler
 from tenure.linkers.cuda import elemwise as cuda_ew
 from tenure.linkers.cuda import emulation, nvrtc
-from tenure.linkers.cuda.device import CudaUnavailable
+from tenure.linkers.cuda.cupy_backend import CupyBackend
+from tenure.linkers.cuda.device import CudaUnavailable, unavailable_reason
 from tenure.linkers.cuda.launch import run_elemwise
 from tenure.linkers.cuda.layout import launch_layout
 from tenure.symbolic.ops import elemwise as ew
@@ -33,20 +37,42 @@ ALL_CASES = {**OP_CASES, **WEAK_CASES, **GRAPH_CASES}
 pytestmark = pytest.mark.xdist_group("cuda_elemwise")
 
 
-@pytest.fixture(scope="module")
-def backend():
-    """Host emulation with every case's kernels built into one module."""
-    if compiler.find_compiler() is None:
-        pytest.skip("no working C compiler to emulate kernels with")
-    backend = emulation.EmulatedBackend()
+def _prepared(backend):
+    """``backend`` with every case's kernels built into one module."""
     backend.prepare(cuda_ew.elemwise_kernel(node) for node in ALL_CASES.values())
     return backend
 
 
+@pytest.fixture(scope="module")
+def emulated():
+    """Host emulation (NumPy arrays): the tests of layouts only NumPy makes."""
+    if compiler.find_compiler() is None:
+        pytest.skip("no working C compiler to emulate kernels with")
+    return _prepared(emulation.EmulatedBackend())
+
+
+@pytest.fixture(scope="module", params=["emulated", "device"])
+def backend(request):
+    """Host emulation, then the CUDA device where there is one."""
+    if request.param == "emulated":
+        return request.getfixturevalue("emulated")
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"no CUDA device: {reason}")
+    return _prepared(CupyBackend())
+
+
 def run(backend, node, *inputs, out=None):
-    """``node`` on ``inputs`` (None at a Python-number position) through its
-    emulated kernel, as the CUDA linker launches it."""
-    return run_elemwise(backend, cuda_ew.elemwise_kernel(node), node, list(inputs), out=out)
+    """``node`` on ``inputs`` (None at a Python-number position; NumPy
+    arrays are copied to the backend, its own arrays used as they are)
+    through its kernel, as the CUDA linker launches it."""
+    inputs = [backend.from_host(a) if isinstance(a, np.ndarray) else a for a in inputs]
+    return run_elemwise(backend, cuda_ew.elemwise_kernel(node), node, inputs, out=out)
+
+
+def host(backend, node, *inputs, out=None) -> np.ndarray:
+    """:func:`run`'s result as a NumPy array."""
+    return backend.to_host(run(backend, node, *inputs, out=out))
 
 
 # --------------------------------------------------------------------------
@@ -89,7 +115,7 @@ def test_scalar_op_matches_numpy(backend, entry):
     inputs = data([v.dtype for v in node.inputs], rng, n_random=100)
     if name == "power" and node.inputs[1].dtype[0] in "iu" and node.outputs[0].dtype[0] in "iu":
         inputs[1] = np.abs(inputs[1].astype(np.int64) % 70).astype(inputs[1].dtype)
-    got = run(backend, node, *inputs)
+    got = host(backend, node, *inputs)
     assert_matches(got, reference(node, inputs), entry, exact=name in EXACT or name == "cast")
 
 
@@ -100,7 +126,7 @@ def test_python_number_inputs(backend, entry):
     arrays = iter(data([v.dtype for i, v in enumerate(node.inputs) if not is_weak(node, i)],
                        rng, n_random=100))
     inputs = [None if is_weak(node, i) else next(arrays) for i in range(len(node.inputs))]
-    assert_matches(run(backend, node, *inputs), reference(node, inputs), entry, exact=True)
+    assert_matches(host(backend, node, *inputs), reference(node, inputs), entry, exact=True)
 
 
 @pytest.mark.parametrize("dtype", ["int8", "int64"])
@@ -116,7 +142,7 @@ def test_bools_holding_other_bytes_count_as_true(backend):
     node = OP_CASES["logical_xor__bool_bool"]
     a = np.array([0, 1, 2, 255, 2, 0], np.uint8).view(bool)
     b = np.array([2, 2, 1, 0, 255, 0], np.uint8).view(bool)
-    got = run(backend, node, a, b)
+    got = host(backend, node, a, b)
     assert_matches(got, reference(node, [a, b]), "xor")
     assert set(got.view(np.uint8)) <= {0, 1}
 
@@ -136,11 +162,11 @@ def test_fused_and_broadcast(backend, entry, shapes):
     node = GRAPH_CASES[entry]
     rng = np.random.default_rng(len(shapes))
     inputs = [array(s, v.dtype, rng) for s, v in zip(shapes, node.inputs)]
-    assert_matches(run(backend, node, *inputs), reference(node, inputs), entry, fused=True)
+    assert_matches(host(backend, node, *inputs), reference(node, inputs), entry, fused=True)
 
 
 @pytest.mark.parametrize("entry", ["expsin", "intmix", "mixed", "leaky32"])
-def test_any_strides(backend, entry):
+def test_any_strides(emulated, entry):
     """Strided, reversed, Fortran-ordered and unaligned inputs; transposed
     and reversed outputs."""
     node = GRAPH_CASES[entry]
@@ -153,9 +179,9 @@ def test_any_strides(backend, entry):
         for view in views(base[k]):
             inputs = list(base)
             inputs[k] = view
-            assert_matches(run(backend, node, *inputs), want, entry, fused=True)
+            assert_matches(run(emulated, node, *inputs), want, entry, fused=True)
     for out in (np.zeros((13, 9), want.dtype).T, np.zeros((18, 26), want.dtype)[::-2, 1::2]):
-        assert run(backend, node, *base, out=out) is out
+        assert run(emulated, node, *base, out=out) is out
         assert_matches(out, want, entry, fused=True)
 
 
@@ -165,51 +191,55 @@ def test_in_place(backend):
     node = GRAPH_CASES["expsin_inplace"]
     rng = np.random.default_rng(1)
     z = rng.random(11)
-    for x in (rng.random((5, 11)), rng.random((11, 5)).T, rng.random((10, 22))[::-2, ::2]):
-        want = reference(GRAPH_CASES["expsin"], [x.copy(), z])
-        assert run(backend, node, x, z) is x
-        assert_matches(x, want, fused=True)
+    for shape, view in (((5, 11), lambda a: a), ((11, 5), lambda a: a.T),
+                        ((10, 22), lambda a: a[::-2, ::2])):
+        base = rng.random(shape)
+        want = reference(GRAPH_CASES["expsin"], [view(base).copy(), z])
+        target = view(backend.from_host(base))
+        assert run(backend, node, target, z) is target
+        assert_matches(backend.to_host(target), want, fused=True)
     sub = GRAPH_CASES["sub_inplace1"]
     y = rng.random((4, 9))
     want = y[0] - y
-    assert run(backend, sub, y[0], y) is y           # input 0 is a row of the destroyed input
-    np.testing.assert_array_equal(y, want)
+    on = backend.from_host(y)
+    assert run(backend, sub, on[0], on) is on        # input 0 is a row of the destroyed input
+    np.testing.assert_array_equal(backend.to_host(on), want)
     div = GRAPH_CASES["softmax_div_inplace"]
-    x1, s = rng.random((1, 7)), rng.random((6, 1)) + 1
-    got = run(backend, div, x1, s)                  # it broadcasts: not written into
+    x1, s = backend.from_host(rng.random((1, 7))), rng.random((6, 1)) + 1
+    got = run(backend, div, x1, s)                   # it broadcasts: not written into
     assert got is not x1 and got.shape == (6, 7)
-    np.testing.assert_array_equal(got, x1 / s)
+    np.testing.assert_array_equal(backend.to_host(got), backend.to_host(x1) / s)
 
 
-def test_output_overlapping_an_input(backend):
+def test_output_overlapping_an_input(emulated):
     rng = np.random.default_rng(2)
     node = GRAPH_CASES["expsin"]
     for make_out in (lambda a: a[::-1], lambda a: a[:, ::-1]):
         x, z = rng.random((6, 8)), rng.random(8)
         want = reference(node, [x.copy(), z])
         out = make_out(x)
-        assert run(backend, node, x, z, out=out) is out
+        assert run(emulated, node, x, z, out=out) is out
         assert_matches(out, want, fused=True)
     buf = rng.random(9)
     x, out = buf[1:].reshape(1, 8), buf[:-1].reshape(1, 8)   # shifted by one element
     z = rng.random(8)
     want = reference(node, [x.copy(), z])
-    assert_matches(run(backend, node, x, z, out=out), want, fused=True)
+    assert_matches(run(emulated, node, x, z, out=out), want, fused=True)
 
 
-def test_bad_operands_are_refused(backend):
+def test_bad_operands_are_refused(emulated):
     node = GRAPH_CASES["expsin"]
     x, z = np.ones((2, 3)), np.ones(3)
     with pytest.raises(TypeError, match=r"input 1 \(z\): expected a 1-d array of dtype "
                                         r"float64, got 1-d float32"):
-        run(backend, node, x, z.astype(np.float32))
+        run(emulated, node, x, z.astype(np.float32))
     with pytest.raises(ValueError, match="shape mismatch"):
-        run(backend, node, x, np.ones(4))
+        run(emulated, node, x, np.ones(4))
     with pytest.raises(ValueError, match=r"operand 1: shape \(2, 3\) does not broadcast to the "
                                          r"output's shape \(3, 2\)"):
-        run(backend, node, x, z, out=np.ones((3, 2)))
+        run(emulated, node, x, z, out=np.ones((3, 2)))
     with pytest.raises(TypeError, match="output 0: expected dtype float64, got float32"):
-        run(backend, node, x, z, out=np.ones((2, 3), np.float32))
+        run(emulated, node, x, z, out=np.ones((2, 3), np.float32))
 
 
 # --------------------------------------------------------------------------
@@ -232,7 +262,7 @@ def test_launch_layout_merges_what_it_can():
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(layouts(), st.integers(0, 2 ** 32 - 1))
-def test_random_layouts(backend, layout, seed):
+def test_random_layouts(emulated, layout, seed):
     ndims, _, specs, out_steps = layout
     node = GRAPH_CASES["layout_" + "_".join(map(str, ndims))]
     rng = np.random.default_rng(seed)
@@ -241,9 +271,9 @@ def test_random_layouts(backend, layout, seed):
     shape = np.broadcast_shapes(*(v.shape for v in values))
     want = reference(node, values)
     out = strided(np.zeros(shape), out_steps, False)
-    assert run(backend, node, *inputs, out=out) is out
+    assert run(emulated, node, *inputs, out=out) is out
     np.testing.assert_array_equal(out, want)
-    np.testing.assert_array_equal(run(backend, node, *inputs), want)
+    np.testing.assert_array_equal(run(emulated, node, *inputs), want)
 
 
 def test_one_kernel_per_number_of_axes():

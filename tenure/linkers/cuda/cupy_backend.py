@@ -1,0 +1,68 @@
+"""The device's :class:`.launch.Backend`: CuPy arrays, kernels compiled by
+NVRTC through CuPy.
+
+``cupy.RawModule`` compiles a module's source (:func:`.emulation.module_source`,
+the text CI compiles and emulates) for the device present, with
+:data:`~.elemwise.NVRTC_OPTIONS`, and keeps the binary in CuPy's on-disk
+kernel cache (``~/.cupy/kernel_cache``, or ``$CUPY_CACHE_DIR``): a kernel is
+compiled once per machine, then loaded.  Launches go on CuPy's current
+stream; only a kernel that may set error bits (:attr:`~.elemwise.ElemwiseKernel.uses_status`)
+reads them back, which waits for it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tenure.linkers.cuda.device import require_device
+from tenure.linkers.cuda.elemwise import NVRTC_OPTIONS, ElemwiseKernel, variant_name
+from tenure.linkers.cuda.emulation import module_source
+from tenure.linkers.cuda.layout import THREADS_PER_BLOCK, Layout, byte_extent, grid_size
+
+__all__ = ["CupyBackend"]
+
+
+class CupyBackend:
+    """Kernels on the current CUDA device (:class:`.device.CudaUnavailable`
+    when there is none)."""
+
+    def __init__(self):
+        self.cupy = require_device()
+        self._modules: dict = {}
+        self._status = self.cupy.zeros(1, np.int32)
+
+    def prepare(self, kernels) -> None:
+        """Compile (or load from CuPy's cache) ``kernels`` as one module."""
+        kernels = [k for k in {k.name: k for k in kernels}.values() if k.name not in self._modules]
+        if kernels:
+            module = self.cupy.RawModule(code=module_source(kernels), options=NVRTC_OPTIONS)
+            self._modules.update({k.name: module for k in kernels})
+
+    def empty(self, shape, dtype):
+        return self.cupy.empty(shape, dtype)
+
+    def copy(self, array):
+        return self.cupy.array(array, copy=True, order="C")
+
+    def extent(self, array) -> tuple[int, int]:
+        return byte_extent(self.pointer(array), array.shape, array.strides, array.itemsize)
+
+    def pointer(self, array) -> int:
+        return array.data.ptr
+
+    def from_host(self, array: np.ndarray):
+        return self.cupy.asarray(array)
+
+    def to_host(self, array) -> np.ndarray:
+        return self.cupy.asnumpy(array)
+
+    def launch(self, kernel: ElemwiseKernel, layout: Layout, arrays: list) -> int:
+        self.prepare([kernel])
+        function = self._modules[kernel.name].get_function(variant_name(kernel.name,
+                                                                        layout.ndim))
+        if kernel.uses_status:
+            self._status.fill(0)
+        integers = [np.int64(v) for v in layout.arguments()]
+        function((grid_size(layout.n),), (THREADS_PER_BLOCK,),
+                 (*arrays, self._status, *integers))
+        return int(self._status.get()[0]) if kernel.uses_status else 0
