@@ -106,8 +106,8 @@ from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops.composite import FusedReduce
 from tenure.symbolic.ops.reduce import Reduce
 
-__all__ = ["BLOCK", "COMPILE_FLAGS", "SUPPORT_CODE", "Description", "description", "has_c_code",
-           "loop_code", "loop_kernel"]
+__all__ = ["BLOCK", "COMPILE_FLAGS", "SUPPORT_CODE", "Description", "ReductionPlan",
+           "description", "has_c_code", "loop_code", "loop_kernel"]
 
 #: values computed at a time (on the stack) along a reduced innermost axis;
 #: NumPy's pairwise block size, so its blocks and ours coincide
@@ -116,8 +116,11 @@ BLOCK = 128
 _KINDS = ("sum", "prod", "mean", "max", "min", "any", "all")
 
 
-class _Plan:
-    """What one reduction node computes, ready to print as C."""
+class ReductionPlan:
+    """What one reduction node computes, ready to print as C (the C linker's
+    loops and the CUDA linker's kernels): the inputs' dtypes, the scalar body
+    of a fused composite, the value each element contributes (``value``,
+    converted to the accumulator), :meth:`combine`, :meth:`identity`."""
 
     def __init__(self, node: Apply):
         op = node.op
@@ -191,7 +194,7 @@ class _Plan:
 def has_c_code(node: Apply) -> bool:
     """Whether the node has C code (:func:`loop_code` and :func:`description`)."""
     try:
-        _Plan(node)
+        ReductionPlan(node)
     except (NotImplementedError, OverflowError):
         return False
     return True
@@ -201,7 +204,7 @@ def has_c_code(node: Apply) -> bool:
 # The generated function
 
 
-def _broadcast_pointers(plan: _Plan, pad: str, n: str, start: str) -> list[str]:
+def _broadcast_pointers(plan: ReductionPlan, pad: str, n: str, start: str) -> list[str]:
     """Typed pointers ``p<i>`` to the inputs at element ``start`` of a
     contiguous run of ``n`` (at most BLOCK) elements; an input with stride 0 (a
     broadcast one) is copied to a stack buffer first, so the loop over the
@@ -220,7 +223,7 @@ def _broadcast_pointers(plan: _Plan, pad: str, n: str, start: str) -> list[str]:
     return lines
 
 
-def _values(plan: _Plan, fname: str) -> str:
+def _values(plan: ReductionPlan, fname: str) -> str:
     """``fname_values(buf, ptr, s, n, contiguous, status)``: the values of ``n``
     elements (inputs at ``ptr[1..]`` with strides ``s[1..]``) into ``buf``."""
     nin = len(plan.in_dtypes)
@@ -256,7 +259,7 @@ static void {fname}_values({plan.atype} *restrict buf, char *const *ptr, const n
 """
 
 
-def _row_reducer(plan: _Plan, fname: str, nops: int) -> str:
+def _row_reducer(plan: ReductionPlan, fname: str, nops: int) -> str:
     """``fname_row(ptr, s, n, contiguous, status)``: the reduction of ``n``
     values, combined into the output element at ``ptr[0]``."""
     t = plan.atype
@@ -341,7 +344,7 @@ static void {fname}_row(char *const *ptr, const npy_intp *s, npy_intp n,
 """
 
 
-def _kept(plan: _Plan, fname: str) -> str:
+def _kept(plan: ReductionPlan, fname: str) -> str:
     """``fname_kept(ptr, s, n, contiguous, status)``: ``out[k] = combine(out[k],
     value[k])`` along a kept innermost axis."""
     nin = len(plan.in_dtypes)
@@ -396,7 +399,7 @@ def loop_code(node: Apply, name: str) -> str:
     the scalar body, not on the axes or the graph: :mod:`.kernels` compiles
     it once for every graph that needs it.  ``NotImplementedError`` when the
     node has no C code."""
-    plan = _Plan(node)
+    plan = ReductionPlan(node)
     nops = len(plan.in_dtypes) + 1
     code = _values(plan, name) + _row_reducer(plan, name, nops) + _kept(plan, name)
     if plan.fn == "mean":
@@ -416,7 +419,7 @@ static void {name}_divide(char *p, double count)
 def loop_kernel(node: Apply) -> "kernels.LoopKernel":
     """``node``'s loops as a :class:`.kernels.LoopKernel` (compiled apart
     from the graph, shared by every graph that needs them)."""
-    divide = "divide" if _Plan(node).fn == "mean" else None
+    divide = "divide" if ReductionPlan(node).fn == "mean" else None
     return kernels.LoopKernel(loop_code(node, kernels.PLACEHOLDER), SUPPORT_CODE, COMPILE_FLAGS,
                               struct="tn_rd_loops", members=("row", "kept", divide),
                               capsule=kernels.reduce_capsule_name)
@@ -444,7 +447,7 @@ class Description:
 
 def description(node: Apply) -> Description:
     """``node``'s :class:`Description` (``NotImplementedError`` without C code)."""
-    plan = _Plan(node)
+    plan = ReductionPlan(node)
     nin = len(plan.in_dtypes)
     par = parallel_settings()
     minsize, threads = (-1, 0) if par is None else (min(max(par.minsize, 1), 2**62), par.threads)

@@ -15,9 +15,10 @@ from __future__ import annotations
 import numpy as np
 
 from tenure.linkers.cuda.device import require_device
-from tenure.linkers.cuda.elemwise import NVRTC_OPTIONS, ElemwiseKernel, variant_name
+from tenure.linkers.cuda.elemwise import NVRTC_OPTIONS
 from tenure.linkers.cuda.emulation import module_source
-from tenure.linkers.cuda.layout import THREADS_PER_BLOCK, Layout, byte_extent, grid_size
+from tenure.linkers.cuda.layout import MAX_BLOCKS, THREADS_PER_BLOCK, byte_extent
+from tenure.linkers.cuda.reduce import MAX_THREADS
 
 __all__ = ["CupyBackend"]
 
@@ -25,6 +26,10 @@ __all__ = ["CupyBackend"]
 class CupyBackend:
     """Kernels on the current CUDA device (:class:`.device.CudaUnavailable`
     when there is none)."""
+
+    elementwise_threads = THREADS_PER_BLOCK
+    reduction_threads = MAX_THREADS
+    max_blocks = MAX_BLOCKS
 
     def __init__(self):
         self.cupy = require_device()
@@ -56,13 +61,11 @@ class CupyBackend:
     def to_host(self, array) -> np.ndarray:
         return self.cupy.asnumpy(array)
 
-    def launch(self, kernel: ElemwiseKernel, layout: Layout, arrays: list) -> int:
+    def launch(self, kernel, variant: str, grid: int, block: int, arrays: list,
+               integers: list[int]) -> int:
         self.prepare([kernel])
-        function = self._modules[kernel.name].get_function(variant_name(kernel.name,
-                                                                        layout.ndim))
+        function = self._modules[kernel.name].get_function(variant)
         if kernel.uses_status:
             self._status.fill(0)
-        integers = [np.int64(v) for v in layout.arguments()]
-        function((grid_size(layout.n),), (THREADS_PER_BLOCK,),
-                 (*arrays, self._status, *integers))
+        function((grid,), (block,), (*arrays, self._status, *[np.int64(v) for v in integers]))
         return int(self._status.get()[0]) if kernel.uses_status else 0

@@ -25,20 +25,23 @@ from pathlib import Path
 import numpy as np
 
 from tenure.linkers.c import cache, compiler
-from tenure.linkers.cuda.elemwise import INCLUDE, ElemwiseKernel, prelude, variant_name
-from tenure.linkers.cuda.layout import Layout, byte_extent
+from tenure.linkers.cuda.elemwise import INCLUDE, prelude
+from tenure.linkers.cuda.layout import byte_extent
 
-__all__ = ["EMULATED_BLOCKS", "EMULATED_THREADS", "EmulatedBackend", "HostModule", "load"]
+__all__ = ["EMULATED_BLOCKS", "EMULATED_REDUCTION_THREADS", "EMULATED_THREADS", "EmulatedBackend",
+           "HostModule", "load", "module_source"]
 
 #: the emulated grid: a few blocks of an odd number of threads, so the
-#: grid-stride loop wraps and threads end on different elements
+#: grid-stride loops wrap and threads end on different elements; a block
+#: reduction's threads are a power of two (coroutines: see the header)
 EMULATED_BLOCKS = 3
 EMULATED_THREADS = 5
+EMULATED_REDUCTION_THREADS = 8
 
 #: how the host compiler builds emulated kernels: C++ (the source is CUDA C++),
 #: the emulation header first, and no contraction into FMAs (as on the device)
-HOST_FLAGS = ("-x", "c++", "-std=c++17", "-O1", "-ffp-contract=off", "-DTN_HOST_EMULATION",
-              "-include", str(INCLUDE / "host_emulation.h"))
+HOST_FLAGS = ("-x", "c++", "-std=c++17", "-O1", "-ffp-contract=off",
+              "-DTN_HOST_EMULATION", "-include", str(INCLUDE / "host_emulation.h"))
 
 _LIBRARY = "kernels.so"
 _loaded: dict[str, "HostModule"] = {}
@@ -48,38 +51,33 @@ _lock = threading.Lock()
 class HostModule:
     """Emulated kernels loaded from one shared library."""
 
-    def __init__(self, path: Path, kernels: tuple[ElemwiseKernel, ...]):
+    def __init__(self, path: Path):
         self.path = path
         self.library = ctypes.CDLL(str(path))
-        self.kernels = {k.name: k for k in kernels}
 
-    def launch(self, kernel: str, layout: Layout, arrays: list[np.ndarray],
-               blocks: int = EMULATED_BLOCKS, threads: int = EMULATED_THREADS) -> int:
-        """Run ``kernel``'s variant for ``layout`` over ``arrays`` (the output
-        first, then the inputs it reads); returns the error bits it set."""
-        entry = self.kernels[kernel]
-        if len(arrays) != len(entry.dtypes):
-            raise ValueError(f"{kernel}: {len(entry.dtypes)} operands expected, got "
-                             f"{len(arrays)}")
-        if layout.ndim > entry.max_ndim:
-            raise ValueError(f"{kernel}: a launch over {layout.ndim} axes; its kernels take "
-                             f"at most {entry.max_ndim}")
+    def launch(self, variant: str, grid: int, block: int, arrays: list[np.ndarray],
+               integers: list[int]) -> int:
+        """Run the kernel function ``variant`` as a launch of ``grid`` blocks
+        of ``block`` threads over ``arrays`` (the output first, then the
+        inputs it reads) and ``integers``; returns the error bits it set."""
         status = ctypes.c_int(0)
-        function = getattr(self.library, variant_name(kernel, layout.ndim) + "_host")
+        function = getattr(self.library, variant + "_host")
         pointers = [ctypes.c_void_p(a.ctypes.data) for a in arrays]
-        integers = [ctypes.c_longlong(v) for v in layout.arguments()]
-        function(ctypes.c_uint(blocks), ctypes.c_uint(threads), *pointers,
-                 ctypes.byref(status), *integers)
+        function(ctypes.c_uint(grid), ctypes.c_uint(block), *pointers, ctypes.byref(status),
+                 *[ctypes.c_longlong(v) for v in integers])
         return status.value
 
 
 class EmulatedBackend:
     """The :class:`.launch.Backend` of host emulation: NumPy arrays, kernels
     from :func:`load` (each kernel's module built the first time it runs, or
-    all at once by :meth:`prepare`)."""
+    all at once by :meth:`prepare`), small grids (see the module doc)."""
 
-    def __init__(self, blocks: int = EMULATED_BLOCKS, threads: int = EMULATED_THREADS):
-        self.blocks, self.threads = blocks, threads
+    elementwise_threads = EMULATED_THREADS
+    reduction_threads = EMULATED_REDUCTION_THREADS
+    max_blocks = EMULATED_BLOCKS
+
+    def __init__(self):
         self._modules: dict[str, HostModule] = {}
 
     def prepare(self, kernels) -> None:
@@ -107,14 +105,15 @@ class EmulatedBackend:
     def to_host(self, array) -> np.ndarray:
         return array
 
-    def launch(self, kernel: ElemwiseKernel, layout: Layout, arrays: list) -> int:
+    def launch(self, kernel, variant: str, grid: int, block: int, arrays: list,
+               integers: list[int]) -> int:
         self.prepare([kernel])
-        return self._modules[kernel.name].launch(kernel.name, layout, arrays, self.blocks,
-                                                 self.threads)
+        return self._modules[kernel.name].launch(variant, grid, block, arrays, integers)
 
 
-def load(kernels: list[ElemwiseKernel]) -> HostModule:
-    """The emulated module of ``kernels`` (built once, then from the cache)."""
+def load(kernels: list) -> HostModule:
+    """The emulated module of ``kernels`` (elementwise or reduction kernels:
+    built once, then from the cache)."""
     kernels = tuple(kernels)
     source = module_source(kernels)
     with _lock:
@@ -122,7 +121,7 @@ def load(kernels: list[ElemwiseKernel]) -> HostModule:
             recipe = _recipe()
             entry = cache.load_files("cuda_emulated", source, recipe,
                                      lambda directory: _build(directory, source, recipe))
-            _loaded[source] = HostModule(entry / _LIBRARY, kernels)
+            _loaded[source] = HostModule(entry / _LIBRARY)
         return _loaded[source]
 
 

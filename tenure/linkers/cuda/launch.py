@@ -1,32 +1,51 @@
-"""The host side of an elementwise launch, for any place kernels run: the
-device (CuPy arrays) or host emulation (NumPy arrays, in CI).
+"""The host side of a launch, for any place kernels run: the device (CuPy
+arrays) or host emulation (NumPy arrays, in CI).  What differs between the
+two places is a :class:`Backend`.
 
-:func:`run_elemwise` does what the kernel contract (:mod:`.elemwise`) leaves
-to the caller: it picks the output (the given one, the destroyed input of an
-in-place node when that has the output's shape, or a new array), copies an
-input that overlaps the output other than exactly (a shifted or reversed
-view of it) or is not aligned, works out the :class:`~.layout.Layout`,
-launches, and turns the kernel's error bits into the exception NumPy
-raises.  What differs between the two places is a :class:`Backend`.
+:func:`run_elemwise` does what the elementwise contract (:mod:`.elemwise`)
+leaves to the caller: it picks the output (the given one, the destroyed
+input of an in-place node when that has the output's shape, or a new
+array), copies an input that overlaps the output other than exactly (a
+shifted or reversed view of it) or is not aligned, works out the
+:class:`~.layout.Layout`, launches, and turns the kernel's error bits into
+the exception NumPy raises.
+
+:func:`run_reduce` does the same for a reduction (:mod:`.reduce`): it
+refuses ``max``/``min`` of nothing as NumPy does, warns for ``mean`` of
+nothing, copies inputs that overlap the output or are unaligned, and picks
+a strategy: a block per output for long reductions or few outputs, a thread
+per output otherwise.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
+import warnings
+
 import numpy as np
 
+from tenure.linkers.cuda import elemwise as cuda_elemwise
+from tenure.linkers.cuda import reduce as cuda_reduce
 from tenure.linkers.cuda.elemwise import ElemwiseKernel
-from tenure.linkers.cuda.layout import Layout, launch_layout
+from tenure.linkers.cuda.layout import grid_size, launch_layout, reduction_layout
+from tenure.linkers.cuda.reduce import ReduceKernel
 
-__all__ = ["Backend", "ERROR_MESSAGES", "run_elemwise"]
+__all__ = ["Backend", "ERROR_MESSAGES", "pick_strategy", "run_elemwise", "run_reduce"]
 
 #: the error bits of scalar_errors.h, and what each means (NumPy's words)
 ERROR_MESSAGES = {1: "integers to negative integer powers are not allowed"}
 
 
 class Backend(Protocol):
-    """Where kernels run: arrays of its own kind, and launches over them."""
+    """Where kernels run: arrays of its own kind, and launches over them.
+    ``elementwise_threads``: threads per block of elementwise launches;
+    ``reduction_threads``: of ``block`` reductions (a power of two, at most
+    :data:`.reduce.MAX_THREADS`); ``max_blocks``: blocks per launch at most."""
+
+    elementwise_threads: int
+    reduction_threads: int
+    max_blocks: int
 
     def empty(self, shape: tuple, dtype: np.dtype): ...
 
@@ -43,9 +62,12 @@ class Backend(Protocol):
     def to_host(self, array) -> np.ndarray:
         """A NumPy array holding ``array``'s values."""
 
-    def launch(self, kernel: ElemwiseKernel, layout: Layout, arrays: list) -> int:
-        """Run ``kernel`` over ``arrays`` (output first); the error bits it
-        set (0 without reading them back when it sets none)."""
+    def launch(self, kernel, variant: str, grid: int, block: int, arrays: list,
+               integers: list[int]) -> int:
+        """Run ``kernel``'s function ``variant`` on ``grid`` blocks of
+        ``block`` threads over ``arrays`` (output first), then the error
+        pointer and ``integers``; the error bits it set (0, without reading
+        them back, when ``kernel.uses_status`` is false)."""
 
 
 def run_elemwise(backend: Backend, kernel: ElemwiseKernel, node, inputs: list, out=None,
@@ -71,11 +93,72 @@ def run_elemwise(backend: Backend, kernel: ElemwiseKernel, node, inputs: list, o
         raise ValueError(f"{node.op}: {exc}") from None
     if layout.n == 0:
         return out
-    status = backend.launch(kernel, layout, [out, *arrays])
+    threads = backend.elementwise_threads
+    grid = grid_size(layout.n, threads, backend.max_blocks)
+    status = backend.launch(kernel, cuda_elemwise.variant_name(kernel.name, layout.ndim), grid,
+                            threads, [out, *arrays], layout.arguments())
+    _raise_for(status, node)
+    return out
+
+
+def run_reduce(backend: Backend, kernel: ReduceKernel, node, inputs: list, out=None,
+               strategy: str | None = None):
+    """The reduction ``node`` computed by ``kernel`` over ``inputs`` into
+    ``out`` (a new array when None); ``strategy``: ``"block"`` or
+    ``"thread"`` (None: :func:`pick_strategy`'s)."""
+    for i, a in enumerate(inputs):
+        want = node.inputs[i].type
+        if a.dtype != want.dtype or a.ndim != want.ndim:
+            raise TypeError(f"{_label(node, i)}: expected a {want.ndim}-d array of dtype "
+                            f"{want.dtype}, got {a.ndim}-d {a.dtype}")
+    op = node.op
+    full = np.broadcast_shapes(*(a.shape for a in inputs))
+    axes, keepdims = tuple(op.axis), op.keepdims
+    n_red = int(np.prod([full[a] for a in axes]))
+    if n_red == 0 and kernel.fn in ("max", "min"):
+        raise ValueError(f"{op}: zero-size array to reduction operation {kernel.fn}imum which "
+                         f"has no identity (shape {full})")
+    if n_red == 0 and kernel.fn == "mean":
+        warnings.warn("Mean of empty slice.", RuntimeWarning, stacklevel=2)
+    shape = tuple(1 if k in axes else d for k, d in enumerate(full)) if keepdims \
+        else tuple(d for k, d in enumerate(full) if k not in axes)
+    if out is None:
+        out = backend.empty(shape, kernel.dtypes[0])
+    elif out.dtype != kernel.dtypes[0]:
+        raise TypeError(f"output 0: expected dtype {kernel.dtypes[0]}, got {out.dtype}")
+    inputs = [_separate(backend, a, out) for a in inputs]
+    layout = reduction_layout(full, axes, keepdims, (out.shape, out.strides),
+                              [(a.shape, a.strides) for a in inputs])
+    if layout.n_out == 0:
+        return out
+    strategy = strategy or pick_strategy(layout.n_out, layout.n_red, backend.reduction_threads)
+    if strategy == "block":
+        threads = backend.reduction_threads
+        grid = grid_size(layout.n_out, 1, backend.max_blocks)
+    else:
+        threads = backend.elementwise_threads
+        grid = grid_size(layout.n_out, threads, backend.max_blocks)
+    variant = cuda_reduce.variant_name(kernel.name, strategy, len(layout.kept),
+                                       len(layout.reduced))
+    status = backend.launch(kernel, variant, grid, threads, [out, *inputs], layout.arguments())
+    _raise_for(status, node)
+    return out
+
+
+def pick_strategy(n_out: int, n_red: int, threads: int) -> str:
+    """``"block"`` (a block per output) for reductions at least a block long,
+    or for longer than one element when there are too few outputs to keep a
+    device busy with a thread each; else ``"thread"``."""
+    if n_red >= threads or (n_red > 1 and n_out < 4096):
+        return "block"
+    return "thread"
+
+
+def _raise_for(status: int, node) -> None:
+    """The exception for a kernel's error bits (none for 0)."""
     if status:
         messages = [m for bit, m in ERROR_MESSAGES.items() if status & bit]
         raise ValueError(f"{node.op}: {'; '.join(messages) or f'error bits {status}'}")
-    return out
 
 
 def _label(node, i: int) -> str:

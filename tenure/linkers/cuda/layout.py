@@ -1,4 +1,4 @@
-"""The launch of an elementwise kernel (see :mod:`.elemwise`): from the
+"""The launch of a kernel (:mod:`.elemwise`, :mod:`.reduce`): from the
 operands' shapes and byte strides to the kernel's arguments.  Pure Python
 over shapes and strides, so a device array and a NumPy array (host
 emulation) launch the same way.
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Layout", "THREADS_PER_BLOCK", "byte_extent", "grid_size", "launch_layout"]
+__all__ = ["Layout", "ReductionLayout", "THREADS_PER_BLOCK", "byte_extent", "grid_size",
+           "launch_layout", "reduction_layout"]
 
 #: threads per block of an elementwise launch
 THREADS_PER_BLOCK = 256
@@ -54,23 +55,8 @@ def launch_layout(out_shape: tuple[int, ...], operands: list[tuple[tuple, tuple]
     n = 1
     for d in out_shape:
         n *= d
-    axes = [k for k in range(ndim) if out_shape[k] != 1]
-    dims: list[int] = []
-    merged: list[list[int]] = [[] for _ in operands]
-    for k in axes:
-        length = out_shape[k]
-        if dims and all(m[-1] == s[k] * length for m, s in zip(merged, strides)):
-            dims[-1] *= length
-            for m, s in zip(merged, strides):
-                m[-1] = s[k]
-            continue
-        dims.append(length)
-        for m, s in zip(merged, strides):
-            m.append(s[k])
-    if not dims:   # 0-d, or every axis of length 1: one element
-        dims = [1]
-        merged = [[0] for _ in operands]
-    return Layout(n, tuple(dims), tuple(tuple(m) for m in merged))
+    dims, merged = _merged(list(range(ndim)), out_shape, strides)
+    return Layout(n, dims, merged)
 
 
 def _broadcast_strides(position: int, shape: tuple, strides: tuple,
@@ -106,3 +92,83 @@ def byte_extent(start: int, shape, strides, itemsize: int) -> tuple[int, int]:
     low = start + sum((d - 1) * s for d, s in zip(shape, strides) if s < 0)
     high = start + sum((d - 1) * s for d, s in zip(shape, strides) if s > 0) + itemsize
     return low, high
+
+
+@dataclass(frozen=True)
+class ReductionLayout:
+    """A reduction's launch: ``n_out`` outputs of ``n_red`` elements each;
+    the kept and the reduced axes (each at least one, outermost first); per
+    operand (the output first) its byte strides over the kept axes, and per
+    input over the reduced axes."""
+
+    n_out: int
+    n_red: int
+    kept: tuple[int, ...]
+    reduced: tuple[int, ...]
+    kept_strides: tuple[tuple[int, ...], ...]
+    reduced_strides: tuple[tuple[int, ...], ...]
+
+    def arguments(self) -> list[int]:
+        """The integer arguments of a reduction kernel (see :mod:`.reduce`)."""
+        return [self.n_out, self.n_red, *self.kept, *self.reduced,
+                *(s for strides in self.kept_strides for s in strides),
+                *(s for strides in self.reduced_strides for s in strides)]
+
+
+def reduction_layout(full_shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool,
+                     out: tuple[tuple, tuple], inputs: list[tuple[tuple, tuple]]
+                     ) -> ReductionLayout:
+    """The launch of a reduction over ``axes`` of ``full_shape`` (the inputs'
+    broadcast shape) into ``out`` (``(shape, byte strides)``, with or without
+    the reduced axes as ``keepdims`` says), reading ``inputs``.  Axes of
+    length 1 go; neighbouring kept axes (and neighbouring reduced ones) that
+    every operand steps through as one merge.  ``ValueError`` when ``out``
+    does not have the reduced shape or an input does not broadcast."""
+    full_shape = tuple(int(d) for d in full_shape)
+    nd = len(full_shape)
+    expected = tuple(1 if k in axes else d for k, d in enumerate(full_shape)) if keepdims \
+        else tuple(d for k, d in enumerate(full_shape) if k not in axes)
+    out_shape, out_strides = tuple(out[0]), tuple(out[1])
+    if out_shape != expected:
+        raise ValueError(f"output 0: expected shape {expected}, got {out_shape}")
+    if not keepdims:   # the reduced axes back, as length 1 (stride 0)
+        shape_iter, stride_iter = iter(out_shape), iter(out_strides)
+        out_shape = tuple(1 if k in axes else next(shape_iter) for k in range(nd))
+        out_strides = tuple(0 if k in axes else next(stride_iter) for k in range(nd))
+    strides = [_broadcast_strides(0, out_shape, out_strides, full_shape)]
+    strides += [_broadcast_strides(j, tuple(shape), tuple(st), full_shape)
+                for j, (shape, st) in enumerate(inputs, 1)]
+    kept, kept_strides = _merged([k for k in range(nd) if k not in axes], full_shape, strides)
+    reduced, reduced_strides = _merged([k for k in axes], full_shape, strides[1:])
+    n_red = 1
+    for k in axes:
+        n_red *= full_shape[k]
+    n_out = 1
+    for k in range(nd):
+        if k not in axes:
+            n_out *= full_shape[k]
+    return ReductionLayout(n_out, n_red, kept, reduced, kept_strides, reduced_strides)
+
+
+def _merged(axes: list[int], shape: tuple, strides: list[list[int]]
+            ) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """The lengths of ``axes`` (length-1 ones dropped, neighbours merged
+    where every operand allows) and each operand's strides over them; one
+    axis of length 1 when none is left."""
+    dims: list[int] = []
+    merged: list[list[int]] = [[] for _ in strides]
+    for k in axes:
+        length = shape[k]
+        if length == 1:
+            continue
+        if dims and all(m[-1] == s[k] * length for m, s in zip(merged, strides)):
+            dims[-1] *= length
+            for m, s in zip(merged, strides):
+                m[-1] = s[k]
+            continue
+        dims.append(length)
+        for m, s in zip(merged, strides):
+            m.append(s[k])
+    if not dims:
+        return (1,), tuple((0,) for _ in strides)
+    return tuple(dims), tuple(tuple(m) for m in merged)

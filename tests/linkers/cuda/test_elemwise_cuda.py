@@ -18,11 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tenure.linkers.c import compiler
 from tenure.linkers.cuda import elemwise as cuda_ew
 from tenure.linkers.cuda import emulation, nvrtc
-from tenure.linkers.cuda.cupy_backend import CupyBackend
-from tenure.linkers.cuda.device import CudaUnavailable, unavailable_reason
+from tenure.linkers.cuda.device import CudaUnavailable
 from tenure.linkers.cuda.launch import run_elemwise
 from tenure.linkers.cuda.layout import launch_layout
 from tenure.symbolic.ops import elemwise as ew
@@ -33,33 +31,10 @@ from tests.linkers.elemwise_cases import (EXACT, GRAPH_CASES, OP_CASES, WEAK_CAS
                                           reference, strided, var, views)
 
 ALL_CASES = {**OP_CASES, **WEAK_CASES, **GRAPH_CASES}
+#: built at once by the backends (conftest.py)
+KERNELS = [cuda_ew.elemwise_kernel(node) for node in ALL_CASES.values()]
 
 pytestmark = pytest.mark.xdist_group("cuda_elemwise")
-
-
-def _prepared(backend):
-    """``backend`` with every case's kernels built into one module."""
-    backend.prepare(cuda_ew.elemwise_kernel(node) for node in ALL_CASES.values())
-    return backend
-
-
-@pytest.fixture(scope="module")
-def emulated():
-    """Host emulation (NumPy arrays): the tests of layouts only NumPy makes."""
-    if compiler.find_compiler() is None:
-        pytest.skip("no working C compiler to emulate kernels with")
-    return _prepared(emulation.EmulatedBackend())
-
-
-@pytest.fixture(scope="module", params=["emulated", "device"])
-def backend(request):
-    """Host emulation, then the CUDA device where there is one."""
-    if request.param == "emulated":
-        return request.getfixturevalue("emulated")
-    reason = unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"no CUDA device: {reason}")
-    return _prepared(CupyBackend())
 
 
 def run(backend, node, *inputs, out=None):
@@ -89,7 +64,7 @@ def _device_compiler() -> str:
 def test_every_generated_kernel_compiles_for_the_device():
     """All of them in one module: one NVRTC program (about 10 s)."""
     name = _device_compiler()
-    kernels = {k.name: k for k in (cuda_ew.elemwise_kernel(n) for n in ALL_CASES.values())}
+    kernels = {k.name: k for k in KERNELS}
     ptx = nvrtc.compile_ptx(emulation.module_source(kernels.values()))
     for kernel in kernels.values():
         for ndim in range(1, kernel.max_ndim + 1):

@@ -4,27 +4,37 @@
  * TN_HOST_EMULATION defined and this header first.
  *
  * - __global__ / __device__ / __forceinline__ vanish: kernels are functions.
- * - blockIdx, threadIdx, blockDim, gridDim are globals of the launch in
- *   progress; TN_EMULATE runs a kernel once per thread of the launch grid,
- *   one thread after another.  That is faithful for kernels whose threads
- *   never wait for each other (no __syncthreads, no shared memory): the
- *   elementwise kernels, whose threads each own the elements of a grid-stride
- *   loop.  Kernels that synchronise (reductions) are device-only.
- * - atomicOr is a plain |= (one thread runs at a time).
+ * - blockIdx, threadIdx, blockDim, gridDim are per-thread globals set for
+ *   each emulated thread.  Two ways to launch:
+ *   TN_EMULATE runs a kernel once per thread of the launch grid, one thread
+ *   after another: faithful for kernels whose threads never wait for each
+ *   other (the elementwise kernels, whose threads each own the elements of
+ *   a grid-stride loop).
+ *   TN_EMULATE_THREADS runs the threads of each block as coroutines that
+ *   meet at __syncthreads (one block after another, see below), so kernels
+ *   that share memory within a block (reductions) run as on the device;
+ *   __shared__ variables are static: one copy, which the block running owns.
+ * - atomicOr is an atomic |= (GCC's built-in; TN_EMULATE launches may run on
+ *   several process threads at once).
  * - math functions are <math.h>'s, with the CUDA intrinsics the prelude
  *   (tenure_cuda.h) uses for infinities.
  *
- * One launch at a time per process thread: the launch globals are
- * thread_local. */
+ * TN_EMULATE launches may run at once on several process threads (the launch
+ * globals are thread_local); TN_EMULATE_THREADS launches one at a time per
+ * library (one scheduler, one copy of each __shared__ variable).  Tests only:
+ * the emulated grid is small (a few blocks of a few threads). */
 #ifndef TENURE_HOST_EMULATION_H
 #define TENURE_HOST_EMULATION_H
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <ucontext.h>
 
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __shared__ static
 
 struct tn_dim3 {
     unsigned int x, y, z;
@@ -33,9 +43,7 @@ static thread_local tn_dim3 blockIdx, threadIdx, blockDim, gridDim;
 
 static inline int atomicOr(int *address, int value)
 {
-    int old = *address;
-    *address = old | value;
-    return old;
+    return __atomic_fetch_or(address, value, __ATOMIC_SEQ_CST);
 }
 
 static inline float __int_as_float(int bits)
@@ -66,5 +74,76 @@ static inline double __longlong_as_double(long long bits)
             }                                                             \
         }                                                                 \
     } while (0)
+
+/* TN_EMULATE_THREADS: the threads of a block are coroutines (ucontext) on
+ * one process thread, each with its own stack; __syncthreads returns to the
+ * scheduler, which runs every other thread of the block up to the same
+ * barrier (or to its end) before resuming any: a round per barrier.  Cheap
+ * enough to emulate every launch of the tests, and deterministic. */
+#define TN_EMULATED_MAX_THREADS 64
+#define TN_EMULATED_STACK (64 * 1024)
+
+static ucontext_t tn_scheduler, tn_contexts[TN_EMULATED_MAX_THREADS];
+static int tn_finished[TN_EMULATED_MAX_THREADS];
+static unsigned int tn_current;
+static void (*tn_thread_body)(void *);
+static void *tn_thread_arg;
+
+static inline void __syncthreads(void)
+{
+    swapcontext(&tn_contexts[tn_current], &tn_scheduler);
+}
+
+static void tn_thread_start(void)
+{
+    tn_thread_body(tn_thread_arg);
+    tn_finished[tn_current] = 1;   /* then back to the scheduler (uc_link) */
+}
+
+template <typename Body>
+static void tn_call_body(void *body)
+{
+    (*(Body *)body)();
+}
+
+/* Run `body` as a launch of `grid` blocks of `block` threads (at most
+ * TN_EMULATED_MAX_THREADS; a larger block runs nothing). */
+template <typename Body>
+static void tn_emulate_threads(unsigned int grid, unsigned int block, Body body)
+{
+    if (block == 0 || block > TN_EMULATED_MAX_THREADS) return;
+    char *stacks = (char *)malloc((size_t)block * TN_EMULATED_STACK);
+    if (stacks == NULL) return;
+    tn_thread_body = tn_call_body<Body>;
+    tn_thread_arg = &body;
+    gridDim.x = grid; gridDim.y = gridDim.z = 1;
+    blockDim.x = block; blockDim.y = blockDim.z = 1;
+    blockIdx.y = blockIdx.z = threadIdx.y = threadIdx.z = 0;
+    for (unsigned int b = 0; b < grid; b++) {
+        blockIdx.x = b;
+        for (unsigned int t = 0; t < block; t++) {
+            getcontext(&tn_contexts[t]);
+            tn_contexts[t].uc_stack.ss_sp = stacks + (size_t)t * TN_EMULATED_STACK;
+            tn_contexts[t].uc_stack.ss_size = TN_EMULATED_STACK;
+            tn_contexts[t].uc_link = &tn_scheduler;
+            makecontext(&tn_contexts[t], tn_thread_start, 0);
+            tn_finished[t] = 0;
+        }
+        for (int running = 1; running;) {
+            running = 0;
+            for (unsigned int t = 0; t < block; t++) {
+                if (tn_finished[t]) continue;
+                running = 1;
+                tn_current = t;
+                threadIdx.x = t;
+                swapcontext(&tn_scheduler, &tn_contexts[t]);
+            }
+        }
+    }
+    free(stacks);
+}
+
+#define TN_EMULATE_THREADS(kernel, grid, block, ...) \
+    tn_emulate_threads((grid), (block), [&]() { kernel(__VA_ARGS__); })
 
 #endif /* TENURE_HOST_EMULATION_H */
