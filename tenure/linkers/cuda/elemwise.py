@@ -30,7 +30,7 @@ of axes ``D`` (1 to the output's ndim), ``<name>_d<D>``.  Its contract:
 
 :mod:`.layout` works out ``n``, the axes and the strides from arrays, and
 :mod:`.emulation` runs the same source on the CPU (CI has no GPU).
-Compiled with ``--fmad=false`` (:data:`NVRTC_OPTIONS`): like the C linker,
+Compiled with ``--fmad=false`` (:data:`.kernel_source.NVRTC_OPTIONS`): like the C linker,
 no contraction of ``a * b + c`` into one rounding, so the basic operations
 round as NumPy's do.
 """
@@ -39,26 +39,17 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
 from tenure.linkers.c import elemwise as c_elemwise
 from tenure.linkers.c import scalar_code as sc
 from tenure.linkers.c.cgen import comment
+from tenure.linkers.cuda.kernel_source import add_offsets, host_launcher
 from tenure.symbolic.graph import Apply
 
-__all__ = ["ElemwiseKernel", "MATH_ULPS", "NVRTC_OPTIONS", "elemwise_kernel", "has_cuda_code",
-           "kernel_parameters", "prelude", "variant_name"]
-
-INCLUDE = Path(__file__).parent / "include"
-_C_INCLUDE = Path(c_elemwise.__file__).parent / "include"
-
-#: how NVRTC compiles every kernel: C++17, no fused multiply-add (NumPy
-#: rounds ``a * b + c`` twice; so do the C linker's loops), and no warning for
-#: the scalar helpers a module does not call (177: declared, never referenced)
-NVRTC_OPTIONS = ("--std=c++17", "--fmad=false", "--diag-suppress=177")
+__all__ = ["ElemwiseKernel", "MATH_ULPS", "elemwise_kernel", "has_cuda_code",
+           "kernel_parameters", "variant_name"]
 
 #: the largest error of the device's math functions that the scalar table
 #: calls, in ulps, as NVIDIA's CUDA Math API documents it (full range, default
@@ -72,14 +63,6 @@ MATH_ULPS = {
     "float32": {"exp": 2, "expm1": 1, "log": 1, "log1p": 1, "sin": 2, "cos": 2, "tanh": 2,
                 "erf": 2, "pow": 4},
 }
-
-
-@lru_cache(maxsize=None)
-def prelude() -> str:
-    """What every kernel source starts with: the CUDA prelude
-    (``include/tenure_cuda.h``), the error bits and the scalar helpers."""
-    return "\n".join([(INCLUDE / "tenure_cuda.h").read_text(),
-                      (_C_INCLUDE / "scalar_errors.h").read_text(), sc.support_code()])
 
 
 def has_cuda_code(node: Apply) -> bool:
@@ -148,13 +131,9 @@ def _variant(name: str, ndim: int, read: tuple[int, ...], dtypes: tuple, body: t
     offsets come from its row-major index, innermost axis first."""
     operands = len(dtypes)
     params = kernel_parameters(operands, ndim)
-    offsets = ", ".join(f"tn_o{j} = 0" for j in range(operands))
-    lines = [f"        long long tn_rem = tn_i, tn_c, {offsets};"]
-    for k in range(ndim - 1, -1, -1):
-        step = ("tn_c = tn_rem;" if k == 0 else
-                f"tn_c = tn_rem % tn_d{k}; tn_rem /= tn_d{k};")
-        adds = " ".join(f"tn_o{j} += tn_c * tn_s{j}_{k};" for j in range(operands))
-        lines.append(f"        {step} {adds}")
+    lines = ["        long long " + ", ".join(f"tn_o{j} = 0" for j in range(operands)) + ";"]
+    lines += ["        " + s for s in add_offsets("tn_i", "tn_d", "tn_s", range(operands), ndim,
+                                                  "tn_")]
     for j, (i, dtype) in enumerate(zip(read, dtypes[1:]), 1):
         ctype = sc.c_type(dtype)
         normal = " != 0" if dtype.kind == "b" else ""
@@ -164,7 +143,7 @@ def _variant(name: str, ndim: int, read: tuple[int, ...], dtypes: tuple, body: t
     lines.append(f"        *({sc.c_type(dtypes[0])} *)(tn_p0 + tn_o0) = r;")
     signature = ",\n    ".join(params)
     loop = "\n".join(lines)
-    host = _host_launcher(variant_name(name, ndim), params)
+    host = host_launcher(variant_name(name, ndim), params, synchronizes=False)
     return f"""
 extern "C" __global__ void {variant_name(name, ndim)}(
     {signature})
@@ -178,14 +157,3 @@ extern "C" __global__ void {variant_name(name, ndim)}(
     if (tn_status) atomicOr(tn_error, tn_status);
 }}
 {host}"""
-
-
-def _host_launcher(kernel: str, params: list[str]) -> str:
-    """Under host emulation, ``<kernel>_host(grid, block, ...)`` runs the
-    kernel as a launch (see ``include/host_emulation.h``)."""
-    args = ", ".join(p.rsplit(" ", 1)[1].lstrip("*") for p in params)
-    return (f"#ifdef TN_HOST_EMULATION\n"
-            f"extern \"C\" void {kernel}_host(unsigned int tn_grid, unsigned int tn_block, "
-            f"{', '.join(params)})\n"
-            f"{{ TN_EMULATE({kernel}, tn_grid, tn_block, {args}); }}\n"
-            f"#endif")

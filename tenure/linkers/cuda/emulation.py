@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from tenure.linkers.c import cache, compiler
-from tenure.linkers.cuda.elemwise import INCLUDE, prelude
+from tenure.linkers.cuda.kernel_source import INCLUDE, prelude
 from tenure.linkers.cuda.layout import byte_extent
 
 __all__ = ["EMULATED_BLOCKS", "EMULATED_REDUCTION_THREADS", "EMULATED_THREADS", "EmulatedBackend",

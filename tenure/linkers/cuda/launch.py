@@ -14,7 +14,8 @@ the exception NumPy raises.
 refuses ``max``/``min`` of nothing as NumPy does, warns for ``mean`` of
 nothing, copies inputs that overlap the output or are unaligned, and picks
 a strategy: a block per output for long reductions or few outputs, a thread
-per output otherwise.
+per output otherwise.  :func:`run_nnet`: softmax, log_softmax, logsumexp
+(:mod:`.nnet`), a block per row.
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ import warnings
 import numpy as np
 
 from tenure.linkers.cuda import elemwise as cuda_elemwise
+from tenure.linkers.cuda import nnet as cuda_nnet
 from tenure.linkers.cuda import reduce as cuda_reduce
 from tenure.linkers.cuda.elemwise import ElemwiseKernel
-from tenure.linkers.cuda.layout import grid_size, launch_layout, reduction_layout
+from tenure.linkers.cuda.layout import grid_size, launch_layout, reduction_layout, row_layout
+from tenure.linkers.cuda.nnet import NnetKernel
 from tenure.linkers.cuda.reduce import ReduceKernel
 
-__all__ = ["Backend", "ERROR_MESSAGES", "pick_strategy", "run_elemwise", "run_reduce"]
+__all__ = ["Backend", "ERROR_MESSAGES", "pick_strategy", "run_elemwise", "run_nnet",
+           "run_reduce"]
 
 #: the error bits of scalar_errors.h, and what each means (NumPy's words)
 ERROR_MESSAGES = {1: "integers to negative integer powers are not allowed"}
@@ -142,6 +146,42 @@ def run_reduce(backend: Backend, kernel: ReduceKernel, node, inputs: list, out=N
                                        len(layout.reduced))
     status = backend.launch(kernel, variant, grid, threads, [out, *inputs], layout.arguments())
     _raise_for(status, node)
+    return out
+
+
+def run_nnet(backend: Backend, kernel: NnetKernel, node, x, out=None):
+    """Softmax, log_softmax or logsumexp (``node``) of ``x`` by ``kernel``
+    into ``out`` (a new array when None; for softmax it may be ``x``
+    itself); a block per row."""
+    want = node.inputs[0].type
+    if x.dtype != want.dtype or x.ndim != want.ndim:
+        raise TypeError(f"{_label(node, 0)}: expected a {want.ndim}-d array of dtype "
+                        f"{want.dtype}, got {x.ndim}-d {x.dtype}")
+    axes = tuple(node.op.axis)
+    keep_shape = tuple(1 if k in axes else d for k, d in enumerate(x.shape))
+    if kernel.kind == "logsumexp":
+        shape = keep_shape if node.op.keepdims else tuple(d for k, d in enumerate(x.shape)
+                                                          if k not in axes)
+    else:
+        shape = tuple(x.shape)
+    if out is None:
+        out = backend.empty(shape, kernel.dtypes[0])
+    elif out.dtype != kernel.dtypes[0] or tuple(out.shape) != shape:
+        raise TypeError(f"output 0: expected {shape} {kernel.dtypes[0]}, got {tuple(out.shape)} "
+                        f"{out.dtype}")
+    x = _separate(backend, x, out)
+    out_view = (out.shape, out.strides)
+    if kernel.kind == "logsumexp" and not node.op.keepdims:   # the reduced axes, of length 1
+        strides = iter(out.strides)
+        out_view = (keep_shape, tuple(0 if k in axes else next(strides)
+                                      for k in range(x.ndim)))
+    layout = row_layout(x.shape, axes, [out_view, (x.shape, x.strides)])
+    if layout.n_out == 0 or (layout.n_red == 0 and kernel.kind != "logsumexp"):
+        return out
+    variant = cuda_nnet.variant_name(kernel.name, len(layout.kept), len(layout.reduced))
+    grid = grid_size(layout.n_out, 1, backend.max_blocks)
+    backend.launch(kernel, variant, grid, backend.reduction_threads, [out, x],
+                   layout.arguments())
     return out
 
 

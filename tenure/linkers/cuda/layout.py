@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["Layout", "ReductionLayout", "THREADS_PER_BLOCK", "byte_extent", "grid_size",
-           "launch_layout", "reduction_layout"]
+           "launch_layout", "reduction_layout", "row_layout"]
 
 #: threads per block of an elementwise launch
 THREADS_PER_BLOCK = 256
@@ -99,7 +99,8 @@ class ReductionLayout:
     """A reduction's launch: ``n_out`` outputs of ``n_red`` elements each;
     the kept and the reduced axes (each at least one, outermost first); per
     operand (the output first) its byte strides over the kept axes, and per
-    input over the reduced axes."""
+    operand that moves along them (the inputs of a reduction; the output too
+    for softmax) over the reduced axes."""
 
     n_out: int
     n_red: int
@@ -135,11 +136,24 @@ def reduction_layout(full_shape: tuple[int, ...], axes: tuple[int, ...], keepdim
         shape_iter, stride_iter = iter(out_shape), iter(out_strides)
         out_shape = tuple(1 if k in axes else next(shape_iter) for k in range(nd))
         out_strides = tuple(0 if k in axes else next(stride_iter) for k in range(nd))
-    strides = [_broadcast_strides(0, out_shape, out_strides, full_shape)]
-    strides += [_broadcast_strides(j, tuple(shape), tuple(st), full_shape)
-                for j, (shape, st) in enumerate(inputs, 1)]
+    rows = row_layout(full_shape, axes, [(out_shape, out_strides), *inputs])
+    # The output does not move along the reduced axes: only the inputs' strides.
+    return ReductionLayout(rows.n_out, rows.n_red, rows.kept, rows.reduced, rows.kept_strides,
+                           rows.reduced_strides[1:])
+
+
+def row_layout(full_shape: tuple[int, ...], axes: tuple[int, ...],
+               operands: list[tuple[tuple, tuple]]) -> ReductionLayout:
+    """The launch over rows (the values along ``axes``) of ``full_shape``:
+    every operand (``(shape, byte strides)``, broadcast to ``full_shape``)
+    has strides over the kept and the reduced axes (for softmax, whose output
+    has the input's shape; a reduction's output has 0 on the reduced axes)."""
+    full_shape = tuple(int(d) for d in full_shape)
+    nd = len(full_shape)
+    strides = [_broadcast_strides(j, tuple(shape), tuple(st), full_shape)
+               for j, (shape, st) in enumerate(operands)]
     kept, kept_strides = _merged([k for k in range(nd) if k not in axes], full_shape, strides)
-    reduced, reduced_strides = _merged([k for k in axes], full_shape, strides[1:])
+    reduced, reduced_strides = _merged(sorted(axes), full_shape, strides)
     n_red = 1
     for k in axes:
         n_red *= full_shape[k]

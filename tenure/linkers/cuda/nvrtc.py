@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 
 from tenure.linkers.cuda.device import CudaUnavailable
-from tenure.linkers.cuda.elemwise import NVRTC_OPTIONS
+from tenure.linkers.cuda.kernel_source import NVRTC_OPTIONS
 
 __all__ = ["KernelCompileError", "DEFAULT_ARCH", "compile_ptx", "compiler_name"]
 

@@ -56,6 +56,7 @@ import numpy as np
 from tenure.linkers.c import scalar_code as sc
 from tenure.linkers.c.cgen import comment
 from tenure.linkers.c.reduce import ReductionPlan
+from tenure.linkers.cuda.kernel_source import add_offsets, host_launcher
 from tenure.symbolic.graph import Apply
 
 __all__ = ["MAX_THREADS", "STRATEGIES", "ReduceKernel", "has_cuda_code", "reduce_kernel",
@@ -134,19 +135,6 @@ def reduce_parameters(inputs: int, kept: int, reduced: int) -> list[str]:
             + [f"long long tn_rs{j}_{a}" for j in range(1, operands) for a in range(reduced)])
 
 
-def _offsets(index: str, lengths: str, strides: str, operands: range, axes: int,
-             prefix: str) -> list[str]:
-    """Statements adding to ``<prefix><j>`` the byte offset of row-major
-    ``index`` over ``axes`` axes of ``lengths``, innermost first."""
-    lines = [f"long long {prefix}rem = {index}, {prefix}c;"]
-    for a in range(axes - 1, -1, -1):
-        step = (f"{prefix}c = {prefix}rem;" if a == 0 else
-                f"{prefix}c = {prefix}rem % {lengths}{a}; {prefix}rem /= {lengths}{a};")
-        adds = " ".join(f"tn_o{j} += {prefix}c * {strides}{j}_{a};" for j in operands)
-        lines.append(f"{step} {adds}")
-    return lines
-
-
 def _value(plan: ReductionPlan) -> list[str]:
     """Statements loading each input at ``tn_o<j>`` and computing ``tn_v``,
     the element's value in the accumulator's dtype."""
@@ -174,11 +162,11 @@ def _variant(plan: ReductionPlan, strategy: str, kept: int, reduced: int) -> str
     operands = inputs + 1
     params = reduce_parameters(inputs, kept, reduced)
     kernel = variant_name("@NAME@", strategy, kept, reduced)
-    kept_offsets = _offsets("tn_o", "tn_k", "tn_ks", range(operands), kept, "tn_kk")
+    kept_offsets = add_offsets("tn_o", "tn_k", "tn_ks", range(operands), kept, "tn_kk")
     # Each element starts from its output's input offsets (tn_base<j>).
     element = ["{", "    long long " + ", ".join(f"tn_o{j} = tn_base{j}"
                                              for j in range(1, operands)) + ";"]
-    element += ["    " + s for s in _offsets("tn_r", "tn_r", "tn_rs", range(1, operands),
+    element += ["    " + s for s in add_offsets("tn_r", "tn_r", "tn_rs", range(1, operands),
                                             reduced, "tn_rr")]
     element += ["    " + s for s in _value(plan)]
     element += [f"    tn_acc = {plan.combine('tn_acc', 'tn_v')};", "}"]
@@ -217,16 +205,4 @@ extern "C" __global__ void {kernel}(
 {body}
     if (tn_status) atomicOr(tn_error, tn_status);
 }}
-{_host_launcher(kernel, params, synchronizes)}"""
-
-
-def _host_launcher(kernel: str, params: list[str], synchronizes: bool) -> str:
-    """Under host emulation, ``<kernel>_host(grid, block, ...)`` (threads of a
-    block that synchronise run as real threads: see host_emulation.h)."""
-    args = ", ".join(p.rsplit(" ", 1)[1].lstrip("*") for p in params)
-    how = "TN_EMULATE_THREADS" if synchronizes else "TN_EMULATE"
-    return (f"#ifdef TN_HOST_EMULATION\n"
-            f"extern \"C\" void {kernel}_host(unsigned int tn_grid, unsigned int tn_block, "
-            f"{', '.join(params)})\n"
-            f"{{ {how}({kernel}, tn_grid, tn_block, {args}); }}\n"
-            f"#endif")
+{host_launcher(kernel, params, synchronizes)}"""

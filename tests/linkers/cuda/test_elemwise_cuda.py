@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from tenure.linkers.cuda import elemwise as cuda_ew
 from tenure.linkers.cuda import emulation, nvrtc
 from tenure.linkers.cuda.device import CudaUnavailable
+from tenure.linkers.cuda.kernel_source import prelude
 from tenure.linkers.cuda.launch import run_elemwise
 from tenure.linkers.cuda.layout import launch_layout
 from tenure.symbolic.ops import elemwise as ew
@@ -74,7 +75,7 @@ def test_every_generated_kernel_compiles_for_the_device():
 def test_a_kernel_that_does_not_compile_is_reported():
     _device_compiler()
     with pytest.raises(nvrtc.KernelCompileError, match="undefined_thing"):
-        nvrtc.compile_ptx(cuda_ew.prelude() + "\nextern \"C\" __global__ void k(int *p) "
+        nvrtc.compile_ptx(prelude() + "\nextern \"C\" __global__ void k(int *p) "
                           "{ *p = undefined_thing; }\n")
 
 

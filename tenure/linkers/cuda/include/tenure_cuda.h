@@ -48,4 +48,11 @@ typedef long long npy_intp;
 #define HUGE_VALF __int_as_float(0x7f800000)
 #endif
 
+/* The larger of two doubles, NaN winning (either side): the running maximum
+ * of the softmax kernels (tenure/linkers/cuda/nnet.py). */
+TN_SCALAR_FN double tn_max2(double a, double b)
+{
+    return (b > a || b != b) ? b : a;
+}
+
 #endif /* TENURE_CUDA_H */

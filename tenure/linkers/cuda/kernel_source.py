@@ -1,0 +1,60 @@
+"""What every generated CUDA source shares: the prelude each module starts
+with, how NVRTC compiles it, the index arithmetic of the kernels, and the
+host launcher that host emulation calls each kernel through."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from tenure.linkers.c import scalar_code as sc
+from tenure.linkers.c.elemwise import __file__ as _c_elemwise_file
+
+__all__ = ["INCLUDE", "NVRTC_OPTIONS", "add_offsets", "host_launcher", "prelude"]
+
+#: the CUDA headers (tenure_cuda.h, host_emulation.h)
+INCLUDE = Path(__file__).parent / "include"
+_C_INCLUDE = Path(_c_elemwise_file).parent / "include"
+
+#: how NVRTC compiles every kernel: C++17, no fused multiply-add (NumPy
+#: rounds ``a * b + c`` twice; so do the C linker's loops), and no warning for
+#: the scalar helpers a module does not call (177: declared, never referenced)
+NVRTC_OPTIONS = ("--std=c++17", "--fmad=false", "--diag-suppress=177")
+
+
+@lru_cache(maxsize=None)
+def prelude() -> str:
+    """What every module's source starts with: the CUDA prelude
+    (``include/tenure_cuda.h``), the error bits and the scalar helpers."""
+    return "\n".join([(INCLUDE / "tenure_cuda.h").read_text(),
+                      (_C_INCLUDE / "scalar_errors.h").read_text(), sc.support_code()])
+
+
+def add_offsets(index: str, lengths: str, strides: str, operands, axes: int,
+                prefix: str) -> list[str]:
+    """Statements adding to ``tn_o<j>`` (for each ``j`` of ``operands``) the
+    byte offset of the row-major ``index`` over ``axes`` axes whose lengths
+    are ``<lengths><a>`` and strides ``<strides><j>_<a>``, innermost axis
+    first (the outermost needs no remainder).  ``prefix`` names the
+    temporaries, so that several decompositions can share a scope."""
+    lines = [f"long long {prefix}rem = {index}, {prefix}c;"]
+    for a in range(axes - 1, -1, -1):
+        step = (f"{prefix}c = {prefix}rem;" if a == 0 else
+                f"{prefix}c = {prefix}rem % {lengths}{a}; {prefix}rem /= {lengths}{a};")
+        adds = " ".join(f"tn_o{j} += {prefix}c * {strides}{j}_{a};" for j in operands)
+        lines.append(f"{step} {adds}")
+    return lines
+
+
+def host_launcher(kernel: str, params: list[str], synchronizes: bool) -> str:
+    """Under host emulation, ``<kernel>_host(grid, block, <params>)`` runs
+    ``kernel`` as a launch (see ``include/host_emulation.h``): thread after
+    thread, or, for a kernel that ``synchronizes`` (``__syncthreads``), the
+    threads of a block as coroutines meeting at its barriers."""
+    args = ", ".join(p.rsplit(" ", 1)[1].lstrip("*") for p in params)
+    how = "TN_EMULATE_THREADS" if synchronizes else "TN_EMULATE"
+    return (f"#ifdef TN_HOST_EMULATION\n"
+            f"extern \"C\" void {kernel}_host(unsigned int tn_grid, unsigned int tn_block, "
+            f"{', '.join(params)})\n"
+            f"{{ {how}({kernel}, tn_grid, tn_block, {args}); }}\n"
+            f"#endif")

@@ -1,0 +1,154 @@
+"""Generated CUDA kernels for softmax, log_softmax and logsumexp
+(tenure/linkers/cuda/nnet.py) against ``perform``: both float dtypes, axes
+(one, several, none, all) with and without keepdims, 1-d, 0-d and empty
+inputs, strided / reversed / Fortran inputs and outputs, the output being the
+input, rows of -inf, +inf, NaN and huge values.  Compiled for the device in
+CI and run under host emulation; on a CUDA device where there is one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tenure.linkers.cuda import emulation, nvrtc
+from tenure.linkers.cuda import nnet as cuda_nnet
+from tenure.linkers.cuda.device import CudaUnavailable
+from tenure.linkers.cuda.launch import run_nnet
+from tenure.symbolic.ops.nnet import Softmax
+from tests.helpers import need
+from tests.linkers.nnet_cases import AXES, CASES, DTYPES, RTOL, check, layouts, reference, var
+
+#: built at once by the backends (conftest.py)
+KERNELS = [cuda_nnet.nnet_kernel(node) for node in CASES.values()]
+
+pytestmark = pytest.mark.xdist_group("cuda_nnet")
+
+
+class Entries:
+    """The cases by name, run on ``backend`` (NumPy in and out; an ``out``
+    given is written in place and returned)."""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    def __getattr__(self, name):
+        node = CASES[name]
+        kernel = cuda_nnet.nnet_kernel(node)
+
+        def run(x, out=None):
+            on = self.backend.from_host(np.asarray(x))
+            got = run_nnet(self.backend, kernel, node, on, out=out)
+            return got if out is not None else self.backend.to_host(got)
+        return run
+
+
+def test_every_generated_kernel_compiles_for_the_device():
+    try:
+        nvrtc.compiler_name()
+    except CudaUnavailable as exc:
+        need(False, str(exc))
+    kernels = {k.name: k for k in KERNELS}
+    ptx = nvrtc.compile_ptx(emulation.module_source(kernels.values()))
+    for k in kernels.values():
+        name = cuda_nnet.variant_name(k.name, k.max_kept, k.max_reduced)
+        assert f".entry {name}(" in ptx
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["sm", "ls", "lse"])
+def test_axes_and_layouts(backend, rng, kind, dtype):
+    mod = Entries(backend)
+    a = (rng.normal(size=(3, 5, 70)) * 4).astype(dtype)
+    for axes in AXES:
+        tag = "".join(map(str, axes)) or "none"
+        names = [f"{kind}_{dtype}_{tag}"] if kind != "lse" else [
+            f"lse_{dtype}_{tag}_0", f"lse_{dtype}_{tag}_1"]
+        for name in names:
+            for x in layouts(a):
+                check(mod, name, x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_long_rows_and_vectors(backend, rng, dtype):
+    mod = Entries(backend)
+    for n in (1, 7, 8, 9, 257, 1000):
+        a = rng.normal(size=(2, 3, n)).astype(dtype) * 3
+        for name in (f"sm_{dtype}_2", f"ls_{dtype}_2", f"lse_{dtype}_2_0", f"lse_{dtype}_2_1"):
+            check(mod, name, a)
+    v = rng.normal(size=3000).astype(dtype)
+    check(mod, f"sm_{dtype}_vec", v)
+    check(mod, f"lse_{dtype}_vec", v)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_edge_values(backend, dtype):
+    mod = Entries(backend)
+    inf, nan = np.inf, np.nan
+    rows = [[-inf, -inf, -inf, -inf], [inf, 1.0, 2.0, -inf], [inf, inf, 0.0, 0.0],
+            [nan, 1.0, 2.0, 3.0], [nan, nan, nan, nan], [1000.0, 1000.0, -1000.0, 3.0],
+            [-1000.0, -1001.0, -1002.0, -1e30], [80.0, 90.0, 100.0, 0.0],
+            [0.0, 0.0, 0.0, 0.0], [-inf, 0.0, -inf, 1.0], [nan, inf, -inf, 0.0],
+            [1e30, -1e30, 3e38, 0.0]]
+    a = np.array(rows, dtype=dtype).reshape(12, 1, 4)
+    for name in (f"sm_{dtype}_2", f"ls_{dtype}_2", f"lse_{dtype}_2_0", f"lse_{dtype}_2_1",
+                 f"sm_{dtype}_none", f"ls_{dtype}_none", f"lse_{dtype}_none_0",
+                 f"sm_{dtype}_02", f"lse_{dtype}_012_0"):
+        check(mod, name, a)
+        check(mod, name, a[::-1, :, ::-1])
+    for value in (-inf, inf, nan, 2.5, -1e30):
+        s = np.array(value, dtype=dtype)
+        check(mod, f"ls_{dtype}_scalar", s)
+        check(mod, f"lse_{dtype}_scalar", s)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_empty(backend, dtype):
+    mod = Entries(backend)
+    for shape in [(0, 3, 4), (2, 0, 4), (2, 3, 0), (0, 0, 0)]:
+        a = np.zeros(shape, dtype)
+        for axes in AXES:
+            tag = "".join(map(str, axes)) or "none"
+            for name in (f"sm_{dtype}_{tag}", f"ls_{dtype}_{tag}", f"lse_{dtype}_{tag}_0",
+                         f"lse_{dtype}_{tag}_1"):
+                check(mod, name, a)
+    check(mod, f"lse_{dtype}_vec", np.zeros(0, dtype))       # -inf, like perform
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_strided_outputs_and_output_is_input(emulated, rng, dtype):
+    mod = Entries(emulated)
+    a = rng.normal(size=(3, 4, 6)).astype(dtype)
+    for name, shape in [(f"sm_{dtype}_2", (3, 4, 6)), (f"ls_{dtype}_02", (3, 4, 6)),
+                        (f"lse_{dtype}_2_1", (3, 4, 1)), (f"lse_{dtype}_1_0", (3, 6))]:
+        check(mod, name, a, out=np.full(shape[::-1], 7, dtype).T)
+        big = np.zeros(tuple(2 * d for d in shape), dtype)
+        check(mod, name, a, out=big[tuple(slice(None, None, -2) for _ in shape)])
+    for name in (f"sm_{dtype}_2", f"ls_{dtype}_2", f"sm_{dtype}_0", f"ls_{dtype}_02"):
+        x = rng.normal(size=(3, 4, 30)).astype(dtype)
+        want = reference(CASES[name], x)
+        assert getattr(mod, name)(x, out=x) is x
+        np.testing.assert_allclose(x, want, rtol=RTOL[dtype], atol=RTOL[dtype] * 1e-3)
+
+
+def test_partial_overlap_goes_through_a_copy(emulated, rng):
+    base = rng.normal(size=(5, 64))
+    node = Softmax((1,))(var("float64", 2)).owner
+    want = reference(node, base[:4].copy())
+    got = run_nnet(emulated, cuda_nnet.nnet_kernel(node), node, base[:4], out=base[1:])
+    np.testing.assert_allclose(got, want, rtol=1e-13)
+
+
+def test_errors(emulated):
+    mod = Entries(emulated)
+    a = np.zeros((2, 3, 4), "float32")
+    with pytest.raises(TypeError, match=r"input 0: expected a 3-d array of dtype float32, "
+                                        r"got 3-d float64"):
+        mod.sm_float32_2(a.astype("float64"))
+    with pytest.raises(TypeError, match=r"output 0: expected \(2, 3, 4\) float32, got "
+                                        r"\(2, 3, 5\) float32"):
+        mod.sm_float32_2(a, out=np.zeros((2, 3, 5), "float32"))
+    with pytest.raises(TypeError, match=r"expected \(2, 3\) float32"):
+        mod.lse_float32_2_0(a, out=np.zeros((2, 3, 1), "float32"))
+    with pytest.raises(NotImplementedError, match="no CUDA code"):
+        cuda_nnet.nnet_kernel(Softmax((0,))(var("int8", 1)).owner)
