@@ -102,7 +102,10 @@ class Mode:
     ``"check"`` (the NumPy executor checking every node: see
     :mod:`tenure.linkers.check`) or ``"dask"`` (calls build Dask graphs whose
     tasks run tenure kernels per chunk: see :mod:`tenure.linkers.dask`; needs
-    the ``[dask]`` extra); ``None`` means ``config.linker``.  For the dask
+    the ``[dask]`` extra) or ``"cuda_emulated"`` (the CUDA linker's generated
+    kernels run on the CPU under host emulation, for testing and debugging
+    them without a GPU: see :mod:`tenure.linkers.cuda.linker`); ``None``
+    means ``config.linker``.  For the dask
     linker only: ``compute=True`` returns NumPy outputs (computed in the call)
     instead of Dask arrays, and ``chunk_linker`` (``"c"`` or ``"py"``)
     compiles the per-chunk kernels.  ``include`` / ``exclude``: rewrite names or tags
@@ -126,7 +129,7 @@ class Mode:
 
     PRESETS = ("default", "fast_compile", "none")
     #: linkers a mode may name besides ``config.LINKERS`` (never the default)
-    EXTRA_LINKERS = ("check", "dask")
+    EXTRA_LINKERS = ("check", "dask", "cuda_emulated")
 
     def __init__(self, linker: str | None = None, include=(), exclude=(),
                  rewrites: str = "default", activation_memory_budget=None,
@@ -173,6 +176,9 @@ class Mode:
                 raise ImportError(f"Mode(linker='dask') needs Dask, which is not installed "
                                   f"({exc}); pip install 'tenure[dask]'") from exc
             return DaskLinker(compute=self.compute, chunk_linker=self.chunk_linker)
+        if self.linker == "cuda_emulated":
+            from tenure.linkers.cuda.linker import EmulatedCudaLinker
+            return EmulatedCudaLinker()
         from tenure.linkers.python import PythonLinker
         return PythonLinker()
 

@@ -43,6 +43,16 @@ DASK_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_pytensor_idio
                      "test_specify_shape.py"}
 HAVE_DASK = importlib.util.find_spec("dask") is not None
 
+#: test files that run on the CUDA linker's executor under host emulation
+#: (``cuda_emulated``: the generated CUDA kernels run on the CPU) in every
+#: run: the memory contract, the calling conventions, transactions, and the
+#: op families whose nodes have kernels.  The rest of the op suite passes on
+#: it too (``TENURE_TEST_LINKERS=cuda_emulated``); compiling each graph's
+#: kernels as host C++ makes the whole of it cost minutes.
+CUDA_EMULATED_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_pytensor_idioms.py",
+                              "test_transactions.py", "test_pickle.py", "test_reduce.py",
+                              "test_nnet.py", "test_elemwise_grad.py"}
+
 
 def _linkers_for(path) -> list[str]:
     linkers = list(LINKERS)
@@ -53,7 +63,14 @@ def _linkers_for(path) -> list[str]:
         linkers.append("c")
     if not _FROM_ENV and HAVE_DASK and path.name in DASK_IN_EVERY_RUN:
         linkers.append("dask")
+    if not _FROM_ENV and path.name in CUDA_EMULATED_IN_EVERY_RUN and _have_compiler():
+        linkers.append("cuda_emulated")
     return linkers
+
+
+def _have_compiler() -> bool:
+    from tenure.linkers.c import compiler
+    return compiler.find_compiler() is not None
 
 
 def pytest_generate_tests(metafunc):
@@ -130,6 +147,21 @@ def pytest_configure(config):
         config._tenure_compiledir_to_remove = compiledir
     _REFERENCE_FLAGS = tn.config.change_flags(compiledir=compiledir, linker="py")
     _REFERENCE_FLAGS.__enter__()
+    _compile_emulated_kernels_for_the_device()
+
+
+def _compile_emulated_kernels_for_the_device() -> None:
+    """Every kernel the suites run on ``cuda_emulated`` is compiled for the
+    device too (NVRTC, else nvcc), where a device compiler is installed (CI
+    installs NVRTC): a generated kernel that would not compile fails its test."""
+    from tenure.linkers.cuda import nvrtc
+    from tenure.linkers.cuda.device import CudaUnavailable
+    from tenure.linkers.cuda.linker import emulated_backend
+    try:
+        nvrtc.compiler_name()
+    except CudaUnavailable:
+        return
+    emulated_backend().check_device_compile = True
 
 
 def pytest_unconfigure(config):

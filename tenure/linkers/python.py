@@ -96,9 +96,17 @@ def take_donor(aside: dict, donor: int, shape: tuple, dtype: np.dtype, nbytes: i
     return _ndarray(shape, dtype, buffer=owner)
 
 
-def step_tuples(plan: Plan) -> list[tuple]:
+def op_perform(node):
+    """What computes ``node``: its op's ``perform`` (the NumPy reference)."""
+    return node.op.perform
+
+
+def step_tuples(plan: Plan, perform_of=op_perform) -> list[tuple]:
     """The plan's steps as plain tuples for the executor's hot loop:
-    ``(perform, node, input slots, output slots, frees, takes, stash)``.
+    ``(perform, node, input slots, output slots, frees, takes, stash)``;
+    ``perform_of(node)`` says what computes each node (``perform(node,
+    inputs, output cells)``: a linker that runs some nodes its own way
+    gives its callable).
 
     ``takes``: ``(output index, donor slot, shape, dtype, bytes)`` for each
     output computed into a dead buffer; ``stash``: the freed slots to keep
@@ -112,7 +120,7 @@ def step_tuples(plan: Plan) -> list[tuple]:
                            plan.nbytes[o])
                           for k, (o, d) in enumerate(zip(s.outputs, s.reuse)) if d is not None)
         stash = tuple(f for f in s.frees if f in plan.donors)
-        result.append((s.node.op.perform, s.node, s.inputs, s.outputs, s.frees, takes, stash))
+        result.append((perform_of(s.node), s.node, s.inputs, s.outputs, s.frees, takes, stash))
     return result
 
 
@@ -182,6 +190,8 @@ class PythonThunk:
     min_reuse_bytes = 0
     #: ``(node, shapes) -> bytes`` of a step's temporaries, for plans with sizes
     workspace_of = staticmethod(step_workspace)
+    #: what computes each node (see :func:`step_tuples`)
+    perform_of = staticmethod(op_perform)
 
     def __init__(self, plan: Plan, keep: set[int] = frozenset(), fgraph=None):
         self.plan = plan
@@ -192,7 +202,7 @@ class PythonThunk:
         for slot, value in plan.constants.items():
             self.storage[slot] = value
         # The steps as plain tuples: the loop of run_steps is the per-call hot path.
-        self._steps = step_tuples(plan)
+        self._steps = step_tuples(plan, self.perform_of)
         self._base_entry = self._make_entry(plan)
         #: signature -> commit mode, for calls of the base plan (see :meth:`_commit_mode`)
         self._commit_modes: OrderedDict = OrderedDict()
@@ -294,7 +304,8 @@ class PythonThunk:
         the call runs anything)."""
         commit = commit_point(plan, self.fgraph) if self.fgraph is not None else None
         mode = commit.mode_for(shapes) if commit is not None and shapes is not None else None
-        return Entry(plan, step_tuples(plan) if plan is not self.plan else self._steps,
+        return Entry(plan, step_tuples(plan, self.perform_of) if plan is not self.plan
+                     else self._steps,
                      commit, mode)
 
     def _commit_mode(self, values, entry: Entry) -> str:

@@ -1,16 +1,33 @@
-"""The CUDA linker's parts (see DESIGN.md, "Linkers").
+"""The CUDA linker (see DESIGN.md, "Linkers").
 
-Landed so far: the kernels and how they are checked without a GPU.
+Landed so far: the kernels, the executor, and how both are checked without
+a GPU.
 
 - :mod:`.elemwise`: CUDA C for elementwise and ``Composite`` nodes from the
   scalar table the C linker uses (one definition of each op's math).
+- :mod:`.reduce`: reductions and fused reductions (a block per output with a
+  shared-memory tree, or a thread per output).
+- :mod:`.nnet`: softmax, log_softmax, logsumexp (a block per row).
+- :mod:`.kernel_source`: the prelude every module starts with
+  (``include/tenure_cuda.h`` and the scalar helpers), NVRTC's options, the
+  index arithmetic, the host launchers.
 - :mod:`.layout`: from operands' shapes and strides to a launch.
-- :mod:`.nvrtc`: compile a kernel source to PTX without a device (NVRTC
-  through CuPy's bindings, else ``nvcc -ptx``).
-- :mod:`.emulation`: the same source compiled as host C++ under
-  ``include/host_emulation.h`` and run over NumPy arrays, so CI executes
-  every generated elementwise kernel.
+- :mod:`.launch`: the host side of a launch on any :class:`~.launch.Backend`.
+- :mod:`.cupy_backend`: the device (CuPy arrays, NVRTC through CuPy's
+  on-disk kernel cache).
+- :mod:`.emulation`: the same sources compiled as host C++ under
+  ``include/host_emulation.h`` and run over NumPy arrays (block threads that
+  synchronise as coroutines), so CI executes every generated kernel.
+- :mod:`.nvrtc`: compile a source to PTX without a device (NVRTC through
+  CuPy's bindings, else ``nvcc -ptx``): CI compiles every generated kernel.
+- :mod:`.linker`: the executor -- the Python linker's schedule and plans,
+  nodes with kernels run them -- as ``Mode(linker="cuda_emulated")``.
 - :mod:`.device`: whether CuPy and a device are here, and which is missing.
+
+Not built yet: the device path of the executor (``Mode(linker="cuda")``:
+device shared variables, transfers, CuPy implementations of the ops without
+kernels, cuBLAS products), memory plans measured on the device, CUDA graphs,
+the GPU benchmarks and the docs page.
 
 CuPy is never imported by importing this package.
 """

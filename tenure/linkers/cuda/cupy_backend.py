@@ -16,7 +16,7 @@ import numpy as np
 
 from tenure.linkers.cuda.device import require_device
 from tenure.linkers.cuda.kernel_source import NVRTC_OPTIONS
-from tenure.linkers.cuda.emulation import module_source
+from tenure.linkers.cuda.kernel_source import module_source
 from tenure.linkers.cuda.layout import MAX_BLOCKS, THREADS_PER_BLOCK, byte_extent
 from tenure.linkers.cuda.reduce import MAX_THREADS
 

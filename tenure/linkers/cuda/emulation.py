@@ -25,11 +25,12 @@ from pathlib import Path
 import numpy as np
 
 from tenure.linkers.c import cache, compiler
-from tenure.linkers.cuda.kernel_source import INCLUDE, prelude
+from tenure.linkers.cuda import nvrtc
+from tenure.linkers.cuda.kernel_source import INCLUDE, module_source
 from tenure.linkers.cuda.layout import byte_extent
 
 __all__ = ["EMULATED_BLOCKS", "EMULATED_REDUCTION_THREADS", "EMULATED_THREADS", "EmulatedBackend",
-           "HostModule", "load", "module_source"]
+           "HostModule", "load"]
 
 #: the emulated grid: a few blocks of an odd number of threads, so the
 #: grid-stride loops wrap and threads end on different elements; a block
@@ -77,13 +78,18 @@ class EmulatedBackend:
     reduction_threads = EMULATED_REDUCTION_THREADS
     max_blocks = EMULATED_BLOCKS
 
-    def __init__(self):
+    def __init__(self, check_device_compile: bool = False):
+        #: also compile each module for the device (:func:`.nvrtc.compile_ptx`):
+        #: the tests' way to compile every kernel the suites generate
+        self.check_device_compile = check_device_compile
         self._modules: dict[str, HostModule] = {}
 
     def prepare(self, kernels) -> None:
         """Build ``kernels`` into one module (one compilation for many)."""
         kernels = [k for k in {k.name: k for k in kernels}.values() if k.name not in self._modules]
         if kernels:
+            if self.check_device_compile:
+                nvrtc.compile_ptx(module_source(kernels))
             module = load(kernels)
             self._modules.update({k.name: module for k in kernels})
 
@@ -123,12 +129,6 @@ def load(kernels: list) -> HostModule:
                                      lambda directory: _build(directory, source, recipe))
             _loaded[source] = HostModule(entry / _LIBRARY)
         return _loaded[source]
-
-
-def module_source(kernels) -> str:
-    """The source of a module of ``kernels``: the prelude, then each kernel
-    (the same text NVRTC compiles for the device)."""
-    return "\n".join([prelude()] + [k.source for k in kernels])
 
 
 def _recipe() -> compiler.Recipe:

@@ -10,7 +10,8 @@ from pathlib import Path
 from tenure.linkers.c import scalar_code as sc
 from tenure.linkers.c.elemwise import __file__ as _c_elemwise_file
 
-__all__ = ["INCLUDE", "NVRTC_OPTIONS", "add_offsets", "host_launcher", "prelude"]
+__all__ = ["INCLUDE", "NVRTC_OPTIONS", "add_offsets", "host_launcher", "module_source",
+           "prelude"]
 
 #: the CUDA headers (tenure_cuda.h, host_emulation.h)
 INCLUDE = Path(__file__).parent / "include"
@@ -28,6 +29,13 @@ def prelude() -> str:
     (``include/tenure_cuda.h``), the error bits and the scalar helpers."""
     return "\n".join([(INCLUDE / "tenure_cuda.h").read_text(),
                       (_C_INCLUDE / "scalar_errors.h").read_text(), sc.support_code()])
+
+
+def module_source(kernels) -> str:
+    """The source of a module of ``kernels``: the prelude, then each
+    kernel's source -- the text NVRTC compiles for the device and host
+    emulation compiles for the CPU."""
+    return "\n".join([prelude()] + [k.source for k in kernels])
 
 
 def add_offsets(index: str, lengths: str, strides: str, operands, axes: int,

@@ -75,10 +75,12 @@ class Backend(Protocol):
 
 
 def run_elemwise(backend: Backend, kernel: ElemwiseKernel, node, inputs: list, out=None,
-                 destroyed: int | None = None):
+                 spare=None):
     """``node`` computed by ``kernel`` over ``inputs`` (all the node's inputs
     by position; anything at a Python-number position), into ``out`` or the
-    output :func:`run_elemwise` picks (see the module doc); returns it."""
+    output :func:`run_elemwise` picks (see the module doc); returns it.
+    ``spare``: a buffer to write into instead of allocating when it has the
+    output's shape and dtype (an executor's kept or handed-on buffer)."""
     arrays = [inputs[i] for i in kernel.read]
     for i, a in zip(kernel.read, arrays):
         want = node.inputs[i].type.dtype
@@ -87,7 +89,7 @@ def run_elemwise(backend: Backend, kernel: ElemwiseKernel, node, inputs: list, o
                             f"of dtype {want}, got {a.ndim}-d {a.dtype}")
     shape = np.broadcast_shapes(*(a.shape for a in arrays)) if arrays else ()
     if out is None:
-        out = _output(backend, kernel, node, inputs, shape, destroyed)
+        out = _output(backend, kernel, node, inputs, shape, spare)
     elif out.dtype != kernel.dtypes[0]:
         raise TypeError(f"output 0: expected dtype {kernel.dtypes[0]}, got {out.dtype}")
     arrays = [_separate(backend, a, out) for a in arrays]
@@ -106,10 +108,10 @@ def run_elemwise(backend: Backend, kernel: ElemwiseKernel, node, inputs: list, o
 
 
 def run_reduce(backend: Backend, kernel: ReduceKernel, node, inputs: list, out=None,
-               strategy: str | None = None):
+               spare=None, strategy: str | None = None):
     """The reduction ``node`` computed by ``kernel`` over ``inputs`` into
-    ``out`` (a new array when None); ``strategy``: ``"block"`` or
-    ``"thread"`` (None: :func:`pick_strategy`'s)."""
+    ``out`` (``spare`` or a new array when None, as for :func:`run_elemwise`);
+    ``strategy``: ``"block"`` or ``"thread"`` (None: :func:`pick_strategy`'s)."""
     for i, a in enumerate(inputs):
         want = node.inputs[i].type
         if a.dtype != want.dtype or a.ndim != want.ndim:
@@ -127,7 +129,7 @@ def run_reduce(backend: Backend, kernel: ReduceKernel, node, inputs: list, out=N
     shape = tuple(1 if k in axes else d for k, d in enumerate(full)) if keepdims \
         else tuple(d for k, d in enumerate(full) if k not in axes)
     if out is None:
-        out = backend.empty(shape, kernel.dtypes[0])
+        out = _spare_or_new(backend, spare, shape, kernel.dtypes[0])
     elif out.dtype != kernel.dtypes[0]:
         raise TypeError(f"output 0: expected dtype {kernel.dtypes[0]}, got {out.dtype}")
     inputs = [_separate(backend, a, out) for a in inputs]
@@ -149,10 +151,13 @@ def run_reduce(backend: Backend, kernel: ReduceKernel, node, inputs: list, out=N
     return out
 
 
-def run_nnet(backend: Backend, kernel: NnetKernel, node, x, out=None):
-    """Softmax, log_softmax or logsumexp (``node``) of ``x`` by ``kernel``
-    into ``out`` (a new array when None; for softmax it may be ``x``
-    itself); a block per row."""
+def run_nnet(backend: Backend, kernel: NnetKernel, node, inputs: list, out=None,
+             spare=None):
+    """Softmax, log_softmax or logsumexp (``node``) of ``inputs[0]`` by
+    ``kernel`` into ``out`` (``spare`` or a new array when None, as for
+    :func:`run_elemwise`; for softmax ``out`` may be the input itself); a
+    block per row."""
+    (x,) = inputs
     want = node.inputs[0].type
     if x.dtype != want.dtype or x.ndim != want.ndim:
         raise TypeError(f"{_label(node, 0)}: expected a {want.ndim}-d array of dtype "
@@ -165,7 +170,7 @@ def run_nnet(backend: Backend, kernel: NnetKernel, node, x, out=None):
     else:
         shape = tuple(x.shape)
     if out is None:
-        out = backend.empty(shape, kernel.dtypes[0])
+        out = _spare_or_new(backend, spare, shape, kernel.dtypes[0])
     elif out.dtype != kernel.dtypes[0] or tuple(out.shape) != shape:
         raise TypeError(f"output 0: expected {shape} {kernel.dtypes[0]}, got {tuple(out.shape)} "
                         f"{out.dtype}")
@@ -207,16 +212,22 @@ def _label(node, i: int) -> str:
 
 
 def _output(backend: Backend, kernel: ElemwiseKernel, node, inputs: list, shape: tuple,
-            destroyed: int | None):
+            spare):
     """The destroyed input when the node is in place and it holds the
-    output's shape and dtype, else a new array."""
-    if destroyed is None:
-        destroyed = next(iter(getattr(node.op, "destroy_map", {}).get(0, [])), None)
+    output's shape and dtype, else ``spare`` when it does, else a new array."""
+    destroyed = next(iter(getattr(node.op, "destroy_map", {}).get(0, [])), None)
     if destroyed is not None:
         target = inputs[destroyed]
         if tuple(target.shape) == tuple(shape) and target.dtype == kernel.dtypes[0]:
             return target
-    return backend.empty(shape, kernel.dtypes[0])
+    return _spare_or_new(backend, spare, shape, kernel.dtypes[0])
+
+
+def _spare_or_new(backend: Backend, spare, shape: tuple, dtype):
+    """``spare`` when it has ``shape`` and ``dtype``, else a new array."""
+    if spare is not None and tuple(spare.shape) == tuple(shape) and spare.dtype == dtype:
+        return spare
+    return backend.empty(shape, dtype)
 
 
 def _separate(backend: Backend, array, out):

@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tenure.linkers.cuda import elemwise as cuda_ew
-from tenure.linkers.cuda import emulation, nvrtc
+from tenure.linkers.cuda import nvrtc
 from tenure.linkers.cuda.device import CudaUnavailable
-from tenure.linkers.cuda.kernel_source import prelude
+from tenure.linkers.cuda.kernel_source import module_source, prelude
 from tenure.linkers.cuda.launch import run_elemwise
 from tenure.linkers.cuda.layout import launch_layout
 from tenure.symbolic.ops import elemwise as ew
@@ -66,7 +66,7 @@ def test_every_generated_kernel_compiles_for_the_device():
     """All of them in one module: one NVRTC program (about 10 s)."""
     name = _device_compiler()
     kernels = {k.name: k for k in KERNELS}
-    ptx = nvrtc.compile_ptx(emulation.module_source(kernels.values()))
+    ptx = nvrtc.compile_ptx(module_source(kernels.values()))
     for kernel in kernels.values():
         for ndim in range(1, kernel.max_ndim + 1):
             assert f".entry {cuda_ew.variant_name(kernel.name, ndim)}(" in ptx, (name, kernel.name)

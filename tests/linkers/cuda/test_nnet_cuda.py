@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tenure.linkers.cuda import emulation, nvrtc
+from tenure.linkers.cuda import nvrtc
 from tenure.linkers.cuda import nnet as cuda_nnet
 from tenure.linkers.cuda.device import CudaUnavailable
+from tenure.linkers.cuda.kernel_source import module_source
 from tenure.linkers.cuda.launch import run_nnet
 from tenure.symbolic.ops.nnet import Softmax
 from tests.helpers import need
@@ -38,7 +39,7 @@ class Entries:
 
         def run(x, out=None):
             on = self.backend.from_host(np.asarray(x))
-            got = run_nnet(self.backend, kernel, node, on, out=out)
+            got = run_nnet(self.backend, kernel, node, [on], out=out)
             return got if out is not None else self.backend.to_host(got)
         return run
 
@@ -49,7 +50,7 @@ def test_every_generated_kernel_compiles_for_the_device():
     except CudaUnavailable as exc:
         need(False, str(exc))
     kernels = {k.name: k for k in KERNELS}
-    ptx = nvrtc.compile_ptx(emulation.module_source(kernels.values()))
+    ptx = nvrtc.compile_ptx(module_source(kernels.values()))
     for k in kernels.values():
         name = cuda_nnet.variant_name(k.name, k.max_kept, k.max_reduced)
         assert f".entry {name}(" in ptx
@@ -135,7 +136,7 @@ def test_partial_overlap_goes_through_a_copy(emulated, rng):
     base = rng.normal(size=(5, 64))
     node = Softmax((1,))(var("float64", 2)).owner
     want = reference(node, base[:4].copy())
-    got = run_nnet(emulated, cuda_nnet.nnet_kernel(node), node, base[:4], out=base[1:])
+    got = run_nnet(emulated, cuda_nnet.nnet_kernel(node), node, [base[:4]], out=base[1:])
     np.testing.assert_allclose(got, want, rtol=1e-13)
 
 

@@ -3,8 +3,8 @@ every reduction kind on every dtype over several axes, FusedReduce nodes
 from real graphs, both strategies (a block per output, its threads meeting
 at ``__syncthreads``; a thread per output), empty and 0-d inputs, NaN and
 inf, strided / reversed / broadcast inputs.  Compiled for the device in CI
-(NVRTC, else nvcc) and run under host emulation (block threads as real
-threads at a barrier), and on a CUDA device where there is one.
+(NVRTC, else nvcc) and run under host emulation (block threads as coroutines
+meeting at each barrier), and on a CUDA device where there is one.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tenure.linkers.cuda import emulation, nvrtc
+from tenure.linkers.cuda import nvrtc
 from tenure.linkers.cuda import reduce as cuda_reduce
 from tenure.linkers.cuda.device import CudaUnavailable
+from tenure.linkers.cuda.kernel_source import module_source
 from tenure.linkers.cuda.launch import pick_strategy, run_reduce
 from tenure.linkers.cuda.layout import reduction_layout
 from tests.helpers import need
@@ -54,7 +55,7 @@ def test_every_generated_kernel_compiles_for_the_device():
     except CudaUnavailable as exc:
         need(False, str(exc))
     kernels = {k.name: k for k in KERNELS}
-    ptx = nvrtc.compile_ptx(emulation.module_source(kernels.values()))
+    ptx = nvrtc.compile_ptx(module_source(kernels.values()))
     for k in kernels.values():
         for strategy in cuda_reduce.STRATEGIES:
             name = cuda_reduce.variant_name(k.name, strategy, k.max_kept, k.max_reduced)

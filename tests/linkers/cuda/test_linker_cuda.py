@@ -1,0 +1,109 @@
+"""The CUDA linker's executor over host emulation (``Mode(linker="cuda_emulated")``):
+the nodes with generated kernels run them inside whole graphs -- into kept
+output buffers, into shared storage being updated, in place -- with the
+Python linker's results.  (The contract and op suites also run on it:
+tests/conftest.py, CUDA_EMULATED_IN_EVERY_RUN.)"""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import tenure as tn
+from tenure import In, Out
+from tenure.linkers.cuda import nvrtc
+from tenure.linkers.cuda.device import CudaUnavailable
+from tenure.linkers.cuda.emulation import EmulatedBackend
+from tenure.linkers.cuda.linker import CudaThunk, KernelStep
+from tests.helpers import need
+
+EMULATED = tn.Mode(linker="cuda_emulated")
+
+
+def _kernel_ops(f) -> set[str]:
+    thunk = f._thunk
+    assert isinstance(thunk, CudaThunk)
+    return {type(node.op).__name__ for node, step in thunk.kernel_steps.items()
+            if isinstance(step, KernelStep)}
+
+
+def test_kernels_compute_the_graph(rng):
+    x, z = tn.matrix("x"), tn.vector("z")
+    s = tn.softmax(tn.exp(x) * 2 + tn.sin(z) * x, axis=1)
+    outputs = [s, tn.sum(s * x, axis=0), tn.logsumexp(x, axis=1), tn.max(tn.abs(x - z), axis=0)]
+    f = tn.function([x, z], outputs, mode=EMULATED)
+    g = tn.function([x, z], outputs, mode="py")
+    assert {"Elemwise", "Softmax", "LogSumExp"} <= _kernel_ops(f)
+    assert _kernel_ops(f) & {"Reduce", "FusedReduce"}
+    args = rng.standard_normal((7, 5)), rng.standard_normal(5)
+    for got, want in zip(f(*args), g(*args)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_a_borrowed_output_is_written_into_last_calls_buffer(rng):
+    x = tn.matrix("x")
+    f = tn.function([In(x, borrow=True)], Out(tn.exp(x) + 1, borrow=True), mode=EMULATED)
+    a = rng.standard_normal((4, 6))
+    first = f(a)
+    second = f(a * 2)
+    assert second is first                       # the kernel wrote into the kept buffer
+    np.testing.assert_allclose(second, np.exp(a * 2) + 1, rtol=1e-15)
+    assert f(rng.standard_normal((3, 6))).shape == (3, 6)   # another shape: a new buffer
+
+
+def test_an_update_is_computed_in_the_shared_storage(rng):
+    w = tn.shared(rng.standard_normal((5, 3)), name="w")
+    g = tn.matrix("g")
+    step = tn.function([g], [], updates=[(w, w - 0.1 * g)], mode=EMULATED)
+    before = w.get_value(borrow=True)
+    want = before - 0.1 * np.ones((5, 3))
+    step(np.ones((5, 3)))
+    assert w.get_value(borrow=True) is before    # the kernel wrote in place
+    np.testing.assert_allclose(before, want, rtol=1e-15)
+
+
+def test_a_kernel_error_names_the_node():
+    i = tn.vector("i", dtype="int64")
+    f = tn.function([i], i ** i, mode=EMULATED)
+    with pytest.raises(ValueError, match="negative integer powers") as info:
+        f(np.array([2, -1], np.int64))
+    assert any("raised while computing" in note for note in info.value.__notes__)
+
+
+def test_nodes_without_kernels_run_their_perform(rng):
+    x = tn.matrix("x")
+    f = tn.function([x], [tn.sort(x, axis=1), x @ x.T], mode=EMULATED)
+    assert not _kernel_ops(f) & {"Sort", "Dot", "Gemm", "MatMul"}
+    a = rng.standard_normal((3, 3))
+    got = f(a)
+    np.testing.assert_array_equal(got[0], np.sort(a, axis=1))
+    np.testing.assert_allclose(got[1], a @ a.T)
+
+
+def test_the_memory_report_counts_no_kernel_workspace(rng):
+    """A kernel needs no temporaries: the plan predicts the output alone,
+    and that is what the call holds (perform's phases would hold more)."""
+    x = tn.matrix("x")
+    a = rng.standard_normal((256, 300))
+    emulated = tn.function([x], tn.softmax(x, axis=1), mode=EMULATED)
+    report = emulated.memory_report(a, print_report=False)
+    reference = tn.function([x], tn.softmax(x, axis=1), mode="py")
+    assert report.predicted_peak == a.nbytes < reference.memory_report(
+        a, print_report=False).predicted_peak
+    assert 0 <= report.measured_peak - report.predicted_peak <= 16384   # Python objects
+
+
+def test_a_kernel_the_device_compiler_refuses_fails_the_emulated_build():
+    """With ``check_device_compile`` (the test suite's setting wherever NVRTC
+    or nvcc is installed), a kernel is compiled for the device as well as
+    for the CPU: code that only the host compiler takes fails."""
+    try:
+        nvrtc.compiler_name()
+    except CudaUnavailable as exc:
+        need(False, str(exc))
+    host_only = SimpleNamespace(name="tn_host_only", uses_status=False,
+                                source='#include <stdio.h>\nextern "C" int tn_host_only(void) '
+                                       '{ return (int)sizeof(FILE); }\n')
+    EmulatedBackend().prepare([host_only])            # the CPU's compiler takes it
+    with pytest.raises(nvrtc.KernelCompileError, match="stdio.h"):
+        EmulatedBackend(check_device_compile=True).prepare([host_only])
