@@ -341,3 +341,26 @@ def strided(values: np.ndarray, steps, transpose: bool) -> np.ndarray:
     view = view[tuple(slice(0, n) for n in values.shape)]
     view[...] = values
     return view
+
+
+#: the inputs' shapes of the nodes :func:`check_any_strides` runs
+STRIDED_SHAPES = {"expsin": [(9, 13), (13,)], "intmix": [(9, 13), (13,)],
+                  "mixed": [(9, 13), (9, 13)], "leaky32": [(9, 13)]}
+
+
+def check_any_strides(entry: str, run) -> None:
+    """GRAPH_CASES[entry] (one of :data:`STRIDED_SHAPES`) on each input in
+    every layout of :func:`views`, and into a transposed and a reversed,
+    strided output; ``run(*inputs, out=None)`` computes the node."""
+    node = GRAPH_CASES[entry]
+    rng = np.random.default_rng(3)
+    base = [array(s, v.dtype, rng) for s, v in zip(STRIDED_SHAPES[entry], node.inputs)]
+    want = reference(node, base)
+    for k in range(len(base)):
+        for view in views(base[k]):
+            inputs = list(base)
+            inputs[k] = view
+            assert_matches(run(*inputs), want, entry, fused=True)
+    for out in (np.zeros((13, 9), want.dtype).T, np.zeros((18, 26), want.dtype)[::-2, 1::2]):
+        assert run(*base, out=out) is out
+        assert_matches(out, want, entry, fused=True)

@@ -91,3 +91,50 @@ def layouts(a):
     big = np.zeros((a.shape[0], 2 * a.shape[1], a.shape[2] + 1), a.dtype)
     big[:, ::2, :-1] = a
     yield big[:, ::2, :-1]                                  # strided view
+
+
+def check_edge_values(mod, dtype: str) -> None:
+    """Rows of -inf, +inf, NaN, huge and tiny values (and their reversal),
+    over one, several and all axes; 0-d inputs of each."""
+    inf, nan = np.inf, np.nan
+    rows = [[-inf, -inf, -inf, -inf], [inf, 1.0, 2.0, -inf], [inf, inf, 0.0, 0.0],
+            [nan, 1.0, 2.0, 3.0], [nan, nan, nan, nan], [1000.0, 1000.0, -1000.0, 3.0],
+            [-1000.0, -1001.0, -1002.0, -1e30], [80.0, 90.0, 100.0, 0.0],
+            [0.0, 0.0, 0.0, 0.0], [-inf, 0.0, -inf, 1.0], [nan, inf, -inf, 0.0],
+            [1e30, -1e30, 3e38, 0.0]]
+    a = np.array(rows, dtype=dtype).reshape(12, 1, 4)
+    for name in (f"sm_{dtype}_2", f"ls_{dtype}_2", f"lse_{dtype}_2_0", f"lse_{dtype}_2_1",
+                 f"sm_{dtype}_none", f"ls_{dtype}_none", f"lse_{dtype}_none_0",
+                 f"sm_{dtype}_02", f"lse_{dtype}_012_0"):
+        check(mod, name, a)
+        check(mod, name, a[::-1, :, ::-1])
+    for value in (-inf, inf, nan, 2.5, -1e30):
+        s = np.array(value, dtype=dtype)
+        check(mod, f"ls_{dtype}_scalar", s)
+        check(mod, f"lse_{dtype}_scalar", s)
+
+
+def check_empty(mod, dtype: str) -> None:
+    """Empty inputs on every axis variant: empty outputs, or -inf for the
+    logsumexp of nothing, as perform gives."""
+    for shape in [(0, 3, 4), (2, 0, 4), (2, 3, 0), (0, 0, 0)]:
+        a = np.zeros(shape, dtype)
+        for axes in AXES:
+            tag = "".join(map(str, axes)) or "none"
+            for name in (f"sm_{dtype}_{tag}", f"ls_{dtype}_{tag}", f"lse_{dtype}_{tag}_0",
+                         f"lse_{dtype}_{tag}_1"):
+                check(mod, name, a)
+    check(mod, f"lse_{dtype}_vec", np.zeros(0, dtype))
+
+
+def check_axes_and_layouts(mod, kind: str, dtype: str, rng) -> None:
+    """Every axis variant of ``kind`` (``"sm"``, ``"ls"``, ``"lse"``: both
+    keepdims) on a 3-d input in every layout of :func:`layouts`."""
+    a = (rng.normal(size=(3, 5, 70)) * 4).astype(dtype)
+    for axes in AXES:
+        tag = "".join(map(str, axes)) or "none"
+        names = [f"{kind}_{dtype}_{tag}"] if kind != "lse" else [
+            f"lse_{dtype}_{tag}_0", f"lse_{dtype}_{tag}_1"]
+        for name in names:
+            for x in layouts(a):
+                check(mod, name, x)

@@ -235,3 +235,32 @@ def graph_inputs(rng, node, shape, special=False):
             x = np.abs(x)
         inputs.append(x)
     return inputs
+
+
+def check_every_dtype_and_axes(kind: str, runner_of, rng) -> None:
+    """Every case of ``kind`` (every dtype, axis variant, 0-d and 1-d input)
+    on every shape of ``SHAPES``, plain and with NaN/inf, in every layout;
+    ``runner_of(key)``: the callable computing case ``key``."""
+    for key, node in REDUCE_CASES.items():
+        if not key.startswith(kind + "__"):
+            continue
+        fn = runner_of(key)
+        dtype, ndim = node.inputs[0].dtype, node.inputs[0].ndim
+        shapes = SHAPES if ndim == 3 else [()] if ndim == 0 else [(7,), (0,), (1000,)]
+        for shape in shapes:
+            for special in (False, True):
+                x = values(rng, dtype, shape, special, kind)
+                for layout in layouts(rng, x):
+                    check(node, fn, [layout])
+
+
+def permuted_view(x: np.ndarray, perm, steps) -> np.ndarray:
+    """The values of ``x`` seen through a base whose axes are laid out in
+    the order ``perm``, stepped by ``steps`` (a negative step: reversed)."""
+    shape = x.shape
+    base_shape = [shape[p] * abs(steps[p]) for p in perm]
+    base = np.zeros(base_shape, x.dtype).transpose(np.argsort(perm))
+    view = base[tuple(slice(None, None, s) for s in steps)]
+    view = view[tuple(slice(0, n) for n in shape)]
+    view[...] = x
+    return view

@@ -30,9 +30,9 @@ of axes ``D`` (1 to the output's ndim), ``<name>_d<D>``.  Its contract:
 
 :mod:`.layout` works out ``n``, the axes and the strides from arrays, and
 :mod:`.emulation` runs the same source on the CPU (CI has no GPU).
-Compiled with ``--fmad=false`` (:data:`.kernel_source.NVRTC_OPTIONS`): like the C linker,
-no contraction of ``a * b + c`` into one rounding, so the basic operations
-round as NumPy's do.
+Compiled with ``--fmad=false`` (:data:`.kernel_source.NVRTC_OPTIONS`): like
+the C linker, no contraction of ``a * b + c`` into one rounding, so the basic
+operations round as NumPy's do.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def variant_name(name: str, ndim: int) -> str:
 
 @dataclass(frozen=True)
 class ElemwiseKernel:
-    """One node's kernels: ``source`` (without :func:`prelude`) defines
+    """One node's kernels: ``source`` (without :func:`.kernel_source.prelude`) defines
     :func:`variant_name` ``(name, D)`` for ``D`` in 1..``max_ndim``.
 
     ``read``: the node's inputs read from memory, in argument order;

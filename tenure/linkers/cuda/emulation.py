@@ -1,18 +1,21 @@
 """Generated CUDA kernels run on the CPU: how CI, which has no GPU, executes
 the kernels' logic (indexing, broadcasting, strides, in place, the scalar
-code) and compares it with NumPy.
+code, a block's threads meeting at ``__syncthreads``) and compares it with
+NumPy.
 
-:func:`load` compiles kernel sources as host C++ with ``TN_HOST_EMULATION``
-defined and ``include/host_emulation.h`` first (``__global__`` vanishes,
-``blockIdx``/``threadIdx`` become globals a launch loop sets, math comes
-from ``<math.h>``), into a shared library kept in tenure's compile cache,
-and returns a :class:`HostModule`.  ``module.launch(kernel, layout, arrays)``
-then runs ``kernel`` over NumPy arrays exactly as the device would run it
-over device arrays: same arguments, a (small, odd) grid of blocks of
-threads, each thread one call of the kernel.
-
-Only kernels whose threads never wait for each other emulate faithfully
-(see the header): the elementwise kernels of :mod:`.elemwise`.
+:func:`load` compiles kernel sources (:func:`.kernel_source.module_source`:
+the same text NVRTC compiles for a device) as host C++ with
+``TN_HOST_EMULATION`` defined and ``include/host_emulation.h`` first
+(``__global__`` vanishes, ``blockIdx``/``threadIdx`` become per-thread
+globals, math comes from ``<math.h>``), into a shared library kept in
+tenure's compile cache, and returns a :class:`HostModule`.
+``module.launch(variant, grid, block, arrays, integers)`` then runs a kernel
+over NumPy arrays as a device would run it over device arrays: the same
+arguments, a (small, odd) grid of blocks of threads.  A kernel whose
+threads never wait for each other (elementwise) runs thread after thread; one
+that synchronises (reductions, softmax) runs each block's threads as
+coroutines, a round between barriers (see the header).
+:class:`EmulatedBackend` is the :class:`.launch.Backend` over all this.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ __all__ = ["EMULATED_BLOCKS", "EMULATED_REDUCTION_THREADS", "EMULATED_THREADS", 
 EMULATED_BLOCKS = 3
 EMULATED_THREADS = 5
 EMULATED_REDUCTION_THREADS = 8
+#: the most threads an emulated block that synchronises may have
+#: (TN_EMULATED_MAX_THREADS in the header)
+EMULATED_MAX_THREADS = 64
 
 #: how the host compiler builds emulated kernels: C++ (the source is CUDA C++),
 #: the emulation header first, and no contraction into FMAs (as on the device)
@@ -55,6 +61,7 @@ class HostModule:
     def __init__(self, path: Path):
         self.path = path
         self.library = ctypes.CDLL(str(path))
+        self._failed = ctypes.c_int.in_dll(self.library, "tn_emulation_failed")
 
     def launch(self, variant: str, grid: int, block: int, arrays: list[np.ndarray],
                integers: list[int]) -> int:
@@ -64,8 +71,13 @@ class HostModule:
         status = ctypes.c_int(0)
         function = getattr(self.library, variant + "_host")
         pointers = [ctypes.c_void_p(a.ctypes.data) for a in arrays]
+        self._failed.value = 0
         function(ctypes.c_uint(grid), ctypes.c_uint(block), *pointers, ctypes.byref(status),
                  *[ctypes.c_longlong(v) for v in integers])
+        if self._failed.value:
+            raise RuntimeError(f"host emulation could not run {variant} on blocks of {block} "
+                               f"threads (at most {EMULATED_MAX_THREADS}, and memory for their "
+                               f"stacks)")
         return status.value
 
 
@@ -138,9 +150,9 @@ def _recipe() -> compiler.Recipe:
                                     "tenure.config.cxx or $CC")
     header = (INCLUDE / "host_emulation.h").read_text()
     # The header's text is part of the recipe, hence of the cache key.
+    digest = hashlib.sha256(header.encode()).hexdigest()[:16]
     return compiler.Recipe(command, compiler.compiler_version(command), None,
-                           ("-fPIC", "-shared", *HOST_FLAGS,
-                            f"-DTN_EMULATION_HEADER={hashlib.sha256(header.encode()).hexdigest()[:16]}"),
+                           ("-fPIC", "-shared", *HOST_FLAGS, f"-DTN_EMULATION_HEADER={digest}"),
                            ())
 
 

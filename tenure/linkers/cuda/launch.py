@@ -20,9 +20,8 @@ per output otherwise.  :func:`run_nnet`: softmax, log_softmax, logsumexp
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import warnings
+from typing import Protocol
 
 import numpy as np
 
@@ -171,9 +170,10 @@ def run_nnet(backend: Backend, kernel: NnetKernel, node, inputs: list, out=None,
         shape = tuple(x.shape)
     if out is None:
         out = _spare_or_new(backend, spare, shape, kernel.dtypes[0])
-    elif out.dtype != kernel.dtypes[0] or tuple(out.shape) != shape:
-        raise TypeError(f"output 0: expected {shape} {kernel.dtypes[0]}, got {tuple(out.shape)} "
-                        f"{out.dtype}")
+    elif out.dtype != kernel.dtypes[0]:
+        raise TypeError(f"output 0: expected dtype {kernel.dtypes[0]}, got {out.dtype}")
+    elif tuple(out.shape) != shape:
+        raise ValueError(f"output 0: expected shape {shape}, got {tuple(out.shape)}")
     x = _separate(backend, x, out)
     out_view = (out.shape, out.strides)
     if kernel.kind == "logsumexp" and not node.op.keepdims:   # the reduced axes, of length 1

@@ -22,9 +22,10 @@ from tenure.linkers.c import scalar_code as sc
 from tenure.symbolic.ops import elemwise as ew
 from tenure.symbolic.ops import scalar as ps
 from tests.linkers.c import harness
-from tests.linkers.elemwise_cases import (EXACT, GRAPH_CASES, NO_C_CODE, OP_CASES, WEAK_CASES,
-                                          array, assert_matches, call, data, is_weak, layouts,
-                                          name_of, reference, strided, var, views)
+from tests.linkers.elemwise_cases import (EXACT, GRAPH_CASES, NO_C_CODE, OP_CASES,
+                                          STRIDED_SHAPES, WEAK_CASES, array, assert_matches,
+                                          call, check_any_strides, data, is_weak, layouts,
+                                          name_of, reference, strided, var)
 
 
 def _require_compiler():
@@ -168,25 +169,9 @@ def test_fused_and_broadcast(built, entry, shapes):
 
 
 
-@pytest.mark.parametrize("entry", ["expsin", "intmix", "mixed", "leaky32"])
+@pytest.mark.parametrize("entry", sorted(STRIDED_SHAPES))
 def test_any_strides(built, entry):
-    node = GRAPH_CASES[entry]
-    rng = np.random.default_rng(3)
-    shapes = {"expsin": [(9, 13), (13,)], "intmix": [(9, 13), (13,)],
-              "mixed": [(9, 13), (9, 13)], "leaky32": [(9, 13)]}[entry]
-    base = [array(s, v.dtype, rng) for s, v in zip(shapes, node.inputs)]
-    want = reference(node, base)
-    for k in range(len(base)):
-        for view in views(base[k]):
-            inputs = list(base)
-            inputs[k] = view
-            assert_matches(built[entry](*inputs), want, entry, fused=True)
-    out = np.zeros((13, 9), want.dtype).T  # a transposed output
-    assert built[entry](*base, out=out) is out
-    assert_matches(out, want, entry, fused=True)
-    out = np.zeros((18, 26), want.dtype)[::-2, 1::2]
-    assert built[entry](*base, out=out) is out
-    assert_matches(out, want, entry, fused=True)
+    check_any_strides(entry, built[entry])
 
 
 def test_in_place_from_a_real_graph(built):

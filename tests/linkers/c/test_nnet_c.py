@@ -15,8 +15,8 @@ import pytest
 from tenure.linkers.c import nnet as cn
 from tenure.symbolic.ops.nnet import LogSumExp, Softmax
 from tests.linkers.c import harness
-from tests.linkers.nnet_cases import (AXES, CASES, DTYPES, RTOL, check, layouts, reference,
-                                      var)
+from tests.linkers.nnet_cases import (CASES, DTYPES, RTOL, check, check_axes_and_layouts,
+                                      check_edge_values, check_empty, reference, var)
 
 
 @pytest.fixture(scope="module")
@@ -28,14 +28,7 @@ def mod(cc):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", ["sm", "ls", "lse"])
 def test_axes_and_layouts(mod, rng, kind, dtype):
-    a = (rng.normal(size=(3, 5, 70)) * 4).astype(dtype)
-    for axes in AXES:
-        tag = "".join(map(str, axes)) or "none"
-        names = [f"{kind}_{dtype}_{tag}"] if kind != "lse" else [
-            f"lse_{dtype}_{tag}_0", f"lse_{dtype}_{tag}_1"]
-        for name in names:
-            for x in layouts(a):
-                check(mod, name, x)
+    check_axes_and_layouts(mod, kind, dtype, rng)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -64,34 +57,12 @@ def test_strided_outputs(mod, rng, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_edge_values(mod, dtype):
-    inf, nan = np.inf, np.nan
-    rows = [[-inf, -inf, -inf, -inf], [inf, 1.0, 2.0, -inf], [inf, inf, 0.0, 0.0],
-            [nan, 1.0, 2.0, 3.0], [nan, nan, nan, nan], [1000.0, 1000.0, -1000.0, 3.0],
-            [-1000.0, -1001.0, -1002.0, -1e30], [80.0, 90.0, 100.0, 0.0],
-            [0.0, 0.0, 0.0, 0.0], [-inf, 0.0, -inf, 1.0], [nan, inf, -inf, 0.0],
-            [1e30, -1e30, 3e38, 0.0]]
-    a = np.array(rows, dtype=dtype).reshape(12, 1, 4)
-    for name in (f"sm_{dtype}_2", f"ls_{dtype}_2", f"lse_{dtype}_2_0", f"lse_{dtype}_2_1",
-                 f"sm_{dtype}_none", f"ls_{dtype}_none", f"lse_{dtype}_none_0",
-                 f"sm_{dtype}_02", f"lse_{dtype}_012_0"):
-        check(mod, name, a)
-        check(mod, name, a[::-1, :, ::-1])
-    for value in (-inf, inf, nan, 2.5, -1e30):
-        s = np.array(value, dtype=dtype)
-        check(mod, f"ls_{dtype}_scalar", s)
-        check(mod, f"lse_{dtype}_scalar", s)
+    check_edge_values(mod, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_empty(mod, dtype):
-    for shape in [(0, 3, 4), (2, 0, 4), (2, 3, 0), (0, 0, 0)]:
-        a = np.zeros(shape, dtype)
-        for axes in AXES:
-            tag = "".join(map(str, axes)) or "none"
-            for name in (f"sm_{dtype}_{tag}", f"ls_{dtype}_{tag}", f"lse_{dtype}_{tag}_0",
-                         f"lse_{dtype}_{tag}_1"):
-                check(mod, name, a)
-    check(mod, f"lse_{dtype}_vec", np.zeros(0, dtype))       # -inf, like perform
+    check_empty(mod, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -19,8 +19,9 @@ import tenure as tn
 from tenure.linkers.c import reduce as cr
 from tenure.symbolic.types import TensorType
 from tests.linkers.c import harness
-from tests.linkers.reduce_cases import (GRAPH_CASES, KINDS, REDUCE_CASES, SHAPES, check,
-                                        graph_inputs, layouts, values, var)
+from tests.linkers.reduce_cases import (GRAPH_CASES, KINDS, REDUCE_CASES, check,
+                                        check_every_dtype_and_axes, graph_inputs,
+                                        permuted_view, values, var)
 
 
 def _require_compiler():
@@ -55,17 +56,7 @@ def built():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_reduce_every_dtype_and_axes(built, kind):
-    rng = np.random.default_rng(sum(map(ord, kind)))
-    for key, node in REDUCE_CASES.items():
-        if not key.startswith(kind + "__"):
-            continue
-        dtype, ndim = node.inputs[0].dtype, node.inputs[0].ndim
-        shapes = SHAPES if ndim == 3 else [()] if ndim == 0 else [(7,), (0,), (1000,)]
-        for shape in shapes:
-            for special in (False, True):
-                x = values(rng, dtype, shape, special, kind)
-                for layout in layouts(rng, x):
-                    check(node, built[key], [layout])
+    check_every_dtype_and_axes(kind, built.__getitem__, np.random.default_rng(sum(map(ord, kind))))
 
 
 def test_dtypes_are_numpys():
@@ -240,10 +231,4 @@ def test_random_shapes_axes_layouts(built, key, shape, perm, steps, seed, specia
     if np.prod(shape) > 5000:
         shape = (shape[0], shape[1], 1)
     x = values(rng, node.inputs[0].dtype, shape, special, node.op.fn_name)
-    # The same values seen through a permuted, strided (maybe reversed) base.
-    base_shape = [shape[p] * abs(steps[p]) for p in perm]
-    base = np.zeros(base_shape, x.dtype).transpose(np.argsort(perm))
-    view = base[tuple(slice(None, None, s) for s in steps)]
-    view = view[tuple(slice(0, n) for n in shape)]
-    view[...] = x
-    check(node, built[key], [view])
+    check(node, built[key], [permuted_view(x, perm, steps)])

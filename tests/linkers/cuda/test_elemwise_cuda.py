@@ -20,16 +20,16 @@ from hypothesis import strategies as st
 
 from tenure.linkers.cuda import elemwise as cuda_ew
 from tenure.linkers.cuda import nvrtc
-from tenure.linkers.cuda.device import CudaUnavailable
-from tenure.linkers.cuda.kernel_source import module_source, prelude
+from tenure.linkers.cuda.kernel_source import prelude
 from tenure.linkers.cuda.launch import run_elemwise
 from tenure.linkers.cuda.layout import launch_layout
 from tenure.symbolic.ops import elemwise as ew
 from tenure.symbolic.ops import scalar as ps
-from tests.helpers import need
-from tests.linkers.elemwise_cases import (EXACT, GRAPH_CASES, OP_CASES, WEAK_CASES, array,
-                                          assert_matches, data, is_weak, layouts, name_of,
-                                          reference, strided, var, views)
+from tests.linkers.cuda.device_compile import assert_defined, compile_all, device_compiler
+from tests.linkers.elemwise_cases import (EXACT, GRAPH_CASES, OP_CASES, STRIDED_SHAPES,
+                                          WEAK_CASES, array, assert_matches, check_any_strides,
+                                          data, is_weak, layouts, name_of, reference, strided,
+                                          var)
 
 ALL_CASES = {**OP_CASES, **WEAK_CASES, **GRAPH_CASES}
 #: built at once by the backends (conftest.py)
@@ -55,25 +55,15 @@ def host(backend, node, *inputs, out=None) -> np.ndarray:
 # Compiled for the device
 
 
-def _device_compiler() -> str:
-    """NVRTC or nvcc, or a skip (a failure in CI, which installs NVRTC)."""
-    try:
-        return nvrtc.compiler_name()
-    except CudaUnavailable as exc:
-        need(False, str(exc))
-
 def test_every_generated_kernel_compiles_for_the_device():
     """All of them in one module: one NVRTC program (about 10 s)."""
-    name = _device_compiler()
-    kernels = {k.name: k for k in KERNELS}
-    ptx = nvrtc.compile_ptx(module_source(kernels.values()))
-    for kernel in kernels.values():
-        for ndim in range(1, kernel.max_ndim + 1):
-            assert f".entry {cuda_ew.variant_name(kernel.name, ndim)}(" in ptx, (name, kernel.name)
+    ptx = compile_all(KERNELS)
+    assert_defined(ptx, [cuda_ew.variant_name(k.name, ndim) for k in KERNELS
+                         for ndim in range(1, k.max_ndim + 1)])
 
 
 def test_a_kernel_that_does_not_compile_is_reported():
-    _device_compiler()
+    device_compiler()
     with pytest.raises(nvrtc.KernelCompileError, match="undefined_thing"):
         nvrtc.compile_ptx(prelude() + "\nextern \"C\" __global__ void k(int *p) "
                           "{ *p = undefined_thing; }\n")
@@ -141,24 +131,12 @@ def test_fused_and_broadcast(backend, entry, shapes):
     assert_matches(host(backend, node, *inputs), reference(node, inputs), entry, fused=True)
 
 
-@pytest.mark.parametrize("entry", ["expsin", "intmix", "mixed", "leaky32"])
+@pytest.mark.parametrize("entry", sorted(STRIDED_SHAPES))
 def test_any_strides(emulated, entry):
     """Strided, reversed, Fortran-ordered and unaligned inputs; transposed
     and reversed outputs."""
     node = GRAPH_CASES[entry]
-    rng = np.random.default_rng(3)
-    shapes = {"expsin": [(9, 13), (13,)], "intmix": [(9, 13), (13,)],
-              "mixed": [(9, 13), (9, 13)], "leaky32": [(9, 13)]}[entry]
-    base = [array(s, v.dtype, rng) for s, v in zip(shapes, node.inputs)]
-    want = reference(node, base)
-    for k in range(len(base)):
-        for view in views(base[k]):
-            inputs = list(base)
-            inputs[k] = view
-            assert_matches(run(emulated, node, *inputs), want, entry, fused=True)
-    for out in (np.zeros((13, 9), want.dtype).T, np.zeros((18, 26), want.dtype)[::-2, 1::2]):
-        assert run(emulated, node, *base, out=out) is out
-        assert_matches(out, want, entry, fused=True)
+    check_any_strides(entry, lambda *inputs, out=None: run(emulated, node, *inputs, out=out))
 
 
 def test_in_place(backend):
@@ -235,8 +213,8 @@ def test_launch_layout_merges_what_it_can():
         launch_layout((3, 4), [((3, 4), (32, 8)), ((3,), (8,))])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(layouts(), st.integers(0, 2 ** 32 - 1))
 def test_random_layouts(emulated, layout, seed):
     ndims, _, specs, out_steps = layout

@@ -107,3 +107,15 @@ def test_a_kernel_the_device_compiler_refuses_fails_the_emulated_build():
     EmulatedBackend().prepare([host_only])            # the CPU's compiler takes it
     with pytest.raises(nvrtc.KernelCompileError, match="stdio.h"):
         EmulatedBackend(check_device_compile=True).prepare([host_only])
+
+
+def test_an_emulated_launch_that_cannot_run_raises(rng):
+    """A block larger than host emulation runs (its coroutines' stacks) is
+    an error, not a launch that silently computes nothing."""
+    x = tn.matrix("x")
+    f = tn.function([x], tn.softmax(x, axis=1), mode=EMULATED)
+    ((node, step),) = f._thunk.kernel_steps.items()
+    big = EmulatedBackend()
+    big.reduction_threads = 128
+    with pytest.raises(RuntimeError, match="could not run .* on blocks of 128 threads"):
+        step.run(big, step.kernel, node, [rng.random((2, 3))])

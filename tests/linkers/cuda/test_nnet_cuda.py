@@ -11,14 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tenure.linkers.cuda import nvrtc
 from tenure.linkers.cuda import nnet as cuda_nnet
-from tenure.linkers.cuda.device import CudaUnavailable
-from tenure.linkers.cuda.kernel_source import module_source
 from tenure.linkers.cuda.launch import run_nnet
 from tenure.symbolic.ops.nnet import Softmax
-from tests.helpers import need
-from tests.linkers.nnet_cases import AXES, CASES, DTYPES, RTOL, check, layouts, reference, var
+from tests.linkers.cuda.device_compile import assert_defined, compile_all
+from tests.linkers.nnet_cases import (CASES, DTYPES, RTOL, check, check_axes_and_layouts,
+                                      check_edge_values, check_empty, reference, var)
 
 #: built at once by the backends (conftest.py)
 KERNELS = [cuda_nnet.nnet_kernel(node) for node in CASES.values()]
@@ -45,29 +43,16 @@ class Entries:
 
 
 def test_every_generated_kernel_compiles_for_the_device():
-    try:
-        nvrtc.compiler_name()
-    except CudaUnavailable as exc:
-        need(False, str(exc))
-    kernels = {k.name: k for k in KERNELS}
-    ptx = nvrtc.compile_ptx(module_source(kernels.values()))
-    for k in kernels.values():
-        name = cuda_nnet.variant_name(k.name, k.max_kept, k.max_reduced)
-        assert f".entry {name}(" in ptx
+    ptx = compile_all(KERNELS)
+    assert_defined(ptx, [cuda_nnet.variant_name(k.name, kept, reduced) for k in KERNELS
+                         for kept in range(1, k.max_kept + 1)
+                         for reduced in range(1, k.max_reduced + 1)])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", ["sm", "ls", "lse"])
 def test_axes_and_layouts(backend, rng, kind, dtype):
-    mod = Entries(backend)
-    a = (rng.normal(size=(3, 5, 70)) * 4).astype(dtype)
-    for axes in AXES:
-        tag = "".join(map(str, axes)) or "none"
-        names = [f"{kind}_{dtype}_{tag}"] if kind != "lse" else [
-            f"lse_{dtype}_{tag}_0", f"lse_{dtype}_{tag}_1"]
-        for name in names:
-            for x in layouts(a):
-                check(mod, name, x)
+    check_axes_and_layouts(Entries(backend), kind, dtype, rng)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -84,36 +69,12 @@ def test_long_rows_and_vectors(backend, rng, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_edge_values(backend, dtype):
-    mod = Entries(backend)
-    inf, nan = np.inf, np.nan
-    rows = [[-inf, -inf, -inf, -inf], [inf, 1.0, 2.0, -inf], [inf, inf, 0.0, 0.0],
-            [nan, 1.0, 2.0, 3.0], [nan, nan, nan, nan], [1000.0, 1000.0, -1000.0, 3.0],
-            [-1000.0, -1001.0, -1002.0, -1e30], [80.0, 90.0, 100.0, 0.0],
-            [0.0, 0.0, 0.0, 0.0], [-inf, 0.0, -inf, 1.0], [nan, inf, -inf, 0.0],
-            [1e30, -1e30, 3e38, 0.0]]
-    a = np.array(rows, dtype=dtype).reshape(12, 1, 4)
-    for name in (f"sm_{dtype}_2", f"ls_{dtype}_2", f"lse_{dtype}_2_0", f"lse_{dtype}_2_1",
-                 f"sm_{dtype}_none", f"ls_{dtype}_none", f"lse_{dtype}_none_0",
-                 f"sm_{dtype}_02", f"lse_{dtype}_012_0"):
-        check(mod, name, a)
-        check(mod, name, a[::-1, :, ::-1])
-    for value in (-inf, inf, nan, 2.5, -1e30):
-        s = np.array(value, dtype=dtype)
-        check(mod, f"ls_{dtype}_scalar", s)
-        check(mod, f"lse_{dtype}_scalar", s)
+    check_edge_values(Entries(backend), dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_empty(backend, dtype):
-    mod = Entries(backend)
-    for shape in [(0, 3, 4), (2, 0, 4), (2, 3, 0), (0, 0, 0)]:
-        a = np.zeros(shape, dtype)
-        for axes in AXES:
-            tag = "".join(map(str, axes)) or "none"
-            for name in (f"sm_{dtype}_{tag}", f"ls_{dtype}_{tag}", f"lse_{dtype}_{tag}_0",
-                         f"lse_{dtype}_{tag}_1"):
-                check(mod, name, a)
-    check(mod, f"lse_{dtype}_vec", np.zeros(0, dtype))       # -inf, like perform
+    check_empty(Entries(backend), dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -146,10 +107,12 @@ def test_errors(emulated):
     with pytest.raises(TypeError, match=r"input 0: expected a 3-d array of dtype float32, "
                                         r"got 3-d float64"):
         mod.sm_float32_2(a.astype("float64"))
-    with pytest.raises(TypeError, match=r"output 0: expected \(2, 3, 4\) float32, got "
-                                        r"\(2, 3, 5\) float32"):
+    with pytest.raises(ValueError, match=r"output 0: expected shape \(2, 3, 4\), got "
+                                         r"\(2, 3, 5\)"):
         mod.sm_float32_2(a, out=np.zeros((2, 3, 5), "float32"))
-    with pytest.raises(TypeError, match=r"expected \(2, 3\) float32"):
+    with pytest.raises(ValueError, match=r"expected shape \(2, 3\)"):
         mod.lse_float32_2_0(a, out=np.zeros((2, 3, 1), "float32"))
+    with pytest.raises(TypeError, match="output 0: expected dtype float32, got float64"):
+        mod.sm_float32_2(a, out=np.zeros((2, 3, 4)))
     with pytest.raises(NotImplementedError, match="no CUDA code"):
         cuda_nnet.nnet_kernel(Softmax((0,))(var("int8", 1)).owner)

@@ -16,15 +16,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tenure.linkers.cuda import nvrtc
 from tenure.linkers.cuda import reduce as cuda_reduce
-from tenure.linkers.cuda.device import CudaUnavailable
-from tenure.linkers.cuda.kernel_source import module_source
 from tenure.linkers.cuda.launch import pick_strategy, run_reduce
 from tenure.linkers.cuda.layout import reduction_layout
-from tests.helpers import need
-from tests.linkers.reduce_cases import (GRAPH_CASES, KINDS, REDUCE_CASES, SHAPES, check,
-                                        graph_inputs, layouts, values)
+from tests.linkers.cuda.device_compile import assert_defined, compile_all
+from tests.linkers.reduce_cases import (GRAPH_CASES, KINDS, REDUCE_CASES, check,
+                                        check_every_dtype_and_axes, graph_inputs,
+                                        permuted_view, values)
 
 ALL_CASES = {**REDUCE_CASES, **GRAPH_CASES}
 #: built at once by the backends (conftest.py)
@@ -50,16 +48,11 @@ def runner(backend, node, strategy):
 
 
 def test_every_generated_kernel_compiles_for_the_device():
-    try:
-        nvrtc.compiler_name()
-    except CudaUnavailable as exc:
-        need(False, str(exc))
-    kernels = {k.name: k for k in KERNELS}
-    ptx = nvrtc.compile_ptx(module_source(kernels.values()))
-    for k in kernels.values():
-        for strategy in cuda_reduce.STRATEGIES:
-            name = cuda_reduce.variant_name(k.name, strategy, k.max_kept, k.max_reduced)
-            assert f".entry {name}(" in ptx
+    ptx = compile_all(KERNELS)
+    assert_defined(ptx, [cuda_reduce.variant_name(k.name, strategy, kept, reduced)
+                         for k in KERNELS for strategy in cuda_reduce.STRATEGIES
+                         for kept in range(1, k.max_kept + 1)
+                         for reduced in range(1, k.max_reduced + 1)])
 
 
 # --------------------------------------------------------------------------
@@ -69,18 +62,8 @@ def test_every_generated_kernel_compiles_for_the_device():
 @pytest.mark.parametrize("strategy", cuda_reduce.STRATEGIES)
 @pytest.mark.parametrize("kind", KINDS)
 def test_reduce_every_dtype_and_axes(backend, kind, strategy):
-    rng = np.random.default_rng(sum(map(ord, kind)))
-    for key, node in REDUCE_CASES.items():
-        if not key.startswith(kind + "__"):
-            continue
-        fn = runner(backend, node, strategy)
-        dtype, ndim = node.inputs[0].dtype, node.inputs[0].ndim
-        shapes = SHAPES if ndim == 3 else [()] if ndim == 0 else [(7,), (0,), (1000,)]
-        for shape in shapes:
-            for special in (False, True):
-                x = values(rng, dtype, shape, special, kind)
-                for layout in layouts(rng, x):
-                    check(node, fn, [layout])
+    check_every_dtype_and_axes(kind, lambda key: runner(backend, REDUCE_CASES[key], strategy),
+                               np.random.default_rng(sum(map(ord, kind))))
 
 
 @pytest.mark.parametrize("strategy", cuda_reduce.STRATEGIES)
@@ -208,11 +191,6 @@ def test_random_shapes_axes_layouts(emulated, key, shape, perm, steps, seed, spe
     node = REDUCE_CASES[key]
     rng = np.random.default_rng(seed)
     x = values(rng, node.inputs[0].dtype, shape, special, node.op.fn_name)
-    base_shape = [shape[p] * abs(steps[p]) for p in perm]
-    base = np.zeros(base_shape, x.dtype).transpose(np.argsort(perm))
-    view = base[tuple(slice(None, None, s) for s in steps)]
-    view = view[tuple(slice(0, n) for n in shape)]
-    view[...] = x
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        check(node, runner(emulated, node, strategy), [view])
+        check(node, runner(emulated, node, strategy), [permuted_view(x, perm, steps)])

@@ -83,6 +83,13 @@ static inline double __longlong_as_double(long long bits)
 #define TN_EMULATED_MAX_THREADS 64
 #define TN_EMULATED_STACK (64 * 1024)
 
+/* Set when a launch could not run (a block of more than
+ * TN_EMULATED_MAX_THREADS threads, no memory for the stacks): the caller
+ * (tenure/linkers/cuda/emulation.py) clears it before a launch and raises
+ * when it is set after. */
+extern "C" int tn_emulation_failed;
+int tn_emulation_failed = 0;
+
 static ucontext_t tn_scheduler, tn_contexts[TN_EMULATED_MAX_THREADS];
 static int tn_finished[TN_EMULATED_MAX_THREADS];
 static unsigned int tn_current;
@@ -107,13 +114,19 @@ static void tn_call_body(void *body)
 }
 
 /* Run `body` as a launch of `grid` blocks of `block` threads (at most
- * TN_EMULATED_MAX_THREADS; a larger block runs nothing). */
+ * TN_EMULATED_MAX_THREADS; a larger block sets tn_emulation_failed). */
 template <typename Body>
 static void tn_emulate_threads(unsigned int grid, unsigned int block, Body body)
 {
-    if (block == 0 || block > TN_EMULATED_MAX_THREADS) return;
+    if (block == 0 || block > TN_EMULATED_MAX_THREADS) {
+        tn_emulation_failed = 1;
+        return;
+    }
     char *stacks = (char *)malloc((size_t)block * TN_EMULATED_STACK);
-    if (stacks == NULL) return;
+    if (stacks == NULL) {
+        tn_emulation_failed = 1;
+        return;
+    }
     tn_thread_body = tn_call_body<Body>;
     tn_thread_arg = &body;
     gridDim.x = grid; gridDim.y = gridDim.z = 1;
