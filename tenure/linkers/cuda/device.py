@@ -13,7 +13,8 @@ from __future__ import annotations
 import functools
 import importlib
 
-__all__ = ["CudaUnavailable", "require_cupy", "require_device", "unavailable_reason"]
+__all__ = ["CudaUnavailable", "import_cupy", "require_cupy", "require_device",
+           "unavailable_reason"]
 
 
 class CudaUnavailable(RuntimeError):
@@ -21,10 +22,15 @@ class CudaUnavailable(RuntimeError):
     (the message says which)."""
 
 
+def import_cupy():
+    """``import cupy`` (the one place tenure imports it)."""
+    return importlib.import_module("cupy")
+
+
 def require_cupy():
     """The ``cupy`` module, or :class:`CudaUnavailable` when it is not installed."""
     try:
-        return importlib.import_module("cupy")
+        return import_cupy()
     except ImportError as exc:
         raise CudaUnavailable(f"the CUDA linker needs CuPy, which is not installed ({exc}); "
                               f"pip install 'tenure[cuda]'") from None

@@ -60,7 +60,10 @@ class HostModule:
 
     def __init__(self, path: Path):
         self.path = path
-        self.library = ctypes.CDLL(str(path))
+        # PyDLL: a launch keeps the GIL, so launches from several Python
+        # threads never meet in the one coroutine scheduler and the static
+        # __shared__ arrays of a library.
+        self.library = ctypes.PyDLL(str(path))
         self._failed = ctypes.c_int.in_dll(self.library, "tn_emulation_failed")
 
     def launch(self, variant: str, grid: int, block: int, arrays: list[np.ndarray],
