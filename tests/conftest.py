@@ -45,13 +45,13 @@ HAVE_DASK = importlib.util.find_spec("dask") is not None
 
 #: test files that run on the CUDA linker's executor under host emulation
 #: (``cuda_emulated``: the generated CUDA kernels run on the CPU) in every
-#: run: the memory contract, the calling conventions, transactions, and the
-#: op families whose nodes have kernels.  The rest of the op suite passes on
+#: run: the memory contract, the calling conventions, transactions, the
+#: activation-memory budgets, and the op families whose nodes have kernels.  The rest of the op suite passes on
 #: it too (``TENURE_TEST_LINKERS=cuda_emulated``); compiling each graph's
 #: kernels as host C++ makes the whole of it cost minutes.
 CUDA_EMULATED_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_pytensor_idioms.py",
                               "test_transactions.py", "test_pickle.py", "test_reduce.py",
-                              "test_nnet.py", "test_elemwise_grad.py"}
+                              "test_nnet.py", "test_elemwise_grad.py", "test_remat.py"}
 
 
 def _linkers_for(path) -> list[str]:

@@ -26,9 +26,14 @@
 #ifndef TENURE_HOST_EMULATION_H
 #define TENURE_HOST_EMULATION_H
 
+/* The C library's own headers, not libstdc++'s C++ wrappers around them:
+ * <cmath>'s templates would cost a third of a second per compilation, and
+ * the kernels call the C functions by their C names (expf, not exp). */
+#define _GLIBCXX_INCLUDE_NEXT_C_HEADERS
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#undef _GLIBCXX_INCLUDE_NEXT_C_HEADERS
 #include <ucontext.h>
 
 #define __global__
