@@ -105,8 +105,8 @@ class Mode:
     the ``[dask]`` extra) or ``"cuda_emulated"`` (the CUDA linker's generated
     kernels run on the CPU under host emulation, for testing and debugging
     them without a GPU: see :mod:`tenure.linkers.cuda.linker`); ``None``
-    means ``config.linker``.  For the dask
-    linker only: ``compute=True`` returns NumPy outputs (computed in the call)
+    means ``config.linker``.  For the dask linker only: ``compute=True``
+    returns NumPy outputs (computed in the call)
     instead of Dask arrays, and ``chunk_linker`` (``"c"`` or ``"py"``)
     compiles the per-chunk kernels.  ``include`` / ``exclude``: rewrite names or tags
     to add to / remove from the selection, e.g. ``Mode(exclude=["fusion"])``

@@ -10,6 +10,10 @@ import numpy as np
 import pytest
 
 import tenure as tn
+from tenure.linkers.c import compiler
+from tenure.linkers.cuda import nvrtc
+from tenure.linkers.cuda.device import CudaUnavailable
+from tenure.linkers.cuda.linker import emulated_backend
 
 #: every linker the contract and op suites run on.  ``TENURE_TEST_LINKERS``
 #: (comma-separated, e.g. ``TENURE_TEST_LINKERS=py,check,c``) overrides it to
@@ -46,9 +50,10 @@ HAVE_DASK = importlib.util.find_spec("dask") is not None
 #: test files that run on the CUDA linker's executor under host emulation
 #: (``cuda_emulated``: the generated CUDA kernels run on the CPU) in every
 #: run: the memory contract, the calling conventions, transactions, the
-#: activation-memory budgets, and the op families whose nodes have kernels.  The rest of the op suite passes on
-#: it too (``TENURE_TEST_LINKERS=cuda_emulated``); compiling each graph's
-#: kernels as host C++ makes the whole of it cost minutes.
+#: activation-memory budgets, and the op families whose nodes have kernels.
+#: The rest of the suite passes on it too (``TENURE_TEST_LINKERS=cuda_emulated``);
+#: compiling each graph's kernels as host C++ (and for the device) makes the
+#: whole of it cost many minutes.
 CUDA_EMULATED_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_pytensor_idioms.py",
                               "test_transactions.py", "test_pickle.py", "test_reduce.py",
                               "test_nnet.py", "test_elemwise_grad.py", "test_remat.py"}
@@ -69,7 +74,6 @@ def _linkers_for(path) -> list[str]:
 
 
 def _have_compiler() -> bool:
-    from tenure.linkers.c import compiler
     return compiler.find_compiler() is not None
 
 
@@ -109,7 +113,6 @@ def rng():
 @pytest.fixture
 def cc_or_skip():
     """A working C compiler, or a clean skip (the C linker's own tests)."""
-    from tenure.linkers.c import compiler
     command = compiler.find_compiler()
     if command is None:
         pytest.skip("no working C compiler")
@@ -154,9 +157,6 @@ def _compile_emulated_kernels_for_the_device() -> None:
     """Every kernel the suites run on ``cuda_emulated`` is compiled for the
     device too (NVRTC, else nvcc), where a device compiler is installed (CI
     installs NVRTC): a generated kernel that would not compile fails its test."""
-    from tenure.linkers.cuda import nvrtc
-    from tenure.linkers.cuda.device import CudaUnavailable
-    from tenure.linkers.cuda.linker import emulated_backend
     try:
         nvrtc.compiler_name()
     except CudaUnavailable:
