@@ -56,7 +56,8 @@ HAVE_DASK = importlib.util.find_spec("dask") is not None
 #: whole of it cost many minutes.
 CUDA_EMULATED_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_pytensor_idioms.py",
                               "test_transactions.py", "test_pickle.py", "test_reduce.py",
-                              "test_nnet.py", "test_elemwise_grad.py", "test_remat.py"}
+                              "test_nnet.py", "test_elemwise_grad.py", "test_remat.py",
+                              "test_subtensor_update.py"}
 
 
 def _linkers_for(path) -> list[str]:

@@ -8,6 +8,8 @@ a GPU.
 - :mod:`.reduce`: reductions and fused reductions (a block per output with a
   shared-memory tree, or a thread per output).
 - :mod:`.nnet`: softmax, log_softmax, logsumexp (a block per row).
+- :mod:`.subtensor`: ``inc_subtensor``/``set_subtensor`` with basic
+  indexing, an elementwise kernel writing into the region.
 - :mod:`.kernel_source`: the prelude every module starts with
   (``include/tenure_cuda.h`` and the scalar helpers), NVRTC's options, the
   index arithmetic, the host launchers.
@@ -26,7 +28,8 @@ a GPU.
 
 Not built yet: the device path of the executor (``Mode(linker="cuda")``:
 device shared variables, transfers, CuPy implementations of the ops without
-kernels, cuBLAS products), memory plans measured on the device, CUDA graphs,
+kernels, cuBLAS products), advanced-index updates, memory plans measured
+on the device, CUDA graphs,
 the GPU benchmarks and the docs page.
 
 CuPy is never imported by importing this package.

@@ -55,6 +55,9 @@ class CupyBackend:
     def pointer(self, array) -> int:
         return array.data.ptr
 
+    def writeable(self, array) -> bool:
+        return True   # device memory has no read-only flag
+
     def from_host(self, array: np.ndarray):
         return self.cupy.asarray(array)
 

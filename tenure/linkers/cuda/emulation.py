@@ -122,6 +122,9 @@ class EmulatedBackend:
     def pointer(self, array) -> int:
         return array.ctypes.data
 
+    def writeable(self, array) -> bool:
+        return array.flags.writeable
+
     def from_host(self, array: np.ndarray) -> np.ndarray:
         return array
 

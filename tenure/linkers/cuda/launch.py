@@ -59,6 +59,9 @@ class Backend(Protocol):
 
     def pointer(self, array) -> int: ...
 
+    def writeable(self, array) -> bool:
+        """Whether tenure may write ``array`` (a read-only NumPy view may not)."""
+
     def from_host(self, array: np.ndarray):
         """``array`` as an array of this backend (a copy on a device)."""
 
@@ -98,6 +101,9 @@ def run_elemwise(backend: Backend, kernel: ElemwiseKernel, node, inputs: list, o
         raise ValueError(f"{node.op}: {exc}") from None
     if layout.n == 0:
         return out
+    if layout.ndim > kernel.max_ndim:     # (an executor's mistake, not the caller's)
+        raise ValueError(f"{node.op}: a launch over {layout.ndim} axes; its kernels take at "
+                         f"most {kernel.max_ndim}")
     threads = backend.elementwise_threads
     grid = grid_size(layout.n, threads, backend.max_blocks)
     status = backend.launch(kernel, cuda_elemwise.variant_name(kernel.name, layout.ndim), grid,

@@ -1,9 +1,9 @@
 """The CUDA linker's executor: the Python linker's schedule, plans and
 buffer reuse, with every node that has a generated kernel -- elementwise and
 ``Composite`` nodes (:mod:`.elemwise`), reductions and fused reductions
-(:mod:`.reduce`), softmax, log_softmax and logsumexp (:mod:`.nnet`) --
-computed by that kernel through a :class:`~.launch.Backend`; the other nodes
-run their ``perform``.
+(:mod:`.reduce`), softmax, log_softmax and logsumexp (:mod:`.nnet`), region
+updates with basic indexing (:mod:`.subtensor`) -- computed by that kernel
+through a :class:`~.launch.Backend`; the other nodes run their ``perform``.
 
 Landed so far: the executor over host emulation, ``Mode(linker="cuda_emulated")``
 (:class:`~.emulation.EmulatedBackend`: NumPy arrays, the kernels compiled as
@@ -32,12 +32,14 @@ from tenure.linkers.cuda import nnet as cuda_nnet
 from tenure.linkers.cuda import reduce as cuda_reduce
 from tenure.linkers.cuda.emulation import EmulatedBackend
 from tenure.linkers.cuda.launch import run_elemwise, run_nnet, run_reduce
+from tenure.linkers.cuda.subtensor import RegionUpdateStep, region_kernel
 from tenure.linkers.plan import make_plan, step_workspace
 from tenure.linkers.python import MIN_REUSE_BYTES, PythonThunk, op_perform
 from tenure.symbolic.ops.composite import FusedReduce
 from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
 from tenure.symbolic.ops.reduce import Reduce
+from tenure.symbolic.ops.subtensor_update import IncSubtensor
 
 __all__ = ["CudaThunk", "EmulatedCudaLinker", "KernelStep", "kernel_step"]
 
@@ -72,7 +74,7 @@ def _writable_output(buffer, node, inputs):
     return buffer
 
 
-def kernel_step(node, backend) -> KernelStep | None:
+def kernel_step(node, backend) -> KernelStep | RegionUpdateStep | None:
     """The kernel step computing ``node`` on ``backend``, or None when no
     generated kernel computes it (then ``perform`` does)."""
     op = node.op
@@ -83,6 +85,9 @@ def kernel_step(node, backend) -> KernelStep | None:
             return KernelStep(backend, cuda_reduce.reduce_kernel(node), run_reduce)
         if isinstance(op, (Softmax, LogSoftmax, LogSumExp)) and cuda_nnet.has_cuda_code(node):
             return KernelStep(backend, cuda_nnet.nnet_kernel(node), run_nnet)
+        if isinstance(op, IncSubtensor):
+            region = region_kernel(node)
+            return RegionUpdateStep(backend, region) if region is not None else None
     except (NotImplementedError, OverflowError):
         return None
     return None
@@ -98,7 +103,7 @@ class CudaThunk(PythonThunk):
             found = kernel_step(step.node, backend)
             if found is not None:
                 self.kernel_steps[step.node] = found
-        for found in {id(s.kernel): s.kernel for s in self.kernel_steps.values()}.values():
+        for found in {s.kernel.name: s.kernel for s in self.kernel_steps.values()}.values():
             backend.prepare([found])          # compiled now, one module per kernel
         self.perform_of = self._perform_of    # before the steps are made (PythonThunk)
         self.workspace_of = self._workspace_of

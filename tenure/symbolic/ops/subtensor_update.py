@@ -119,9 +119,14 @@ class _IncSubtensorBase(Op):
             return buf
         return x.copy()
 
+    def check_value_shape(self, v_shape, region_shape) -> None:
+        """``ValueError`` unless a value of ``v_shape`` broadcasts to the
+        region (what every implementation of the update checks)."""
+        _check_value_shape(tuple(v_shape), tuple(region_shape), self.fn_name, static=False)
+
     def _value(self, v, region_shape, out) -> np.ndarray:
         v = np.asarray(v)
-        _check_value_shape(v.shape, tuple(region_shape), self.fn_name, static=False)
+        self.check_value_shape(v.shape, region_shape)
         if self.inplace and np.may_share_memory(v, out):
             v = v.copy()  # reading v while writing out must not see the writes
         return v

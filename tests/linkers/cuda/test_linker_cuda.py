@@ -15,6 +15,7 @@ from tenure.linkers.cuda import nvrtc
 from tenure.linkers.cuda.device import CudaUnavailable
 from tenure.linkers.cuda.emulation import EmulatedBackend
 from tenure.linkers.cuda.linker import CudaThunk, KernelStep
+from tenure.linkers.cuda.subtensor import RegionUpdateStep
 from tests.helpers import need
 
 EMULATED = tn.Mode(linker="cuda_emulated")
@@ -24,7 +25,7 @@ def _kernel_ops(f) -> set[str]:
     thunk = f._thunk
     assert isinstance(thunk, CudaThunk)
     return {type(node.op).__name__ for node, step in thunk.kernel_steps.items()
-            if isinstance(step, KernelStep)}
+            if isinstance(step, (KernelStep, RegionUpdateStep))}
 
 
 def test_kernels_compute_the_graph(rng):
@@ -119,3 +120,36 @@ def test_an_emulated_launch_that_cannot_run_raises(rng):
     big.reduction_threads = 128
     with pytest.raises(RuntimeError, match="could not run .* on blocks of 128 threads"):
         step.run(big, step.kernel, node, [rng.random((2, 3))])
+
+
+def test_region_updates_run_as_kernels(rng):
+    """``x[index] += v`` and ``x[index] = v`` (basic indexing) write the
+    region through an elementwise kernel: into the shared storage when the
+    update is in place, with NumPy's promotion and cast, ``v`` broadcast."""
+    w = tn.shared(rng.standard_normal((6, 4)), name="w")
+    g = tn.matrix("g")
+    step = tn.function([g], [], updates=[(w, tn.inc_subtensor(w[1:5:2, ::-1], g))],
+                       mode=EMULATED)
+    assert "IncSubtensor" in _kernel_ops(step)
+    before = w.get_value(borrow=True)
+    want = before.copy()
+    delta = rng.standard_normal((2, 4))
+    want[1:5:2, ::-1] += delta
+    step(delta)
+    assert w.get_value(borrow=True) is before            # written where it lies
+    np.testing.assert_array_equal(before, want)
+
+    x, v = tn.tensor("x", dtype="float32", shape=(None, None)), tn.vector("v")
+    # (set with a value of fewer axes than the region: the kernel still has
+    # a variant for the region's axes)
+    outputs = [tn.inc_subtensor(x[:, 1:3], v[:2]), tn.set_subtensor(x[2], v), x[0, 0].set(v[0]),
+               tn.set_subtensor(x[1:3], v)]
+    emulated = tn.function([x, v], outputs, mode=EMULATED)
+    reference = tn.function([x, v], outputs, mode="py")
+    assert _kernel_ops(emulated) >= {"IncSubtensor"}
+    args = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal(4)
+    for got, expected in zip(emulated(*args), reference(*args)):
+        assert got.dtype == expected.dtype == np.float32
+        np.testing.assert_array_equal(got, expected)
+    with pytest.raises(ValueError, match="cannot be broadcast to the indexed region"):
+        emulated(args[0], rng.standard_normal(3))
