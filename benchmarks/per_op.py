@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -111,10 +109,7 @@ def node_time(node, env, repeat: int) -> float:
 def product_flops(node, env) -> float:
     """2 m n k of a product node (batched: times the batch)."""
     name = type(node.op).__name__
-    if name == "Gemm":
-        a, b = env[node.inputs[2]], env[node.inputs[3]]
-    else:
-        a, b = env[node.inputs[0]], env[node.inputs[1]]
+    a = env[node.inputs[2]] if name == "Gemm" else env[node.inputs[0]]   # the left factor
     out = env[node.outputs[0]]
     inner = a.shape[-1] if a.ndim else 1
     return 2.0 * out.size * inner

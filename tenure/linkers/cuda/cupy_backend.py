@@ -17,7 +17,7 @@ import numpy as np
 from tenure.linkers.cuda.device import require_device
 from tenure.linkers.cuda.kernel_source import NVRTC_OPTIONS
 from tenure.linkers.cuda.kernel_source import module_source
-from tenure.linkers.cuda.layout import MAX_BLOCKS, THREADS_PER_BLOCK, byte_extent
+from tenure.linkers.cuda.layout import MAX_BLOCKS, THREADS_PER_BLOCK
 from tenure.linkers.cuda.reduce import MAX_THREADS
 
 __all__ = ["CupyBackend"]
@@ -49,8 +49,8 @@ class CupyBackend:
     def copy(self, array):
         return self.cupy.array(array, copy=True, order="C")
 
-    def extent(self, array) -> tuple[int, int]:
-        return byte_extent(self.pointer(array), array.shape, array.strides, array.itemsize)
+    def may_share_memory(self, a, b) -> bool:
+        return bool(self.cupy.may_share_memory(a, b))
 
     def pointer(self, array) -> int:
         return array.data.ptr

@@ -92,10 +92,6 @@ class ElemwiseKernel:
     max_ndim: int
     uses_status: bool
 
-    @property
-    def key(self) -> str:
-        """A digest of the source: equal kernels share a compiled module."""
-        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
 
 
 def elemwise_kernel(node: Apply, name: str | None = None) -> ElemwiseKernel:

@@ -30,7 +30,6 @@ import numpy as np
 from tenure.linkers.c import cache, compiler
 from tenure.linkers.cuda import nvrtc
 from tenure.linkers.cuda.kernel_source import INCLUDE, module_source
-from tenure.linkers.cuda.layout import byte_extent
 
 __all__ = ["EMULATED_BLOCKS", "EMULATED_REDUCTION_THREADS", "EMULATED_THREADS", "EmulatedBackend",
            "HostModule", "load"]
@@ -116,8 +115,8 @@ class EmulatedBackend:
     def copy(self, array) -> np.ndarray:
         return np.array(array, copy=True)   # C-contiguous, aligned
 
-    def extent(self, array) -> tuple[int, int]:
-        return byte_extent(self.pointer(array), array.shape, array.strides, array.itemsize)
+    def may_share_memory(self, a, b) -> bool:
+        return np.may_share_memory(a, b)
 
     def pointer(self, array) -> int:
         return array.ctypes.data

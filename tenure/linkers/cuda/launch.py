@@ -25,6 +25,7 @@ from typing import Protocol
 
 import numpy as np
 
+from tenure.linkers.c.cgen import input_label
 from tenure.linkers.cuda import elemwise as cuda_elemwise
 from tenure.linkers.cuda import nnet as cuda_nnet
 from tenure.linkers.cuda import reduce as cuda_reduce
@@ -32,6 +33,7 @@ from tenure.linkers.cuda.elemwise import ElemwiseKernel
 from tenure.linkers.cuda.layout import grid_size, launch_layout, reduction_layout, row_layout
 from tenure.linkers.cuda.nnet import NnetKernel
 from tenure.linkers.cuda.reduce import ReduceKernel
+from tenure.symbolic.ops.reduce import Reduce, reduced_shape
 
 __all__ = ["Backend", "ERROR_MESSAGES", "pick_strategy", "run_elemwise", "run_nnet",
            "run_reduce"]
@@ -54,8 +56,8 @@ class Backend(Protocol):
 
     def copy(self, array): ...
 
-    def extent(self, array) -> tuple[int, int]:
-        """The first and one-past-the-last byte address ``array`` touches."""
+    def may_share_memory(self, a, b) -> bool:
+        """Whether the bytes ``a`` and ``b`` span meet (NumPy's bounds test)."""
 
     def pointer(self, array) -> int: ...
 
@@ -84,12 +86,8 @@ def run_elemwise(backend: Backend, kernel: ElemwiseKernel, node, inputs: list, o
     ``spare``: a buffer to write into instead of allocating when it has the
     output's shape and dtype (an executor's kept or handed-on buffer)."""
     arrays = [inputs[i] for i in kernel.read]
-    for i, a in zip(kernel.read, arrays):
-        want = node.inputs[i].type.dtype
-        if a.dtype != want or a.ndim != node.inputs[i].type.ndim:
-            raise TypeError(f"{_label(node, i)}: expected a {node.inputs[i].type.ndim}-d array "
-                            f"of dtype {want}, got {a.ndim}-d {a.dtype}")
-    shape = np.broadcast_shapes(*(a.shape for a in arrays)) if arrays else ()
+    _check_inputs(node, kernel.read, arrays)
+    shape = _broadcast_shape(node, kernel.read, arrays)
     if out is None:
         out = _output(backend, kernel, node, inputs, shape, spare)
     elif out.dtype != kernel.dtypes[0]:
@@ -117,22 +115,15 @@ def run_reduce(backend: Backend, kernel: ReduceKernel, node, inputs: list, out=N
     """The reduction ``node`` computed by ``kernel`` over ``inputs`` into
     ``out`` (``spare`` or a new array when None, as for :func:`run_elemwise`);
     ``strategy``: ``"block"`` or ``"thread"`` (None: :func:`pick_strategy`'s)."""
-    for i, a in enumerate(inputs):
-        want = node.inputs[i].type
-        if a.dtype != want.dtype or a.ndim != want.ndim:
-            raise TypeError(f"{_label(node, i)}: expected a {want.ndim}-d array of dtype "
-                            f"{want.dtype}, got {a.ndim}-d {a.dtype}")
+    _check_inputs(node, range(len(inputs)), inputs)
     op = node.op
-    full = np.broadcast_shapes(*(a.shape for a in inputs))
+    full = _broadcast_shape(node, range(len(inputs)), inputs)
     axes, keepdims = tuple(op.axis), op.keepdims
-    n_red = int(np.prod([full[a] for a in axes]))
-    if n_red == 0 and kernel.fn in ("max", "min"):
-        raise ValueError(f"{op}: zero-size array to reduction operation {kernel.fn}imum which "
-                         f"has no identity (shape {full})")
-    if n_red == 0 and kernel.fn == "mean":
+    # max/min of nothing: the op's own refusal (NumPy's words)
+    (op if isinstance(op, Reduce) else op.reduce_op).check_shapes(node, [full], None)
+    if kernel.fn == "mean" and 0 in [full[a] for a in axes]:
         warnings.warn("Mean of empty slice.", RuntimeWarning, stacklevel=2)
-    shape = tuple(1 if k in axes else d for k, d in enumerate(full)) if keepdims \
-        else tuple(d for k, d in enumerate(full) if k not in axes)
+    shape = reduced_shape(full, axes, keepdims)
     if out is None:
         out = _spare_or_new(backend, spare, shape, kernel.dtypes[0])
     elif out.dtype != kernel.dtypes[0]:
@@ -162,16 +153,12 @@ def run_nnet(backend: Backend, kernel: NnetKernel, node, inputs: list, out=None,
     ``kernel`` into ``out`` (``spare`` or a new array when None, as for
     :func:`run_elemwise`; for softmax ``out`` may be the input itself); a
     block per row."""
+    _check_inputs(node, [0], inputs)
     (x,) = inputs
-    want = node.inputs[0].type
-    if x.dtype != want.dtype or x.ndim != want.ndim:
-        raise TypeError(f"{_label(node, 0)}: expected a {want.ndim}-d array of dtype "
-                        f"{want.dtype}, got {x.ndim}-d {x.dtype}")
     axes = tuple(node.op.axis)
-    keep_shape = tuple(1 if k in axes else d for k, d in enumerate(x.shape))
+    keep_shape = reduced_shape(x.shape, axes, True)
     if kernel.kind == "logsumexp":
-        shape = keep_shape if node.op.keepdims else tuple(d for k, d in enumerate(x.shape)
-                                                          if k not in axes)
+        shape = reduced_shape(x.shape, axes, node.op.keepdims)
     else:
         shape = tuple(x.shape)
     if out is None:
@@ -212,9 +199,25 @@ def _raise_for(status: int, node) -> None:
         raise ValueError(f"{node.op}: {'; '.join(messages) or f'error bits {status}'}")
 
 
-def _label(node, i: int) -> str:
-    name = node.inputs[i].name
-    return f"input {i} ({name})" if name else f"input {i}"
+def _check_inputs(node, positions, arrays) -> None:
+    """``TypeError`` naming the first of the node's inputs at ``positions``
+    (``arrays``) whose ndim or dtype is not its variable's."""
+    for i, a in zip(positions, arrays):
+        want = node.inputs[i].type
+        if a.dtype != want.dtype or a.ndim != want.ndim:
+            raise TypeError(f"{input_label(node, i)}: expected a {want.ndim}-d array of dtype "
+                            f"{want.dtype}, got {a.ndim}-d {a.dtype}")
+
+
+def _broadcast_shape(node, positions, arrays) -> tuple:
+    """The shape the node's inputs at ``positions`` (``arrays``) broadcast
+    to; ``ValueError`` naming each input and its shape when they do not."""
+    try:
+        return np.broadcast_shapes(*(a.shape for a in arrays)) if arrays else ()
+    except ValueError:
+        shapes = ", ".join(f"{input_label(node, i)} of shape {tuple(a.shape)}"
+                           for i, a in zip(positions, arrays))
+        raise ValueError(f"{node.op}: {shapes} do not broadcast together") from None
 
 
 def _output(backend: Backend, kernel: ElemwiseKernel, node, inputs: list, shape: tuple,
@@ -244,9 +247,7 @@ def _separate(backend: Backend, array, out):
                and all(s % array.dtype.itemsize == 0 for s in array.strides))
     if not aligned:
         return backend.copy(array)
-    a0, a1 = backend.extent(array)
-    o0, o1 = backend.extent(out)
-    if a0 < o1 and o0 < a1:     # the byte ranges meet
+    if backend.may_share_memory(array, out):
         exact = (backend.pointer(array) == backend.pointer(out)
                  and array.shape == out.shape and array.strides == out.strides)
         if not exact:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Layout", "ReductionLayout", "THREADS_PER_BLOCK", "byte_extent", "grid_size",
+from tenure.symbolic.ops.reduce import reduced_shape
+
+__all__ = ["Layout", "ReductionLayout", "THREADS_PER_BLOCK", "grid_size",
            "launch_layout", "reduction_layout", "row_layout"]
 
 #: threads per block of an elementwise launch
@@ -85,14 +87,6 @@ def grid_size(n: int, threads: int = THREADS_PER_BLOCK, max_blocks: int = MAX_BL
     return max(1, min(max_blocks, -(-n // threads)))
 
 
-def byte_extent(start: int, shape, strides, itemsize: int) -> tuple[int, int]:
-    """The bytes an array touches: ``[first, one past the last)``."""
-    if any(d == 0 for d in shape):
-        return start, start
-    low = start + sum((d - 1) * s for d, s in zip(shape, strides) if s < 0)
-    high = start + sum((d - 1) * s for d, s in zip(shape, strides) if s > 0) + itemsize
-    return low, high
-
 
 @dataclass(frozen=True)
 class ReductionLayout:
@@ -127,8 +121,7 @@ def reduction_layout(full_shape: tuple[int, ...], axes: tuple[int, ...], keepdim
     does not have the reduced shape or an input does not broadcast."""
     full_shape = tuple(int(d) for d in full_shape)
     nd = len(full_shape)
-    expected = tuple(1 if k in axes else d for k, d in enumerate(full_shape)) if keepdims \
-        else tuple(d for k, d in enumerate(full_shape) if k not in axes)
+    expected = reduced_shape(full_shape, axes, keepdims)
     out_shape, out_strides = tuple(out[0]), tuple(out[1])
     if out_shape != expected:
         raise ValueError(f"output 0: expected shape {expected}, got {out_shape}")

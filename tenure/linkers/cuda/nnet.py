@@ -28,7 +28,6 @@ other overlap is the caller's to remove.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,9 +66,6 @@ class NnetKernel:
     max_reduced: int
     uses_status: bool = False
 
-    @property
-    def key(self) -> str:
-        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
 
 
 def nnet_kernel(node: Apply) -> NnetKernel:

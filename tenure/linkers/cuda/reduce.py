@@ -91,9 +91,6 @@ class ReduceKernel:
     fn: str
     uses_status: bool
 
-    @property
-    def key(self) -> str:
-        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
 
 
 def has_cuda_code(node: Apply) -> bool:

@@ -38,7 +38,7 @@ import numpy as np
 from dask.array.core import normalize_chunks, slices_from_chunks
 
 from tenure.linkers.dask.regions import (ALWAYS_LAZY, COMBINED_REDUCTIONS, Region,
-                                          is_rows_product, lazy_variables, lowering_order)
+                                          is_rows_product, lazy_variables)
 from tenure.symbolic.graph import Constant, Variable
 from tenure.symbolic.ops.blas import Dot, MatMul, Outer, TensorDot
 from tenure.symbolic.ops.composite import FusedReduce

@@ -121,6 +121,11 @@ def test_bad_inputs_are_refused(emulated):
         run_reduce(emulated, kernel, node, [np.zeros((2, 3, 4), np.float32)])
     with pytest.raises(TypeError, match="output 0: expected dtype float64, got int8"):
         run_reduce(emulated, kernel, node, [np.zeros((2, 3, 4))], out=np.zeros((2, 4), np.int8))
+    fused = GRAPH_CASES["expmul_float64"]
+    with pytest.raises(ValueError, match=r"input 0 \(x\) of shape \(3, 4\), input 1 \(y\) of "
+                                         r"shape \(3, 5\) do not broadcast together"):
+        run_reduce(emulated, cuda_reduce.reduce_kernel(fused), fused,
+                   [np.zeros((3, 4)), np.zeros((3, 5))])
 
 
 # --------------------------------------------------------------------------

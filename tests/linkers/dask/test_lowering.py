@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tenure as tn
-from tenure import In, Out
+from tenure import In
 
 da = pytest.importorskip("dask.array")
 
