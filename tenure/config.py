@@ -151,6 +151,12 @@ _FLAGS = {
               "threads; below it, starting them costs more than they save.  Compiled "
               "into the code: changing it compiles the graph again",
               int, _check_count),
+        _Flag("cuda_emulation", False,
+              "run the 'cuda' device on the emulated device: device arrays over host "
+              "memory that refuse implicit conversion as CuPy's do, and the CUDA kernels "
+              "compiled as host C++ (for testing the GPU path without a GPU; "
+              "tenure.symbolic.device)",
+              _parse_bool, _check_bool),
         _Flag("openmp_threads", 0,
               "with openmp, the threads a parallel C loop uses; 0: OpenMP's default "
               "($OMP_NUM_THREADS, else one per core).  Compiled into the code",

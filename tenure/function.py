@@ -24,6 +24,7 @@ from tenure.linkers.report import MemoryReport, memory_report
 from tenure.linkers.timeline import Timeline
 from tenure.rewrites.destroy import DestroyHandler, buffer_roots, destroyers
 from tenure.rewrites.fgraph import FunctionGraph
+from tenure.symbolic.device import cuda_runtime, writeable
 from tenure.symbolic.graph import Constant, Variable, ancestors, clone_get_equiv
 from tenure.symbolic.shared import SharedVariable
 from tenure.symbolic.ops.shape import specify_shape
@@ -104,7 +105,11 @@ class Mode:
     tasks run tenure kernels per chunk: see :mod:`tenure.linkers.dask`; needs
     the ``[dask]`` extra) or ``"cuda_emulated"`` (the CUDA linker's generated
     kernels run on the CPU under host emulation, for testing and debugging
-    them without a GPU: see :mod:`tenure.linkers.cuda.linker`); ``None``
+    them without a GPU: see :mod:`tenure.linkers.cuda.linker`) or ``"cuda"``
+    (the graph computed on the GPU: device arrays in and out, device shared
+    variables, generated kernels: see :mod:`tenure.linkers.cuda.device_linker`;
+    :class:`~tenure.symbolic.device.CudaUnavailable` without CuPy or a device,
+    unless ``config.cuda_emulation`` runs it on the emulated device); ``None``
     means ``config.linker``.  For the dask linker only: ``compute=True``
     returns NumPy outputs (computed in the call)
     instead of Dask arrays, and ``chunk_linker`` (``"c"`` or ``"py"``)
@@ -129,7 +134,7 @@ class Mode:
 
     PRESETS = ("default", "fast_compile", "none")
     #: linkers a mode may name besides ``config.LINKERS`` (never the default)
-    EXTRA_LINKERS = ("check", "dask", "cuda_emulated")
+    EXTRA_LINKERS = ("check", "dask", "cuda", "cuda_emulated")
 
     def __init__(self, linker: str | None = None, include=(), exclude=(),
                  rewrites: str = "default", activation_memory_budget=None,
@@ -140,6 +145,8 @@ class Mode:
         if self.linker not in config.LINKERS + self.EXTRA_LINKERS:
             raise ValueError(f"Mode: unknown linker {self.linker!r}; expected one of "
                              f"{', '.join(config.LINKERS + self.EXTRA_LINKERS)}")
+        if self.linker == "cuda":
+            cuda_runtime()      # CudaUnavailable now, naming what is missing (CuPy, a device)
         self.compute, self.chunk_linker = _check_dask_options(self.linker, compute, chunk_linker)
         if self.linker == "dask":
             # A chunk Dask holds may be read by other tasks: nothing is overwritten.
@@ -179,6 +186,9 @@ class Mode:
         if self.linker == "cuda_emulated":
             from tenure.linkers.cuda.linker import EmulatedCudaLinker
             return EmulatedCudaLinker()
+        if self.linker == "cuda":
+            from tenure.linkers.cuda.device_linker import CudaLinker
+            return CudaLinker()
         from tenure.linkers.python import PythonLinker
         return PythonLinker()
 
@@ -341,6 +351,7 @@ class Function:
         self._fast_call = self._make_fast_call()
         self._defaults = [None if spec.value is None else self._own_default(spec)
                           for spec in inputs]
+        _check_storage(self.shared_vars, getattr(self._thunk, "runtime", None), mode.linker)
         names = [spec.name for spec in inputs]
         self._index_of_name = {n: i for i, n in enumerate(names) if n is not None
                                and names.count(n) == 1}
@@ -365,8 +376,12 @@ class Function:
     def _own_default(self, spec: In) -> np.ndarray:
         """The default value of ``spec``, as the function's own copy (a caller's
         array changed after compiling must not change the default)."""
-        value = spec.variable.type.filter(spec.value, allow_downcast=self.allow_input_downcast,
-                                          what=f"default value of input {spec.name}")
+        what = f"default value of input {spec.name}"
+        if self._filter is not None:    # the linker's own kind of array (on its device)
+            value = self._filter(spec.variable.type, spec.value, self.allow_input_downcast, what)
+        else:
+            value = spec.variable.type.filter(spec.value,
+                                              allow_downcast=self.allow_input_downcast, what=what)
         return value.copy() if is_same_memory(value, spec.value) else value
 
     def _build_graph(self, givens, on_unused_input, updates) -> None:
@@ -578,7 +593,7 @@ class Function:
             values = [v.copy() if d and self.inputs[i].mutable else v
                       for i, (v, d) in enumerate(zip(values, from_default))]
         for i in self._writable_inputs:
-            if not values[i].flags.writeable:
+            if not writeable(values[i]):
                 values[i] = values[i].copy()
         shared_values = [c.value for c in self._containers]
         if self._destroyed_inputs:
@@ -739,8 +754,10 @@ class Function:
         nothing visible changes.
         """
         values, _ = self._bind(args, kwargs)
-        values = [spec.variable.type.filter(v, allow_downcast=self.allow_input_downcast,
-                                            what=f"input {self._input_label(i)}")
+        gate = self._filter or (lambda type_, v, allow, what: type_.filter(
+            v, allow_downcast=allow, what=what))
+        values = [gate(spec.variable.type, v, self.allow_input_downcast,
+                       f"input {self._input_label(i)}")
                   for i, (spec, v) in enumerate(zip(self.inputs, values))]
         report = memory_report(self, values + [c.value for c in self._containers])
         if print_report:
@@ -794,6 +811,24 @@ def _restore_function(spec: _Spec, trust_input: bool) -> Function:
 
 # ----------------------------------------------------------------------------
 # Graph preparation helpers
+
+
+def _check_storage(shared_vars, runtime, linker: str) -> None:
+    """A TypeError naming each shared variable whose storage is not where the
+    linker computes (``runtime``: None for host memory, else the device's
+    runtime): values never move between host and device behind the caller's
+    back."""
+    misplaced = [var for var in shared_vars if var.runtime is not runtime]
+    if not misplaced:
+        return
+    names = ", ".join(f"{var} ({var.device})" for var in misplaced)
+    if runtime is None:
+        raise TypeError(f"shared variable(s) {names} are stored on a device, and the "
+                        f"{linker!r} linker computes on the host: compile with "
+                        "Mode(linker='cuda'), or make them with device='cpu'")
+    raise TypeError(f"shared variable(s) {names} are not stored on the device the "
+                    f"{linker!r} linker computes on ({runtime.name}): make them with "
+                    "tn.shared(..., device='cuda') or from device arrays")
 
 
 def _apply_givens(targets, givens, in_vars):

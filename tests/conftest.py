@@ -12,7 +12,7 @@ import pytest
 import tenure as tn
 from tenure.linkers.c import compiler
 from tenure.linkers.cuda import nvrtc
-from tenure.linkers.cuda.device import CudaUnavailable
+from tenure.symbolic.device import CudaUnavailable
 from tenure.linkers.cuda.linker import emulated_backend
 
 #: every linker the contract and op suites run on.  ``TENURE_TEST_LINKERS``

@@ -42,6 +42,7 @@ from tenure.linkers.commit import BACKUP, CommitPoint, commit_point
 from tenure.linkers.interrupts import mark_committed
 from tenure.linkers.plan import Plan, make_plan, reuse_possible, step_workspace
 from tenure.rewrites.destroy import view_root
+from tenure.symbolic.device import writeable
 
 _getrefcount = sys.getrefcount
 _ndarray = np.ndarray
@@ -400,14 +401,14 @@ class PythonThunk:
         if mode == BACKUP:
             for slot in commit.written:
                 value = storage[slot]
-                if isinstance(value, np.ndarray) and value.flags.writeable:
+                if writeable(value):    # a host array, or device storage
                     backups.append((value, value.copy()))
         mark_committed()
         try:
             self._run_steps(steps[commit.step:], storage, aside)
         except BaseException:
             for value, saved in backups:
-                np.copyto(value, saved)
+                value[...] = saved
             raise
 
     def run_observed(self, input_values: list, observe) -> list:

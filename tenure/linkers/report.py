@@ -13,7 +13,10 @@ an observed run) plus the temporaries the step's op makes
 (``Op.workspace_bytes``), plus, from the commit point on, the copies of
 shared storage that a call in backup mode keeps to undo a failure (see
 :mod:`tenure.linkers.commit`).  The measured peak is :mod:`tracemalloc`'s during
-another call.
+another call -- for a function computing on a device (a thunk with a
+``runtime``: the cuda linker) the device memory it allocated above what it
+held when the call began (:meth:`~tenure.symbolic.device.CupyRuntime.track`:
+CuPy's memory pool, or the emulated device's count).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy as np
 from tenure.linkers.commit import planned_backups
 from tenure.linkers.plan import Plan
 from tenure.linkers.timeline import Timeline, build_timeline
+from tenure.symbolic.device import is_device_array, writeable
 
 #: the ``source`` of a buffer kept from the previous call
 LAST_CALL = "last call"
@@ -94,17 +98,28 @@ class MemoryReport:
         return "\n".join(lines)
 
 
+def _is_array(value) -> bool:
+    """A host or a device array (the report reads both alike)."""
+    return isinstance(value, np.ndarray) or is_device_array(value)
+
+
+def _same_memory(a, b) -> bool:
+    """Whether arrays ``a`` and ``b`` are in the same memory and share bytes."""
+    return (isinstance(a, np.ndarray) == isinstance(b, np.ndarray)
+            and bool(np.shares_memory(a, b)))
+
+
 def _kind(node, k, out, before, donor_name, offered, inputs) -> tuple[str, str]:
     op = node.op
     for mapping, label in ((op.view_map, "view"), (op.destroy_map, "in place")):
         for i in mapping.get(k, ()):
-            if isinstance(inputs[i], np.ndarray) and np.shares_memory(out, inputs[i]):
+            if _is_array(inputs[i]) and _is_array(out) and _same_memory(out, inputs[i]):
                 return label, str(node.inputs[i])
-    if isinstance(out, np.ndarray) and out.size:
-        if offered is not None and (out is offered or np.shares_memory(out, offered)):
+    if _is_array(out) and out.size:
+        if offered is not None and (out is offered or _same_memory(out, offered)):
             return "reused", donor_name
         if before is not None and (out is before or (
-                isinstance(before, np.ndarray) and np.shares_memory(out, before))):
+                _is_array(before) and _same_memory(out, before))):
             return "reused", LAST_CALL
     elif offered is not None and out is offered:
         return "reused", donor_name
@@ -123,7 +138,7 @@ def observe_call(thunk, input_values, plan) -> list[OutputRecord]:
         inputs = [storage[i] for i in step.inputs]
         donor_name = str(plan.variables[donor]) if donor is not None else ""
         kind, source = _kind(node, k, out, before, donor_name, offered, inputs)
-        is_array = isinstance(out, np.ndarray)
+        is_array = _is_array(out)
         records.append(OutputRecord(
             index, str(node.op), str(node.outputs[k]),
             tuple(out.shape) if is_array else (), out.dtype.name if is_array else "",
@@ -146,11 +161,11 @@ def held_slots(thunk, plan) -> frozenset[int]:
     held = set()
     outside = set(plan.inputs) | set(plan.constants)
     for slot, value in enumerate(thunk.storage):
-        if slot in outside or not isinstance(value, np.ndarray):
+        if slot in outside or not _is_array(value):
             continue
-        if (value.shape == plan.shapes[slot]
+        if (tuple(value.shape) == tuple(plan.shapes[slot])
                 and value.dtype == plan.variables[slot].type.numpy_dtype
-                and value.flags.writeable):
+                and writeable(value)):
             held.add(slot)
     return frozenset(held)
 
@@ -162,7 +177,7 @@ def held_bytes(thunk) -> int:
     outside = set(plan.inputs) | set(plan.constants)
     owners = {}
     for slot, value in enumerate(thunk.storage):
-        if slot in outside or not isinstance(value, np.ndarray):
+        if slot in outside or not _is_array(value):
             continue
         owner = value if value.base is None else value.base
         owners[id(owner)] = int(getattr(owner, "nbytes", value.nbytes))
@@ -172,7 +187,25 @@ def held_bytes(thunk) -> int:
 def _private(values: list) -> list:
     """Copies, so that in-place ops (a mutable input, a shared variable's
     update) overwrite nothing of the caller's or of the shared storage."""
-    return [v.copy() if isinstance(v, np.ndarray) else v for v in values]
+    return [v.copy() if _is_array(v) else v for v in values]
+
+
+def _measured_peak(thunk, input_values: list) -> int:
+    """The most memory a call of ``thunk`` held above what it began with:
+    device memory for a thunk that computes on a device, else host memory
+    (tracemalloc)."""
+    runtime = getattr(thunk, "runtime", None)
+    if runtime is not None:
+        with runtime.track() as usage:
+            thunk(input_values)
+            runtime.synchronize()
+        return usage.peak_bytes
+    tracemalloc.start()
+    try:
+        thunk(input_values)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
 
 
 def memory_report(function, input_values: list) -> MemoryReport:
@@ -195,11 +228,6 @@ def memory_report(function, input_values: list) -> MemoryReport:
                           backups=(commit_step, backups))
     measured_inputs = _private(input_values)
     thunk.prepare(measured_inputs)   # what a call with new shapes sets up is not the call's
-    tracemalloc.start()
-    try:
-        thunk(measured_inputs)
-        report.measured_peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    report.measured_peak = _measured_peak(thunk, measured_inputs)
     report.held_between_calls = held_bytes(thunk)
     return report

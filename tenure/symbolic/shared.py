@@ -11,6 +11,16 @@ The contract (the docs page "Memory aliasing and borrowing" explains it):
 - ``get_value()`` returns a copy the caller owns; ``get_value(borrow=True)``
   may return the internal buffer (read it, do not write it).
 - ``set_value(v)`` copies; ``set_value(v, borrow=True)`` may adopt ``v``.
+
+On a device (``shared(cupy_array)``, or ``shared(v, device="cuda")``: see
+:mod:`tenure.symbolic.device`) the storage is a device array, and the rules
+are PyTensor's for GPU storage: ``borrow`` never makes tenure keep a host
+array (device memory is never the caller's host array); ``get_value()``
+returns the kind of array the variable was made from (a device array, or a
+NumPy copy when it was made from host data), ``return_internal_type=True``
+the device array; ``set_value`` of the same shape and dtype copies into the
+existing device buffer, and ``set_value(device_array, borrow=True)`` adopts
+it.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import weakref
 
 import numpy as np
 
+from tenure.symbolic.device import cuda_runtime, runtime_of, writeable
 from tenure.symbolic.graph import Variable
 from tenure.symbolic.types import (TensorType, base_ndarray, foreign_ndarray,
                                    is_foreign_array, is_same_memory, python_scalar_dtype)
@@ -60,14 +71,25 @@ class Container:
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 
 
-def _aliases_other_shared(value: np.ndarray, owner: SharedVariable | None) -> bool:
+def _aliases_other_shared(value, owner: SharedVariable | None) -> bool:
+    """Whether ``value`` (a host or device array) overlaps another live shared
+    variable's storage (only storage in the same memory can)."""
+    runtime = runtime_of(value)
     for var in list(_LIVE):
         if var is owner:
             continue
         stored = var.container.value
-        if stored is not None and np.may_share_memory(stored, value):
+        if stored is None or runtime_of(stored) is not runtime:
+            continue
+        overlaps = (np.may_share_memory(stored, value) if runtime is None
+                    else runtime.may_share_memory(stored, value))
+        if overlaps:
             return True
     return False
+
+
+#: the devices a shared variable's storage may be on
+DEVICES = ("cpu", "cuda")
 
 
 class SharedVariable(TensorMethods, Variable):
@@ -84,8 +106,15 @@ class SharedVariable(TensorMethods, Variable):
     default_update = None
 
     def __init__(self, type: TensorType, value, name: str | None = None,
-                 borrow: bool = False, strict: bool = False, allow_downcast=None):
+                 borrow: bool = False, strict: bool = False, allow_downcast=None,
+                 runtime=None, host_values: bool = True):
         super().__init__(type, name=name)
+        #: where the storage is: None (host memory), or the device's runtime
+        #: (:mod:`tenure.symbolic.device`)
+        self.runtime = runtime
+        #: whether ``get_value()`` returns NumPy arrays (the variable was made
+        #: from host data) rather than device arrays
+        self.host_values = host_values
         #: ``set_value`` takes only ndarrays of exactly this type (no conversion)
         self.strict = bool(strict)
         #: whether values may be cast with loss of precision: True (any cast, as
@@ -96,6 +125,11 @@ class SharedVariable(TensorMethods, Variable):
         self.container.value = self._filter(value, borrow,
                                             what=f"shared() value for {name or 'shared'}")
         _LIVE.add(self)
+
+    @property
+    def device(self) -> str:
+        """``"cpu"``, or ``"cuda"`` when the storage is device memory."""
+        return "cpu" if self.runtime is None else "cuda"
 
     def clone(self, name=None):
         raise TypeError(f"shared variable {self} cannot be cloned; its storage is unique")
@@ -111,10 +145,14 @@ class SharedVariable(TensorMethods, Variable):
         ``borrow=False`` (default): a copy the caller owns.
         ``borrow=True``: may be the internal buffer; read it, do not write it.
         ``return_internal_type=True``: the internal object itself (an ndarray
-        on the CPU), with no conversion; a copy of it unless ``borrow``.
+        on the CPU, the device array on a device), with no conversion; a copy
+        of it unless ``borrow``.  Device storage made from host data returns
+        a NumPy copy otherwise (whatever ``borrow`` says).
         """
         with self.container.lock:
             value = self.container.value
+            if self.runtime is not None and self.host_values and not return_internal_type:
+                return self.runtime.to_host(value)
             return value if borrow else value.copy()
 
     def set_value(self, value, borrow: bool = False) -> None:
@@ -127,27 +165,65 @@ class SharedVariable(TensorMethods, Variable):
         The new value must have the same dtype (safe casts of Python values are
         accepted) and number of dimensions; the shape may change.
         """
-        value = self._filter(value, borrow, what=f"set_value of {self}", strict=self.strict)
+        what = f"set_value of {self}"
+        if self.runtime is not None and not (borrow and self.runtime.is_device_array(value)):
+            self._copy_into_storage(value, what)
+            return
+        value = self._filter(value, borrow, what=what, strict=self.strict)
         with self.container.lock:
             self.container.value = value
 
-    def _filter(self, value, borrow: bool, what: str, strict: bool = False) -> np.ndarray:
-        if isinstance(value, Variable):
-            raise TypeError(f"{what}: expected a value, got symbolic variable {value} "
-                            "(use updates= to assign an expression)")
-        arr = self.type.filter(value, strict=strict, allow_downcast=bool(self.allow_downcast),
-                               what=what)
-        if (self.allow_downcast is False and not isinstance(value, np.ndarray)
-                and not is_foreign_array(value)):
-            _check_exact(arr, value, what)
+    def _copy_into_storage(self, value, what: str) -> None:
+        """Device storage: ``value`` copied into the current device buffer
+        when it has the same shape (no allocation), else into a new one."""
+        source = self._checked(value, what, self.strict)
+        with self.container.lock:
+            current = self.container.value
+            if current is not None and tuple(current.shape) == tuple(source.shape):
+                self.runtime.copy_into(current, source)
+                return
+            if self.runtime.is_device_array(source):
+                self.container.value = source.copy()
+            else:
+                self.container.value = self.runtime.from_host(source)
+
+    def _filter(self, value, borrow: bool, what: str, strict: bool = False):
+        """``value`` as this variable's storage: checked, cast if needed, and
+        copied unless it may be kept (borrowed, writeable, and not another
+        shared variable's storage)."""
+        arr = self._checked(value, what, strict)
+        if self.runtime is not None and not self.runtime.is_device_array(arr):
+            return self.runtime.from_host(arr)     # host data onto the device
         if not is_same_memory(arr, value):
             return arr  # converted: already a fresh array of our own
         # (an ndarray subclass, or another library's array -- a PyTorch tensor,
         # a JAX array -- arrives here as a plain view of the caller's memory)
         # The caller's own array: keep it only when lent and lending is safe
         # (writeable, so updates may go in place; not another shared's storage).
-        if not borrow or not arr.flags.writeable or _aliases_other_shared(arr, self):
+        if not borrow or not writeable(arr) or _aliases_other_shared(arr, self):
             arr = arr.copy()
+        return arr
+
+    def _checked(self, value, what: str, strict: bool):
+        """``value`` checked against the type and cast if needed: a device
+        array of this variable's device stays one, anything else becomes a
+        host array."""
+        if isinstance(value, Variable):
+            raise TypeError(f"{what}: expected a value, got symbolic variable {value} "
+                            "(use updates= to assign an expression)")
+        allow = bool(self.allow_downcast)
+        found = runtime_of(value)
+        if found is not None:
+            if found is not self.runtime:
+                where = "host memory" if self.runtime is None else self.runtime.name
+                raise TypeError(f"{what}: got a {found.name} device array "
+                                f"({type(value).__name__}) for a shared variable in {where}")
+            return self.type.filter_device_array(value, strict=strict, allow_downcast=allow,
+                                                 what=what)
+        arr = self.type.filter(value, strict=strict, allow_downcast=allow, what=what)
+        if (self.allow_downcast is False and not isinstance(value, np.ndarray)
+                and not is_foreign_array(value)):
+            _check_exact(arr, value, what)
         return arr
 
     def __str__(self) -> str:
@@ -167,7 +243,7 @@ def _check_exact(arr: np.ndarray, value, what: str) -> None:
 
 def shared(value, name: str | None = None, borrow: bool = False,
            dtype=None, shape=None, strict: bool = False,
-           allow_downcast=None) -> SharedVariable:
+           allow_downcast=None, device: str | None = None) -> SharedVariable:
     """A shared variable holding ``value``.
 
     ``value`` is copied unless ``borrow=True``, which lets tenure keep the very
@@ -186,6 +262,15 @@ def shared(value, name: str | None = None, borrow: bool = False,
     when borrowed and writeable as an ndarray view of its memory (a read-only
     one, such as a JAX array, is copied).
 
+    ``device``: where the storage is, ``"cpu"`` or ``"cuda"``; ``None`` (the
+    default): where ``value`` is -- a device array (CuPy's, or the emulated
+    device's) makes device storage whose ``get_value()`` returns device
+    arrays, anything else host storage.  ``device="cuda"`` with host data
+    copies it to the device, and ``get_value()`` then returns NumPy copies
+    (``get_value(borrow=True, return_internal_type=True)`` the device array
+    itself).  Functions that use device storage must be compiled with
+    ``Mode(linker="cuda")``.
+
     ``strict=True``: ``set_value`` takes only ndarrays of exactly the
     variable's dtype (no conversion at all).  ``allow_downcast``: whether
     ``set_value`` (and an explicit ``dtype``) may cast with loss of precision:
@@ -195,6 +280,13 @@ def shared(value, name: str | None = None, borrow: bool = False,
     """
     if isinstance(value, Variable):
         raise TypeError(f"shared(): expected a value, got symbolic variable {value}")
+    if device not in (None,) + DEVICES:
+        raise ValueError(f"shared(): device must be one of {', '.join(DEVICES)} (or None: "
+                         f"where the value is), got {device!r}")
+    found = runtime_of(value)
+    if found is not None:
+        return _device_shared(value, found, name, borrow, dtype, shape, strict,
+                              allow_downcast, device)
     if isinstance(value, np.ma.MaskedArray):
         # Refused by the input gate too, but np.asarray below would drop the mask.
         base_ndarray(value, what=f"shared() value for {name or 'shared'}")
@@ -221,5 +313,21 @@ def shared(value, name: str | None = None, borrow: bool = False,
         dtype = natural.dtype
     if shape is None:
         shape = (None,) * natural.ndim
+    runtime = cuda_runtime() if device == "cuda" else None
     return SharedVariable(TensorType(dtype, shape), value, name=name, borrow=borrow,
-                          strict=strict, allow_downcast=allow_downcast)
+                          strict=strict, allow_downcast=allow_downcast, runtime=runtime)
+
+
+def _device_shared(value, runtime, name, borrow, dtype, shape, strict, allow_downcast,
+                   device) -> SharedVariable:
+    """:func:`shared` of a device array: device storage returning device
+    arrays, or with ``device="cpu"`` host storage holding a copy."""
+    if device == "cpu":
+        return shared(runtime.to_host(value), name=name, dtype=dtype, shape=shape,
+                      strict=strict, allow_downcast=allow_downcast)
+    if value.dtype == object or value.dtype.kind not in "biufc":
+        raise TypeError(f"shared(): expected numeric data, got dtype {value.dtype}")
+    type_ = TensorType(value.dtype if dtype is None else dtype,
+                       (None,) * value.ndim if shape is None else shape)
+    return SharedVariable(type_, value, name=name, borrow=borrow, strict=strict,
+                          allow_downcast=allow_downcast, runtime=runtime, host_values=False)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tenure import config
+from tenure.symbolic.device import is_device_array
 
 #: dtypes a TensorType may have.
 SUPPORTED_DTYPES = frozenset(
@@ -149,35 +150,60 @@ class TensorType:
         subclass or another library's array a plain view of its memory;
         :func:`is_same_memory` tells these apart from a converted copy.
         """
-        target = self.numpy_dtype
+        if is_device_array(value):
+            raise TypeError(f"{what}: expected a host array, got a device array "
+                            f"({type(value).__name__} of shape {tuple(value.shape)}, dtype "
+                            f"{value.dtype}); compile with Mode(linker='cuda') to compute "
+                            "on the device, or pass value.get()")
         if isinstance(value, np.ndarray) or is_foreign_array(value):
             if isinstance(value, np.ndarray):
                 arr = value if type(value) is np.ndarray else base_ndarray(value, what)
             else:
                 arr = foreign_ndarray(value, what)
-            if arr.dtype != target:
-                if strict:
-                    raise TypeError(f"{what}: expected dtype {self.dtype}, got {arr.dtype} "
-                                    "(strict input)")
-                if not (np.can_cast(arr.dtype, target, "safe") or allow_downcast):
-                    raise TypeError(
-                        f"{what}: expected dtype {self.dtype}, got {arr.dtype}; casting "
-                        f"{arr.dtype} to {self.dtype} could lose information (cast it "
-                        "yourself, or pass allow_input_downcast=True)")
-                arr = arr.astype(target)
+            arr = self._cast_array(arr, strict, allow_downcast, what)
         else:
             if strict:
                 raise TypeError(f"{what}: expected an ndarray of dtype {self.dtype}, got "
                                 f"{type(value).__name__} (strict input)")
             arr = self._convert_python_value(value, allow_downcast, what)
+        self.check_shape(arr, what)
+        return arr
+
+    def filter_device_array(self, value, strict: bool = False, allow_downcast: bool = False,
+                            what: str = "value"):
+        """A device array (CuPy's, or the emulated device's) as an array of
+        this type on the same device: ``value`` itself, or cast on the device
+        by the rules of :meth:`filter`."""
+        arr = self._cast_array(value, strict, allow_downcast, what)
+        self.check_shape(arr, what)
+        return arr
+
+    def _cast_array(self, arr, strict: bool, allow_downcast: bool, what: str):
+        """``arr`` (any array with ``dtype`` and ``astype``) in this dtype:
+        itself, or cast when that is safe or ``allow_downcast``."""
+        target = self.numpy_dtype
+        if arr.dtype == target:
+            return arr
+        if strict:
+            raise TypeError(f"{what}: expected dtype {self.dtype}, got {arr.dtype} "
+                            "(strict input)")
+        if not (np.can_cast(arr.dtype, target, "safe") or allow_downcast):
+            raise TypeError(
+                f"{what}: expected dtype {self.dtype}, got {arr.dtype}; casting "
+                f"{arr.dtype} to {self.dtype} could lose information (cast it "
+                "yourself, or pass allow_input_downcast=True)")
+        return arr.astype(target)
+
+    def check_shape(self, arr, what: str) -> None:
+        """A TypeError unless ``arr`` has this type's ndim, a ValueError
+        unless its lengths match the static ones."""
         if arr.ndim != self.ndim:
             raise TypeError(f"{what}: expected {self.ndim} dimension(s) ({self}), got an "
-                            f"array with {arr.ndim} (shape {arr.shape})")
+                            f"array with {arr.ndim} (shape {tuple(arr.shape)})")
         for axis, (want, got) in enumerate(zip(self.shape, arr.shape)):
             if want is not None and want != got:
                 raise ValueError(f"{what}: expected static shape {_shape_str(self.shape)}, "
-                                 f"got shape {arr.shape} (axis {axis}: {got} != {want})")
-        return arr
+                                 f"got shape {tuple(arr.shape)} (axis {axis}: {got} != {want})")
 
     def _convert_python_value(self, value, allow_downcast: bool, what: str) -> np.ndarray:
         """Python scalars, lists and NumPy scalars into an array of this dtype."""
@@ -268,6 +294,8 @@ def is_same_memory(result: np.ndarray, value) -> bool:
     about copies."""
     if result is value:
         return True
+    if is_device_array(value):
+        return False    # a device array is only ever cast into a new one
     if isinstance(value, np.ndarray):
         return np.may_share_memory(result, value)
     if is_foreign_array(value):

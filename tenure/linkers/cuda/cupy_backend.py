@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tenure.linkers.cuda.device import require_device
+from tenure.symbolic.device import require_device
 from tenure.linkers.cuda.kernel_source import NVRTC_OPTIONS
 from tenure.linkers.cuda.kernel_source import module_source
 from tenure.linkers.cuda.layout import MAX_BLOCKS, THREADS_PER_BLOCK
@@ -42,6 +42,9 @@ class CupyBackend:
         if kernels:
             module = self.cupy.RawModule(code=module_source(kernels), options=NVRTC_OPTIONS)
             self._modules.update({k.name: module for k in kernels})
+
+    def is_array(self, value) -> bool:
+        return isinstance(value, self.cupy.ndarray)
 
     def empty(self, shape, dtype):
         return self.cupy.empty(shape, dtype)

@@ -32,7 +32,7 @@ from tenure.linkers.cuda import nvrtc
 from tenure.linkers.cuda.kernel_source import INCLUDE, module_source
 
 __all__ = ["EMULATED_BLOCKS", "EMULATED_REDUCTION_THREADS", "EMULATED_THREADS", "EmulatedBackend",
-           "HostModule", "load"]
+           "EmulatedDeviceBackend", "HostModule", "load"]
 
 #: the emulated grid: a few blocks of an odd number of threads, so the
 #: grid-stride loops wrap and threads end on different elements; a block
@@ -67,14 +67,15 @@ class HostModule:
         self.library = ctypes.PyDLL(str(path))
         self._failed = ctypes.c_int.in_dll(self.library, "tn_emulation_failed")
 
-    def launch(self, variant: str, grid: int, block: int, arrays: list[np.ndarray],
+    def launch(self, variant: str, grid: int, block: int, addresses: list[int],
                integers: list[int]) -> int:
         """Run the kernel function ``variant`` as a launch of ``grid`` blocks
-        of ``block`` threads over ``arrays`` (the output first, then the
-        inputs it reads) and ``integers``; returns the error bits it set."""
+        of ``block`` threads over the arrays at ``addresses`` (the output
+        first, then the inputs it reads) and ``integers``; returns the error
+        bits it set."""
         status = ctypes.c_int(0)
         function = getattr(self.library, variant + "_host")
-        pointers = [ctypes.c_void_p(a.ctypes.data) for a in arrays]
+        pointers = [ctypes.c_void_p(a) for a in addresses]
         self._failed.value = 0
         function(ctypes.c_uint(grid), ctypes.c_uint(block), *pointers, ctypes.byref(status),
                  *[ctypes.c_longlong(v) for v in integers])
@@ -109,6 +110,9 @@ class EmulatedBackend:
             module = load(kernels)
             self._modules.update({k.name: module for k in kernels})
 
+    def is_array(self, value) -> bool:
+        return isinstance(value, np.ndarray)
+
     def empty(self, shape, dtype) -> np.ndarray:
         return np.empty(shape, dtype)
 
@@ -133,7 +137,42 @@ class EmulatedBackend:
     def launch(self, kernel, variant: str, grid: int, block: int, arrays: list,
                integers: list[int]) -> int:
         self.prepare([kernel])
-        return self._modules[kernel.name].launch(variant, grid, block, arrays, integers)
+        return self._modules[kernel.name].launch(variant, grid, block,
+                                                 [self.pointer(a) for a in arrays], integers)
+
+
+class EmulatedDeviceBackend(EmulatedBackend):
+    """Host emulation over the emulated device's arrays
+    (:class:`~tenure.symbolic.device.EmulatedRuntime`): the backend of
+    ``Mode(linker="cuda")`` under ``config.cuda_emulation``."""
+
+    def __init__(self, runtime, check_device_compile: bool = False):
+        super().__init__(check_device_compile)
+        self.runtime = runtime
+
+    def is_array(self, value) -> bool:
+        return self.runtime.is_device_array(value)
+
+    def empty(self, shape, dtype):
+        return self.runtime.empty(shape, dtype)
+
+    def copy(self, array):
+        return array.copy()
+
+    def may_share_memory(self, a, b) -> bool:
+        return self.runtime.may_share_memory(a, b)
+
+    def pointer(self, array) -> int:
+        return array.data.ptr
+
+    def writeable(self, array) -> bool:
+        return True     # device memory has no read-only flag
+
+    def from_host(self, array: np.ndarray):
+        return self.runtime.from_host(array)
+
+    def to_host(self, array) -> np.ndarray:
+        return self.runtime.to_host(array)
 
 
 def load(kernels: list) -> HostModule:

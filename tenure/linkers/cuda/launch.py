@@ -52,6 +52,9 @@ class Backend(Protocol):
     reduction_threads: int
     max_blocks: int
 
+    def is_array(self, value) -> bool:
+        """Whether ``value`` is an array of this backend's kind."""
+
     def empty(self, shape: tuple, dtype: np.dtype): ...
 
     def copy(self, array): ...

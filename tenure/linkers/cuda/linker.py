@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import threading
 
-import numpy as np
 
 from tenure.linkers.cuda import elemwise as cuda_elemwise
 from tenure.linkers.cuda import nnet as cuda_nnet
@@ -55,19 +54,19 @@ class KernelStep:
 
     def __call__(self, node, inputs, cells):
         cell = cells[0]
-        spare = _writable_output(cell[0], node, inputs)
+        spare = _writable_output(self.backend, cell[0], node, inputs)
         cell[0] = self.run(self.backend, self.kernel, node, list(inputs), spare=spare)
 
 
-def _writable_output(buffer, node, inputs):
+def _writable_output(backend, buffer, node, inputs):
     """``buffer`` (an output cell's content) when it may take ``node``'s
-    result: an array of the output's dtype, C-contiguous and writeable, and
-    not an input (an in-place node writes into its destroyed input, by the
-    launcher's rule).  The launcher uses it when its shape fits, and
-    allocates otherwise."""
-    if not isinstance(buffer, np.ndarray) or buffer.dtype != node.outputs[0].type.numpy_dtype:
+    result: an array of ``backend``'s kind and the output's dtype,
+    C-contiguous and writeable, and not an input (an in-place node writes
+    into its destroyed input, by the launcher's rule).  The launcher uses it
+    when its shape fits, and allocates otherwise."""
+    if not backend.is_array(buffer) or buffer.dtype != node.outputs[0].type.numpy_dtype:
         return None
-    if not (buffer.flags.c_contiguous and buffer.flags.writeable):
+    if not (buffer.flags.c_contiguous and backend.writeable(buffer)):
         return None
     if any(buffer is x for x in inputs):
         return None

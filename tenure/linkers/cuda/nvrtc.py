@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import tempfile
 
-from tenure.linkers.cuda.device import CudaUnavailable
+from tenure.symbolic.device import CudaUnavailable
 from tenure.linkers.cuda.kernel_source import NVRTC_OPTIONS
 
 __all__ = ["KernelCompileError", "DEFAULT_ARCH", "compile_ptx", "compiler_name"]

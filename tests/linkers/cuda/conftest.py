@@ -2,14 +2,21 @@
 arrays: always, in CI too) and ``backend`` (host emulation, then the CUDA
 device where there is one; skipped with the reason where not).  A test
 module lists its kernels in ``KERNELS``: each backend builds them all at
-once (one compilation) before the module's first test."""
+once (one compilation) before the module's first test.
 
+``device``: the runtime of the ``"cuda"`` device for the device-path tests
+(``Mode(linker="cuda")``, device shared variables): the emulated device
+(``config.cuda_emulation``), then the real one where there is one."""
+
+import numpy as np
 import pytest
+
+import tenure as tn
 
 from tenure.linkers.c import compiler
 from tenure.linkers.cuda import emulation
 from tenure.linkers.cuda.cupy_backend import CupyBackend
-from tenure.linkers.cuda.device import unavailable_reason
+from tenure.symbolic.device import cuda_runtime, unavailable_reason
 
 
 def _prepared(backend, module):
@@ -34,3 +41,26 @@ def backend(request):
     if reason is not None:
         pytest.skip(f"no CUDA device: {reason}")
     return _prepared(CupyBackend(), request.module)
+
+
+@pytest.fixture(params=["emulated", "device"])
+def device(request):
+    """The runtime of the "cuda" device the test runs on: the emulated device,
+    then the real one (skipped with the reason where there is none)."""
+    if request.param == "emulated":
+        if compiler.find_compiler() is None:
+            pytest.skip("no working C compiler to emulate kernels with")
+        with tn.config.change_flags(cuda_emulation=True):
+            yield cuda_runtime()
+        return
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"no CUDA device: {reason}")
+    yield cuda_runtime()
+
+
+def host(value):
+    """A result as a NumPy array (a device array is copied back)."""
+    if isinstance(value, np.ndarray):
+        return value
+    return value.get()

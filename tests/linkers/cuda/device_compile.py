@@ -3,7 +3,7 @@ CI does for every kernel the CUDA tests generate: a skip where neither is
 installed (a failure in CI, which installs NVRTC)."""
 
 from tenure.linkers.cuda import nvrtc
-from tenure.linkers.cuda.device import CudaUnavailable
+from tenure.symbolic.device import CudaUnavailable
 from tenure.linkers.cuda.kernel_source import module_source
 from tests.helpers import need
 

@@ -3,8 +3,8 @@ is missing."""
 
 import pytest
 
-from tenure.linkers.cuda import device
-from tenure.linkers.cuda.device import CudaUnavailable
+from tenure.symbolic import device
+from tenure.symbolic.device import CudaUnavailable
 
 
 @pytest.fixture

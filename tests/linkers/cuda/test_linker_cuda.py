@@ -12,7 +12,7 @@ import pytest
 import tenure as tn
 from tenure import In, Out
 from tenure.linkers.cuda import nvrtc
-from tenure.linkers.cuda.device import CudaUnavailable
+from tenure.symbolic.device import CudaUnavailable
 from tenure.linkers.cuda.emulation import EmulatedBackend
 from tenure.linkers.cuda.linker import CudaThunk, KernelStep
 from tenure.linkers.cuda.subtensor import RegionUpdateStep

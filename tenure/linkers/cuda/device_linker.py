@@ -1,0 +1,206 @@
+"""``Mode(linker="cuda")``: the graph computed on the device.
+
+Values: a function's inputs arrive as device arrays (the input gate,
+:meth:`CudaThunk.filter_input`, copies host arrays to the device and takes
+device arrays as they are), shared variables must be stored on the device
+(``tn.shared(cupy_array)``, ``tn.shared(v, device="cuda")``; compiling
+refuses others, naming them), and every result is a device array.
+
+Nodes: each runs where its data is.  *Device* nodes run their generated
+kernel (:func:`.linker.kernel_step`) or their op's entry in
+:data:`.device_ops.DEVICE_OPS`; a node that has neither makes compiling
+fail with its name (:class:`UnsupportedOnDevice`) -- nothing moves device
+data through host memory.  *Host* nodes are the shape arithmetic of a
+graph: ``Shape`` (it reads only an array's shape), and any node whose inputs
+are all host values (constants, shapes, what is computed from them) except
+the ones that create arrays (``alloc``, ``arange``, ``eye``), which run on
+the device.  A host value a device node needs as data is copied to it (a
+constant once, when compiling); where a device node reads a shape, a length
+or an index, it takes the host value as it is.  A result that is a host
+value (a function returning ``x.shape``) is copied to the device, so every
+result is a device array.
+
+Memory: the executor is the Python linker's (schedule, plans per input
+shape, kept buffers for borrowed outputs, the transaction's commit point
+with device backups), so a borrowed output's buffer is written again by the
+next call -- in steady state a call allocates nothing for it -- and
+updates go into a shared variable's own device buffer when the
+DestroyHandler allows.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+import numpy as np
+
+from tenure import config
+from tenure.linkers.cuda.cupy_backend import CupyBackend
+from tenure.linkers.cuda.device_ops import HOST_OPS, device_op
+from tenure.linkers.cuda.emulation import EmulatedDeviceBackend
+from tenure.linkers.cuda.linker import CudaThunk, emulated_backend
+from tenure.linkers.plan import make_plan
+from tenure.linkers.python import MIN_REUSE_BYTES, op_perform
+from tenure.symbolic.device import cuda_runtime, runtime_of
+from tenure.symbolic.graph import Constant
+from tenure.symbolic.ops.creation import Alloc, Arange, Eye
+
+__all__ = ["CudaLinker", "DeviceThunk", "UnsupportedOnDevice", "host_nodes"]
+
+#: ops that create arrays: they run on the device even from host inputs
+CREATION_OPS = (Alloc, Arange, Eye)
+
+
+class UnsupportedOnDevice(NotImplementedError):
+    """A graph has nodes that cannot run on the device (the message names them)."""
+
+
+def host_nodes(nodes) -> set:
+    """The nodes (in schedule order) that run on the host: see the module doc."""
+    host_values: set = set()
+    found = set()
+    for node in nodes:
+        on_host = isinstance(node.op, HOST_OPS) or (
+            not isinstance(node.op, CREATION_OPS)
+            and all(isinstance(v, Constant) or v in host_values for v in node.inputs))
+        if on_host:
+            found.add(node)
+            host_values.update(node.outputs)
+    return found
+
+
+class DeviceStep:
+    """A device node's step: its host-value inputs made what ``run`` reads
+    (device copies where it reads data, host scalars where it reads shapes
+    and indices), then ``run(node, inputs, cells)``."""
+
+    def __init__(self, run, runtime, uploads: tuple, host_reads: tuple, constants: dict):
+        self.run = run
+        self.runtime = runtime
+        self.uploads = uploads
+        self.host_reads = host_reads
+        #: device copies of the constants among the uploads, made once
+        self.constants = constants
+
+    def __call__(self, node, inputs, cells):
+        for i in self.uploads:
+            copy = self.constants.get(i)
+            inputs[i] = copy if copy is not None else self.runtime.from_host(np.asarray(inputs[i]))
+        for i in self.host_reads:
+            value = inputs[i]
+            if isinstance(value, np.ndarray) and value.ndim == 0:
+                inputs[i] = value[()]       # a NumPy scalar: CuPy takes these, not 0-d arrays
+        self.run(node, inputs, cells)
+
+
+class DeviceThunk(CudaThunk):
+    """The :class:`.linker.CudaThunk` over device arrays (see the module doc)."""
+
+    #: the linker's input gate (:class:`~tenure.function.Function` calls it)
+    filter_input = None
+
+    def __init__(self, plan, keep, fgraph, backend, runtime):
+        self.runtime = runtime
+        self.filter_input = functools.partial(filter_device_input, runtime)
+        nodes = [step.node for step in plan.steps]
+        self.host = host_nodes(nodes)
+        self.host_values = {v for n in self.host for v in n.outputs}
+        self.device_steps: dict = {}
+        super().__init__(plan, keep, fgraph, backend)
+        missing = [n for n in nodes if n not in self.host and n not in self.kernel_steps
+                   and device_op(n) is None]
+        if missing:
+            names = sorted({type(n.op).__name__ for n in missing})
+            raise UnsupportedOnDevice(
+                f"the cuda linker cannot run {', '.join(names)} on the device (no kernel and "
+                f"no device implementation): {', '.join(str(n) for n in missing[:5])}")
+        #: result positions holding host values: copied to the device after a call
+        self._host_results = [k for k, v in enumerate(fgraph.outputs)
+                              if isinstance(v, Constant) or v in self.host_values]
+
+    def _perform_of(self, node):
+        if node in self.host:
+            return op_perform(node)
+        step = self.device_steps.get(node)
+        if step is None:
+            step = self.device_steps[node] = self._device_step(node)
+        return step
+
+    def _device_step(self, node) -> DeviceStep:
+        kernel = self.kernel_steps.get(node)
+        if kernel is not None:
+            run, host_reads = kernel, frozenset()
+        else:
+            entry = device_op(node)
+            if entry is None:       # reported after the steps are made (see __init__)
+                return DeviceStep(_unsupported, self.runtime, (), (), {})
+            run = functools.partial(_run_entry, entry.run, self.runtime)
+            host_reads = entry.host_inputs(node)
+        uploads = tuple(i for i, v in enumerate(node.inputs) if i not in host_reads
+                        and (isinstance(v, Constant) or v in self.host_values))
+        constants = {i: self.runtime.from_host(np.asarray(node.inputs[i].data))
+                     for i in uploads if isinstance(node.inputs[i], Constant)}
+        return DeviceStep(run, self.runtime, uploads, tuple(sorted(host_reads)), constants)
+
+    def __call__(self, input_values: list) -> list:
+        results = super().__call__(input_values)
+        for k in self._host_results:
+            results[k] = self.runtime.from_host(np.asarray(results[k]))
+        return results
+
+
+def _run_entry(run, runtime, node, inputs, cells):
+    run(node, inputs, cells, runtime)
+
+
+def _unsupported(node, inputs, cells):
+    raise UnsupportedOnDevice(f"{node} cannot run on the device")
+
+
+def filter_device_input(runtime, type_, value, allow_downcast: bool, what: str):
+    """The input gate on the device: a device array of ``runtime`` checked
+    (and cast on the device when allowed), another device's array refused, a
+    host value checked by ``type_.filter`` and copied to the device."""
+    found = runtime_of(value)
+    if found is runtime:
+        return type_.filter_device_array(value, allow_downcast=allow_downcast, what=what)
+    if found is not None:
+        raise TypeError(f"{what}: expected an array on {runtime.name} or a host array, got a "
+                        f"{found.name} device array ({type(value).__name__})")
+    return runtime.from_host(type_.filter(value, allow_downcast=allow_downcast, what=what))
+
+
+_BACKENDS: dict = {}
+_BACKENDS_LOCK = threading.Lock()
+
+
+def device_backend(runtime):
+    """The kernel backend of ``runtime``'s device, one per process."""
+    with _BACKENDS_LOCK:
+        backend = _BACKENDS.get(runtime.name)
+        if backend is None:
+            if config.cuda_emulation:
+                backend = EmulatedDeviceBackend(
+                    runtime, check_device_compile=emulated_backend().check_device_compile)
+            else:
+                backend = CupyBackend()
+            _BACKENDS[runtime.name] = backend
+        return backend
+
+
+class CudaLinker:
+    """``Mode(linker="cuda")``: see the module doc."""
+
+    name = "cuda"
+
+    def __init__(self):
+        self.runtime = cuda_runtime()
+        self.backend = device_backend(self.runtime)
+
+    def make_thunk(self, fgraph, keep_outputs: set[int], allow_gc: bool = True) -> DeviceThunk:
+        plan = make_plan(fgraph, allow_gc=allow_gc, keep=keep_outputs)
+        keep = {plan.outputs[i] for i in keep_outputs}
+        thunk = DeviceThunk(plan, keep, fgraph, self.backend, self.runtime)
+        thunk.min_reuse_bytes = MIN_REUSE_BYTES
+        return thunk

@@ -1,0 +1,272 @@
+"""Where a value lives: host memory (NumPy arrays) or a CUDA device, and
+whether the device can be used here.
+
+The ``"cuda"`` device is reached through a *runtime*: the few operations
+tenure needs from device memory (allocate, copy from and to the host and
+within the device, overlap tests, allocation counts).  :class:`CupyRuntime`
+works on CuPy arrays; :class:`EmulatedRuntime` on the emulated device of
+:mod:`tenure.symbolic.emulated_device` (host memory behind arrays that
+refuse implicit conversion exactly as CuPy's do), which
+``config.cuda_emulation`` makes *the* ``"cuda"`` device: CI, which has no
+GPU, runs the device path on it.  :func:`cuda_runtime` is the runtime of
+``"cuda"``; :func:`runtime_of` the runtime a given array belongs to.
+
+CuPy is imported lazily, only from here (it is the ``[cuda]`` extra, and
+importing tenure must not need it).  :func:`require_device` returns the
+``cupy`` module when CuPy is installed and a CUDA device answers, and
+otherwise raises :class:`CudaUnavailable` saying which of the two is
+missing; :func:`unavailable_reason` is the same answer as a string (or
+None), for tests that skip without a device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import sys
+import threading
+
+import numpy as np
+
+from tenure import config
+from tenure.symbolic.emulated_device import EmulatedDeviceArray, emulated_device
+
+__all__ = ["CudaUnavailable", "CupyRuntime", "EmulatedRuntime", "Usage", "cuda_runtime",
+           "import_cupy", "is_device_array", "require_cupy", "require_device", "runtime_of",
+           "unavailable_reason", "writeable"]
+
+
+class CudaUnavailable(RuntimeError):
+    """The CUDA linker cannot run here: CuPy, NVRTC or a device is missing
+    (the message says which)."""
+
+
+def import_cupy():
+    """``import cupy`` (the one place tenure imports it)."""
+    return importlib.import_module("cupy")
+
+
+def require_cupy():
+    """The ``cupy`` module, or :class:`CudaUnavailable` when it is not installed."""
+    try:
+        return import_cupy()
+    except ImportError as exc:
+        raise CudaUnavailable(f"the CUDA linker needs CuPy, which is not installed ({exc}); "
+                              f"pip install 'tenure[cuda]'") from None
+
+
+def require_device():
+    """The ``cupy`` module, once a CUDA device has answered; else
+    :class:`CudaUnavailable` naming what is missing (CuPy, or a device/driver)."""
+    reason = unavailable_reason()
+    if reason is not None:
+        raise CudaUnavailable(reason)
+    return require_cupy()
+
+
+@functools.lru_cache(maxsize=None)
+def unavailable_reason() -> str | None:
+    """Why the CUDA linker cannot run here, or None when it can (asked once)."""
+    try:
+        cupy = require_cupy()
+    except CudaUnavailable as exc:
+        return str(exc)
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:   # CUDARuntimeError: no driver, no device, driver too old
+        return (f"CuPy {cupy.__version__} is installed, but no CUDA device is usable: "
+                f"{type(exc).__name__}: {exc}")
+    if count == 0:
+        return f"CuPy {cupy.__version__} is installed, but the CUDA driver reports no device"
+    return None
+
+
+# -- device runtimes ---------------------------------------------------------------
+
+
+class Usage:
+    """Device memory a block of code allocated (:meth:`CupyRuntime.track`):
+    ``n_allocations`` and ``allocated_bytes`` (every allocation, even those
+    freed again), ``peak_bytes`` (the most it held at once above what was in
+    use when the block began)."""
+
+    __slots__ = ("n_allocations", "allocated_bytes", "peak_bytes")
+
+    def __init__(self):
+        self.n_allocations = self.allocated_bytes = self.peak_bytes = 0
+
+    def __repr__(self):
+        return (f"Usage(n_allocations={self.n_allocations}, "
+                f"allocated_bytes={self.allocated_bytes}, peak_bytes={self.peak_bytes})")
+
+
+class CupyRuntime:
+    """The device operations tenure needs, over CuPy arrays on the current
+    CUDA device (allocations from CuPy's memory pool)."""
+
+    name = "cuda"
+
+    def __init__(self, cupy):
+        self.cupy = cupy
+
+    def is_device_array(self, value) -> bool:
+        return isinstance(value, self.cupy.ndarray)
+
+    def empty(self, shape, dtype):
+        return self.cupy.empty(shape, dtype)
+
+    def from_host(self, array: np.ndarray):
+        return self.cupy.array(array, copy=True, order="C")
+
+    def to_host(self, array) -> np.ndarray:
+        return self.cupy.asnumpy(array)
+
+    def copy_into(self, target, source) -> None:
+        """``source`` (a host or device array of ``target``'s shape) written
+        into ``target`` (a host array straight into it when it is contiguous
+        and of the same dtype, as ``set`` requires; else through a device copy)."""
+        if isinstance(source, np.ndarray):
+            if target.flags.c_contiguous and source.dtype == target.dtype:
+                target.set(source)
+                return
+            source = self.from_host(source)
+        self.cupy.copyto(target, source, casting="unsafe")
+
+    def arange(self, start, stop, step, dtype):
+        return self.cupy.arange(start, stop, step, dtype=dtype)
+
+    def may_share_memory(self, a, b) -> bool:
+        return bool(self.cupy.may_share_memory(a, b))
+
+    def synchronize(self) -> None:
+        self.cupy.cuda.get_current_stream().synchronize()
+
+    @contextlib.contextmanager
+    def track(self):
+        """Count the pool allocations made in the block (this thread's): a
+        CuPy memory hook sees every allocation from the pool and every
+        return to it."""
+        usage = Usage()
+        hook = _counting_hook(self.cupy, usage)
+        with hook:
+            yield usage
+
+
+def _counting_hook(cupy, usage: Usage):
+    class CountingHook(cupy.cuda.MemoryHook):
+        name = "tenure-usage"
+
+        def __init__(self):
+            self.live = 0
+
+        def malloc_postprocess(self, **kwargs):
+            usage.n_allocations += 1
+            usage.allocated_bytes += kwargs["mem_size"]
+            self.live += kwargs["mem_size"]
+            usage.peak_bytes = max(usage.peak_bytes, self.live)
+
+        def free_postprocess(self, **kwargs):
+            self.live -= kwargs["mem_size"]
+
+    return CountingHook()
+
+
+class EmulatedRuntime:
+    """The same operations over the emulated device
+    (:mod:`tenure.symbolic.emulated_device`: host memory behind arrays that
+    behave like CuPy's), for running the device path without a GPU."""
+
+    name = "cuda (emulated)"
+
+    def __init__(self):
+        self.device = emulated_device()
+
+    def is_device_array(self, value) -> bool:
+        return isinstance(value, EmulatedDeviceArray)
+
+    def empty(self, shape, dtype):
+        return self.device.empty(shape, dtype)
+
+    def from_host(self, array: np.ndarray):
+        return self.device.from_host(array)
+
+    def to_host(self, array) -> np.ndarray:
+        return array.get()
+
+    def copy_into(self, target, source) -> None:
+        if isinstance(source, np.ndarray):
+            if target.flags.c_contiguous and source.dtype == target.dtype:
+                target.set(source)
+                return
+            source = self.from_host(source)
+        np.copyto(target, source, casting="unsafe")
+
+    def arange(self, start, stop, step, dtype):
+        return self.device.from_host(np.arange(start, stop, step, dtype=dtype))
+
+    def may_share_memory(self, a, b) -> bool:
+        return bool(np.may_share_memory(a, b))
+
+    def synchronize(self) -> None:
+        """Nothing runs asynchronously on the emulated device."""
+
+    @contextlib.contextmanager
+    def track(self):
+        usage = Usage()
+        device = self.device
+        start_count, start_bytes = device.n_allocations(), device.allocated_bytes()
+        start_used = device.used_bytes()
+        device.reset_peak()
+        try:
+            yield usage
+        finally:
+            usage.n_allocations = device.n_allocations() - start_count
+            usage.allocated_bytes = device.allocated_bytes() - start_bytes
+            usage.peak_bytes = max(0, device.peak_bytes() - start_used)
+
+
+_RUNTIMES: dict = {}
+_RUNTIMES_LOCK = threading.Lock()
+
+
+def cuda_runtime():
+    """The runtime of the ``"cuda"`` device: CuPy's on the current device,
+    or the emulated one while ``config.cuda_emulation`` is set; raises
+    :class:`CudaUnavailable` naming what is missing."""
+    if config.cuda_emulation:
+        return _runtime("emulated", EmulatedRuntime)
+    cupy = require_device()
+    return _runtime("cupy", lambda: CupyRuntime(cupy))
+
+
+def _runtime(key: str, make):
+    with _RUNTIMES_LOCK:
+        if key not in _RUNTIMES:
+            _RUNTIMES[key] = make()
+        return _RUNTIMES[key]
+
+
+def runtime_of(value):
+    """The runtime whose device array ``value`` is, or None for anything
+    else (host arrays, Python values).  Never imports CuPy: a CuPy array can
+    only exist once CuPy is imported."""
+    if isinstance(value, EmulatedDeviceArray):
+        return _runtime("emulated", EmulatedRuntime)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(value, cupy.ndarray):
+        return _runtime("cupy", lambda: CupyRuntime(cupy))
+    return None
+
+
+def is_device_array(value) -> bool:
+    """Whether ``value`` is an array in device memory (CuPy's or emulated)."""
+    return runtime_of(value) is not None
+
+
+def writeable(array) -> bool:
+    """Whether tenure may write ``array``: device memory has no read-only
+    flag; a NumPy array says."""
+    if isinstance(array, np.ndarray):
+        return array.flags.writeable
+    return is_device_array(array)
