@@ -47,6 +47,12 @@ def _check_linker(value):
     return value
 
 
+def _check_device(value):
+    if value not in ("cpu", "cuda"):
+        raise ValueError(f"config.device: expected 'cpu' or 'cuda', got {value!r}")
+    return value
+
+
 def _parse_bool(text: str) -> bool:
     lowered = str(text).strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -151,6 +157,11 @@ _FLAGS = {
               "threads; below it, starting them costs more than they save.  Compiled "
               "into the code: changing it compiles the graph again",
               int, _check_count),
+        _Flag("device", "cpu",
+              "where tn.shared stores a value given as host data when no device= is "
+              "named: 'cpu', or 'cuda' (device storage whose get_value() returns NumPy "
+              "copies; functions using it need Mode(linker='cuda'))",
+              str, _check_device),
         _Flag("cuda_emulation", False,
               "run the 'cuda' device on the emulated device: device arrays over host "
               "memory that refuse implicit conversion as CuPy's do, and the CUDA kernels "

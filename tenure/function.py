@@ -145,8 +145,12 @@ class Mode:
         if self.linker not in config.LINKERS + self.EXTRA_LINKERS:
             raise ValueError(f"Mode: unknown linker {self.linker!r}; expected one of "
                              f"{', '.join(config.LINKERS + self.EXTRA_LINKERS)}")
+        #: for the cuda linker: whether it runs on the emulated device (the
+        #: flag when the mode was made: its functions keep to one device)
+        self.cuda_emulation = self.linker == "cuda" and config.cuda_emulation
         if self.linker == "cuda":
-            cuda_runtime()      # CudaUnavailable now, naming what is missing (CuPy, a device)
+            # CudaUnavailable now, naming what is missing (CuPy, a device)
+            cuda_runtime(self.cuda_emulation)
         self.compute, self.chunk_linker = _check_dask_options(self.linker, compute, chunk_linker)
         if self.linker == "dask":
             # A chunk Dask holds may be read by other tasks: nothing is overwritten.
@@ -188,7 +192,7 @@ class Mode:
             return EmulatedCudaLinker()
         if self.linker == "cuda":
             from tenure.linkers.cuda.device_linker import CudaLinker
-            return CudaLinker()
+            return CudaLinker(emulated=self.cuda_emulation)
         from tenure.linkers.python import PythonLinker
         return PythonLinker()
 
@@ -347,6 +351,9 @@ class Function:
         #: the linker's input gate where it takes arrays of its own kind (a
         #: Dask array), else None: each input's type filters it
         self._filter = getattr(self._thunk, "filter_input", None)
+        #: where the linker keeps its values elsewhere (a device), the move of
+        #: trusted arguments there (``trust_input`` skips the gate, not the move)
+        self._place = getattr(self._thunk, "place_inputs", None)
         #: the compiled call path (C linker), or None: calls go through :meth:`_call`
         self._fast_call = self._make_fast_call()
         self._defaults = [None if spec.value is None else self._own_default(spec)
@@ -576,6 +583,8 @@ class Function:
     def _call_holding_locks(self, args, kwargs):
         if self.trust_input and not kwargs and len(args) == len(self.inputs):
             values, from_default = list(args), None
+            if self._place is not None:
+                values = self._place(values)
         else:
             values, from_default = self._bind(args, kwargs)
             allow = self.allow_input_downcast

@@ -12,7 +12,7 @@ import pytest
 import tenure as tn
 from tenure.linkers.c import compiler
 from tenure.linkers.cuda import nvrtc
-from tenure.symbolic.device import CudaUnavailable
+from tenure.symbolic.device import CudaUnavailable, is_device_array, unavailable_reason
 from tenure.linkers.cuda.linker import emulated_backend
 
 #: every linker the contract and op suites run on.  ``TENURE_TEST_LINKERS``
@@ -47,17 +47,21 @@ DASK_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_pytensor_idio
                      "test_specify_shape.py"}
 HAVE_DASK = importlib.util.find_spec("dask") is not None
 
-#: test files that run on the CUDA linker's executor under host emulation
-#: (``cuda_emulated``: the generated CUDA kernels run on the CPU) in every
-#: run: the memory contract, the calling conventions, transactions, the
-#: activation-memory budgets, and the op families whose nodes have kernels.
-#: The rest of the suite passes on it too (``TENURE_TEST_LINKERS=cuda_emulated``);
-#: compiling each graph's kernels as host C++ (and for the device) makes the
-#: whole of it cost many minutes.
-CUDA_EMULATED_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_pytensor_idioms.py",
-                              "test_transactions.py", "test_pickle.py", "test_reduce.py",
-                              "test_nnet.py", "test_elemwise_grad.py", "test_remat.py",
-                              "test_subtensor_update.py"}
+#: test files that run on the cuda linker (``Mode(linker="cuda")``: device
+#: arrays, device shared variables, the generated kernels) in every run: the
+#: memory contract, the calling conventions, transactions, pickling, the
+#: activation-memory budgets and the op suite (test_elemwise aside: its
+#: kernels have their own tests in tests/linkers/cuda, and compiling each of
+#: its graphs' kernels as host C++ and for the device costs minutes).  They
+#: run on the emulated device (see :func:`_on_the_emulated_device`), or with
+#: ``TENURE_TEST_CUDA=device`` on the GPU (skipped, with the reason, where
+#: there is none).
+CUDA_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_pytensor_idioms.py",
+                     "test_transactions.py", "test_pickle.py", "test_remat.py"}
+CUDA_IN_EVERY_RUN_DIRS = {("symbolic", "ops")}
+CUDA_NOT_IN_EVERY_RUN = {"test_elemwise.py"}
+#: where the suites' cuda linker runs: "emulated" (CI) or "device"
+CUDA_FOR_SUITES = os.environ.get("TENURE_TEST_CUDA", "emulated")
 
 
 def _linkers_for(path) -> list[str]:
@@ -69,8 +73,11 @@ def _linkers_for(path) -> list[str]:
         linkers.append("c")
     if not _FROM_ENV and HAVE_DASK and path.name in DASK_IN_EVERY_RUN:
         linkers.append("dask")
-    if not _FROM_ENV and path.name in CUDA_EMULATED_IN_EVERY_RUN and _have_compiler():
-        linkers.append("cuda_emulated")
+    on_cuda = path.name in CUDA_IN_EVERY_RUN or (
+        (path.parent.parent.name, path.parent.name) in CUDA_IN_EVERY_RUN_DIRS
+        and path.name not in CUDA_NOT_IN_EVERY_RUN)
+    if not _FROM_ENV and on_cuda and _have_compiler():
+        linkers.append("cuda")
     return linkers
 
 
@@ -83,12 +90,21 @@ def pytest_generate_tests(metafunc):
     if "mode" in metafunc.fixturenames:
         linkers = _linkers_for(metafunc.definition.path)
         shares = metafunc.definition.get_closest_marker("shares_buffers") is not None
-        metafunc.parametrize("mode", [_mode_param(name, shares) for name in linkers],
+        host = metafunc.definition.get_closest_marker("host_buffers") is not None
+        metafunc.parametrize("mode", [_mode_param(name, shares, host) for name in linkers],
                              ids=linkers)
 
 
-def _mode_param(linker: str, checks_shared_buffers: bool):
+def _mode_param(linker: str, checks_shared_buffers: bool, checks_host_buffers: bool):
+    if linker == "cuda" and CUDA_FOR_SUITES == "device" and unavailable_reason() is not None:
+        return pytest.param(None, marks=pytest.mark.skip(
+            reason=f"no CUDA device: {unavailable_reason()}"))
     mode = mode_for(linker)
+    if (checks_shared_buffers or checks_host_buffers) and linker == "cuda":
+        return pytest.param(mode, marks=pytest.mark.skip(
+            reason="the suites pass host arrays, which the cuda linker copies to the device; "
+                   "its buffer sharing with device arrays is tested in "
+                   "tests/linkers/cuda/test_device_path.py"))
     if checks_shared_buffers and not getattr(mode.make_linker(), "shares_buffers", True):
         return pytest.param(mode, marks=pytest.mark.skip(
             reason=f"the {linker} linker never shares buffers (views of arguments, in-place "
@@ -98,8 +114,42 @@ def _mode_param(linker: str, checks_shared_buffers: bool):
 
 def mode_for(linker: str) -> tn.Mode:
     """The mode a suite runs on ``linker`` with (the dask linker computes its
-    outputs: the suites compare NumPy arrays)."""
+    outputs: the suites compare NumPy arrays; the cuda linker runs on the
+    emulated device, see :func:`_on_the_emulated_device`)."""
+    if linker == "cuda":
+        with tn.config.change_flags(cuda_emulation=CUDA_FOR_SUITES != "device"):
+            return tn.Mode(linker="cuda")
     return tn.Mode(linker=linker, **LINKER_OPTIONS.get(linker, {}))
+
+
+@pytest.fixture(autouse=True)
+def _on_the_emulated_device(request, monkeypatch):
+    """A suite test running on the cuda linker runs on its mode's device (the
+    emulated one unless ``TENURE_TEST_CUDA=device``) with ``config.device="cuda"`` (its shared variables are device storage,
+    whose ``get_value()`` gives NumPy copies), and every call's results are
+    copied back to the host, so that the suite compares NumPy arrays as on
+    the other linkers.  What is checked is the device path's values and
+    errors; its memory contract on device arrays has its own tests
+    (tests/linkers/cuda/test_device_path.py)."""
+    mode = getattr(request.node, "callspec", None) and request.node.callspec.params.get("mode")
+    if getattr(mode, "linker", None) != "cuda":
+        yield
+        return
+    call = tn.Function.__call__
+
+    def call_with_host_results(self, *args, **kwargs):
+        results = call(self, *args, **kwargs)
+        if isinstance(results, list):
+            return [_to_host(r) for r in results]
+        return _to_host(results)
+
+    monkeypatch.setattr(tn.Function, "__call__", call_with_host_results)
+    with tn.config.change_flags(cuda_emulation=mode.cuda_emulation, device="cuda"):
+        yield
+
+
+def _to_host(value):
+    return value.get() if is_device_array(value) else value
 
 
 #: options of the modes the suites run linkers with
@@ -155,7 +205,8 @@ def pytest_configure(config):
 
 
 def _compile_emulated_kernels_for_the_device() -> None:
-    """Every kernel the suites run on ``cuda_emulated`` is compiled for the
+    """Every kernel the suites run on the emulated device (the ``cuda``
+    linker under emulation, and ``cuda_emulated``) is compiled for the
     device too (NVRTC, else nvcc), where a device compiler is installed (CI
     installs NVRTC): a generated kernel that would not compile fails its test."""
     try:

@@ -105,6 +105,7 @@ class TestSharedStorageIsUnique:
         arg[:] = 5
         np.testing.assert_array_equal(a.get_value(), np.ones(3))
 
+    @pytest.mark.host_buffers
     def test_update_may_adopt_a_mutable_input(self, mode):
         a = tn.shared(np.zeros(3), name="a")
         x = tn.vector("x")
@@ -259,6 +260,7 @@ class TestInBorrow:
         arg = np.arange(6.0).reshape(2, 3)
         assert np.shares_memory(f(arg), arg)  # no defensive copy
 
+    @pytest.mark.host_buffers
     def test_borrowed_output_of_borrowed_input(self, mode):
         x = tn.matrix("x")
         f = tn.function([In(x, borrow=True)], Out(x, borrow=True), mode=mode)

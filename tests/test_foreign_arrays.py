@@ -188,6 +188,7 @@ def test_mutable_read_only_source_is_copied_and_never_written(mode, kind):
     np.testing.assert_array_equal(source, np.arange(4.0))
 
 
+@pytest.mark.host_buffers
 @pytest.mark.parametrize("kind", KINDS)
 def test_read_only_mutable_source_is_not_adopted_by_an_update(mode, kind):
     a = tn.shared(np.zeros(3), name="a")

@@ -18,6 +18,8 @@ import pytest
 
 import tenure as tn
 from tenure.linkers.commit import commit_point
+from tenure.linkers.cuda.device_ops import register_device_op
+from tenure.symbolic.device import cuda_runtime
 from tenure.symbolic.graph import Apply, Op
 from tenure.symbolic.variable import as_tensor_variable
 
@@ -49,6 +51,10 @@ class Trip(Op):
         return [input_shapes[0]]
 
 
+# Its perform is written for any array: it runs on the device too.
+register_device_op(Trip)
+
+
 def _raise_runtime_error():
     raise RuntimeError("boom inside an op")
 
@@ -77,13 +83,13 @@ def _two_updates(mode, between):
 def _assert_unchanged_then_working(f, a, b, good_args, expect_b):
     np.testing.assert_array_equal(a.get_value(), np.zeros(3))
     assert b.get_value() == 0
-    storage = a.get_value(borrow=True)
+    storage = a.get_value(borrow=True, return_internal_type=True)
     f(*good_args)
     np.testing.assert_array_equal(a.get_value(), np.ones(3))
     assert b.get_value() == expect_b
     # In place where it was before: the update landed in a's own buffer.
-    assert a.get_value(borrow=True) is storage or np.shares_memory(a.get_value(borrow=True),
-                                                                   storage)
+    now = a.get_value(borrow=True, return_internal_type=True)
+    assert now is storage or np.shares_memory(now, storage)
 
 
 def test_a_shape_error_after_an_in_place_update_changes_nothing(mode):
@@ -168,6 +174,21 @@ def test_the_default_sigint_handler_is_back_after_calls(mode):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def _peak_bytes(mode, call) -> int:
+    """The most memory ``call()`` held: on the device for the cuda linker
+    (the emulated device, as the suites run it), else host memory."""
+    if mode.linker == "cuda":
+        with cuda_runtime(emulated=True).track() as usage:
+            call()
+        return usage.peak_bytes
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_a_validated_training_step_takes_no_backup_copy(mode):
     """A training step's ops after its first in-place update are all checked
     from the shapes: no copy of the weights is made to undo it."""
@@ -183,14 +204,10 @@ def test_a_validated_training_step_takes_no_backup_copy(mode):
                     updates=[(W, W - 0.01 * gW), (V, V - 0.01 * gV)], mode=mode)
     xv, tv = rng.standard_normal((8, 400)), rng.standard_normal((8, 10))
     f(xv, tv)
-    w_storage = W.get_value(borrow=True)
-    tracemalloc.start()
-    try:
-        f(xv, tv)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert np.shares_memory(W.get_value(borrow=True), w_storage)   # in place
+    w_storage = W.get_value(borrow=True, return_internal_type=True)
+    peak = _peak_bytes(mode, lambda: f(xv, tv))
+    assert np.shares_memory(W.get_value(borrow=True, return_internal_type=True),
+                            w_storage)   # in place
     # The gradient of W (the size of W) is needed; a backup would be a second one.
     assert peak < 1.5 * w_storage.nbytes
 
@@ -340,6 +357,7 @@ def test_get_value_waits_for_a_call_in_progress(mode):
     np.testing.assert_array_equal(seen[0], np.ones(1000))
 
 
+@pytest.mark.host_buffers
 def test_ctrl_c_stops_the_call_at_the_next_step(mode):
     """A SIGINT arriving during a step is acted on before the next one runs:
     here the next step would overwrite a buffer the caller gave away."""

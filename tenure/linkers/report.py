@@ -58,7 +58,8 @@ class MemoryReport:
     to a later variable is counted once, buffers kept from the last call are
     not allocated again), each step's op temporaries included.
     ``predicted_by_step``: that sum at each step.  ``measured_peak``: the
-    tracemalloc peak of a call.  ``held_between_calls``: bytes of buffers the
+    peak of a call, ``measured_by`` says how: ``"tracemalloc"`` (host
+    memory), or the device's runtime (device memory).  ``held_between_calls``: bytes of buffers the
     function keeps after returning (borrowed outputs, and intermediates when
     ``allow_gc`` is off).
     """
@@ -66,6 +67,7 @@ class MemoryReport:
     records: list[OutputRecord] = field(default_factory=list)
     predicted_peak: int = 0
     measured_peak: int = 0
+    measured_by: str = "tracemalloc"
     held_between_calls: int = 0
     predicted_by_step: list[int] = field(default_factory=list)
     #: the plan observed, and the slots it found allocated before the call
@@ -93,7 +95,7 @@ class MemoryReport:
             lines.append(f"{r.step:>4}  {r.op[:34]:<34} {str(r.shape):<16} {r.dtype:<8} "
                          f"{r.nbytes:>12,}  {how}")
         lines.append(f"predicted peak {self.predicted_peak:,} bytes; measured peak "
-                     f"{self.measured_peak:,} bytes (tracemalloc); held between calls "
+                     f"{self.measured_peak:,} bytes ({self.measured_by}); held between calls "
                      f"{self.held_between_calls:,} bytes")
         return "\n".join(lines)
 
@@ -190,20 +192,20 @@ def _private(values: list) -> list:
     return [v.copy() if _is_array(v) else v for v in values]
 
 
-def _measured_peak(thunk, input_values: list) -> int:
-    """The most memory a call of ``thunk`` held above what it began with:
-    device memory for a thunk that computes on a device, else host memory
-    (tracemalloc)."""
+def _measured_peak(thunk, input_values: list) -> tuple[int, str]:
+    """The most memory a call of ``thunk`` held above what it began with, and
+    how it was measured: device memory for a thunk that computes on a device
+    (its runtime's count), else host memory (tracemalloc)."""
     runtime = getattr(thunk, "runtime", None)
     if runtime is not None:
         with runtime.track() as usage:
             thunk(input_values)
             runtime.synchronize()
-        return usage.peak_bytes
+        return usage.peak_bytes, f"{runtime.name} memory"
     tracemalloc.start()
     try:
         thunk(input_values)
-        return tracemalloc.get_traced_memory()[1]
+        return tracemalloc.get_traced_memory()[1], "tracemalloc"
     finally:
         tracemalloc.stop()
 
@@ -228,6 +230,6 @@ def memory_report(function, input_values: list) -> MemoryReport:
                           backups=(commit_step, backups))
     measured_inputs = _private(input_values)
     thunk.prepare(measured_inputs)   # what a call with new shapes sets up is not the call's
-    report.measured_peak = _measured_peak(thunk, measured_inputs)
+    report.measured_peak, report.measured_by = _measured_peak(thunk, measured_inputs)
     report.held_between_calls = held_bytes(thunk)
     return report

@@ -136,6 +136,21 @@ class CupyRuntime:
     def arange(self, start, stop, step, dtype):
         return self.cupy.arange(start, stop, step, dtype=dtype)
 
+    def scatter_add(self, target, positions, values) -> None:
+        """``target[positions] += values`` with repeated positions adding up."""
+        import cupyx       # CuPy's extras: imported with the first scatter
+        cupyx.scatter_add(target, positions, values)
+
+    def gemm(self, x, y, out, alpha, beta) -> bool:
+        """``out = alpha * x @ y + beta * out`` by cuBLAS, without a
+        temporary, for 2-d float or complex arrays of ``out``'s dtype
+        (False, doing nothing, for others)."""
+        if not _blas_operands(x, y, out):
+            return False
+        from cupy import cublas     # loads libcublas: only when a product runs
+        cublas.gemm("N", "N", x, y, out=out, alpha=alpha, beta=beta)
+        return True
+
     def may_share_memory(self, a, b) -> bool:
         return bool(self.cupy.may_share_memory(a, b))
 
@@ -205,6 +220,20 @@ class EmulatedRuntime:
     def arange(self, start, stop, step, dtype):
         return self.device.from_host(np.arange(start, stop, step, dtype=dtype))
 
+    def scatter_add(self, target, positions, values) -> None:
+        np.add.at(target, positions, values)
+
+    def gemm(self, x, y, out, alpha, beta) -> bool:
+        """As cuBLAS does it: no device memory beyond ``out`` (the product
+        is formed in host memory, which the emulated device does not count)."""
+        if not _blas_operands(x, y, out):
+            return False
+        result = np.matmul(x.get(), y.get())
+        result *= _host_scalar(alpha)
+        result += _host_scalar(beta) * out.get()
+        out.set(result.astype(out.dtype, copy=False))
+        return True
+
     def may_share_memory(self, a, b) -> bool:
         return bool(np.may_share_memory(a, b))
 
@@ -226,15 +255,29 @@ class EmulatedRuntime:
             usage.peak_bytes = max(0, device.peak_bytes() - start_used)
 
 
+def _blas_operands(x, y, out) -> bool:
+    """Whether cuBLAS's gemm takes these: 2-d, one float or complex dtype,
+    ``out`` contiguous."""
+    return (x.ndim == y.ndim == out.ndim == 2 and out.dtype.char in "fdFD"
+            and x.dtype == y.dtype == out.dtype
+            and (out.flags.c_contiguous or out.flags.f_contiguous))
+
+
+def _host_scalar(value):
+    """A scalar (a Python or NumPy number, or a 0-d device array) as a host number."""
+    return value.item() if hasattr(value, "item") else value
+
+
 _RUNTIMES: dict = {}
 _RUNTIMES_LOCK = threading.Lock()
 
 
-def cuda_runtime():
+def cuda_runtime(emulated: bool | None = None):
     """The runtime of the ``"cuda"`` device: CuPy's on the current device,
-    or the emulated one while ``config.cuda_emulation`` is set; raises
-    :class:`CudaUnavailable` naming what is missing."""
-    if config.cuda_emulation:
+    or the emulated one when ``emulated`` (None: while
+    ``config.cuda_emulation`` is set); raises :class:`CudaUnavailable`
+    naming what is missing."""
+    if config.cuda_emulation if emulated is None else emulated:
         return _runtime("emulated", EmulatedRuntime)
     cupy = require_device()
     return _runtime("cupy", lambda: CupyRuntime(cupy))

@@ -266,6 +266,10 @@ class EmulatedDeviceArray(NDArrayOperatorsMixin):
     def tolist(self) -> list:
         return self._host.tolist()
 
+    def tobytes(self, order: str = "C") -> bytes:
+        """The values as bytes (a read back to the host, as CuPy's)."""
+        return self._host.tobytes(order=order)
+
     item, astype, reshape, transpose, ravel, flatten, view = map(
         _host_method, ("item", "astype", "reshape", "transpose", "ravel", "flatten", "view"))
     squeeze, swapaxes, diagonal, repeat = map(

@@ -31,7 +31,8 @@ import weakref
 
 import numpy as np
 
-from tenure.symbolic.device import cuda_runtime, runtime_of, writeable
+from tenure import config
+from tenure.symbolic.device import EmulatedRuntime, cuda_runtime, runtime_of, writeable
 from tenure.symbolic.graph import Variable
 from tenure.symbolic.types import (TensorType, base_ndarray, foreign_ndarray,
                                    is_foreign_array, is_same_memory, python_scalar_dtype)
@@ -90,6 +91,8 @@ def _aliases_other_shared(value, owner: SharedVariable | None) -> bool:
 
 #: the devices a shared variable's storage may be on
 DEVICES = ("cpu", "cuda")
+#: how a pickle names the device of device storage
+_CUDA, _EMULATED = "cuda", "cuda (emulated)"
 
 
 class SharedVariable(TensorMethods, Variable):
@@ -134,8 +137,18 @@ class SharedVariable(TensorMethods, Variable):
     def clone(self, name=None):
         raise TypeError(f"shared variable {self} cannot be cloned; its storage is unique")
 
+    def __getstate__(self):
+        # The device's runtime is the process's: stored as which device it is.
+        state = dict(self.__dict__)
+        if self.runtime is not None:
+            state["runtime"] = _EMULATED if isinstance(self.runtime, EmulatedRuntime) else _CUDA
+        return state
+
     def __setstate__(self, state):
         # Unpickled (or deep-copied): a live shared variable like any other.
+        runtime = state.get("runtime")
+        if runtime in (_EMULATED, _CUDA):
+            state = dict(state, runtime=cuda_runtime(emulated=runtime == _EMULATED))
         self.__dict__.update(state)
         _LIVE.add(self)
 
@@ -265,7 +278,8 @@ def shared(value, name: str | None = None, borrow: bool = False,
     ``device``: where the storage is, ``"cpu"`` or ``"cuda"``; ``None`` (the
     default): where ``value`` is -- a device array (CuPy's, or the emulated
     device's) makes device storage whose ``get_value()`` returns device
-    arrays, anything else host storage.  ``device="cuda"`` with host data
+    arrays, anything else goes where ``config.device`` says (``"cpu"``
+    unless set).  ``device="cuda"`` with host data
     copies it to the device, and ``get_value()`` then returns NumPy copies
     (``get_value(borrow=True, return_internal_type=True)`` the device array
     itself).  Functions that use device storage must be compiled with
@@ -305,7 +319,6 @@ def shared(value, name: str | None = None, borrow: bool = False,
         if natural.ndim == 0 and dtype is None:
             dtype = python_scalar_dtype(value)
         elif natural.dtype.kind == "f" and dtype is None:
-            from tenure import config
             dtype = config.floatX
     if natural.dtype == object or natural.dtype.kind in "USVM":
         raise TypeError(f"shared(): expected numeric data, got dtype {natural.dtype}")
@@ -313,6 +326,8 @@ def shared(value, name: str | None = None, borrow: bool = False,
         dtype = natural.dtype
     if shape is None:
         shape = (None,) * natural.ndim
+    if device is None:
+        device = config.device
     runtime = cuda_runtime() if device == "cuda" else None
     return SharedVariable(TensorType(dtype, shape), value, name=name, borrow=borrow,
                           strict=strict, allow_downcast=allow_downcast, runtime=runtime)

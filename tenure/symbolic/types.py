@@ -294,8 +294,8 @@ def is_same_memory(result: np.ndarray, value) -> bool:
     about copies."""
     if result is value:
         return True
-    if is_device_array(value):
-        return False    # a device array is only ever cast into a new one
+    if is_device_array(value) or is_device_array(result):
+        return False    # cast into a new device array, or copied between memories
     if isinstance(value, np.ndarray):
         return np.may_share_memory(result, value)
     if is_foreign_array(value):

@@ -35,16 +35,17 @@ import threading
 
 import numpy as np
 
-from tenure import config
 from tenure.linkers.cuda.cupy_backend import CupyBackend
 from tenure.linkers.cuda.device_ops import HOST_OPS, device_op
 from tenure.linkers.cuda.emulation import EmulatedDeviceBackend
-from tenure.linkers.cuda.linker import CudaThunk, emulated_backend
+from tenure.linkers.cuda.linker import CudaThunk, emulated_backend, kernel_step
 from tenure.linkers.plan import make_plan
 from tenure.linkers.python import MIN_REUSE_BYTES, op_perform
 from tenure.symbolic.device import cuda_runtime, runtime_of
 from tenure.symbolic.graph import Constant
 from tenure.symbolic.ops.creation import Alloc, Arange, Eye
+from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
+from tenure.symbolic.types import TensorType
 
 __all__ = ["CudaLinker", "DeviceThunk", "UnsupportedOnDevice", "host_nodes"]
 
@@ -75,8 +76,11 @@ class DeviceStep:
     (device copies where it reads data, host scalars where it reads shapes
     and indices), then ``run(node, inputs, cells)``."""
 
-    def __init__(self, run, runtime, uploads: tuple, host_reads: tuple, constants: dict):
+    def __init__(self, run, runtime, uploads: tuple, host_reads: tuple, constants: dict,
+                 by_kernel: bool):
         self.run = run
+        #: whether a generated kernel computes the node (else a device_ops entry)
+        self.by_kernel = by_kernel
         self.runtime = runtime
         self.uploads = uploads
         self.host_reads = host_reads
@@ -107,9 +111,9 @@ class DeviceThunk(CudaThunk):
         self.host = host_nodes(nodes)
         self.host_values = {v for n in self.host for v in n.outputs}
         self.device_steps: dict = {}
+        self.unsupported: list = []        # found while the steps are made
         super().__init__(plan, keep, fgraph, backend)
-        missing = [n for n in nodes if n not in self.host and n not in self.kernel_steps
-                   and device_op(n) is None]
+        missing = self.unsupported
         if missing:
             names = sorted({type(n.op).__name__ for n in missing})
             raise UnsupportedOnDevice(
@@ -128,26 +132,55 @@ class DeviceThunk(CudaThunk):
         return step
 
     def _device_step(self, node) -> DeviceStep:
-        kernel = self.kernel_steps.get(node)
+        kernel = self.kernel_steps.get(node) or cast_kernel_step(node, self.backend)
         if kernel is not None:
             run, host_reads = kernel, frozenset()
         else:
             entry = device_op(node)
             if entry is None:       # reported after the steps are made (see __init__)
-                return DeviceStep(_unsupported, self.runtime, (), (), {})
+                self.unsupported.append(node)
+                return DeviceStep(_unsupported, self.runtime, (), (), {}, False)
             run = functools.partial(_run_entry, entry.run, self.runtime)
             host_reads = entry.host_inputs(node)
         uploads = tuple(i for i, v in enumerate(node.inputs) if i not in host_reads
                         and (isinstance(v, Constant) or v in self.host_values))
         constants = {i: self.runtime.from_host(np.asarray(node.inputs[i].data))
                      for i in uploads if isinstance(node.inputs[i], Constant)}
-        return DeviceStep(run, self.runtime, uploads, tuple(sorted(host_reads)), constants)
+        return DeviceStep(run, self.runtime, uploads, tuple(sorted(host_reads)), constants,
+                          kernel is not None)
+
+    def place_inputs(self, values: list) -> list:
+        """Trusted arguments (``trust_input``: no gate) on the device: host
+        arrays copied there, device arrays as they are."""
+        is_device_array = self.runtime.is_device_array
+        return [v if is_device_array(v) else self.runtime.from_host(np.asarray(v))
+                for v in values]
 
     def __call__(self, input_values: list) -> list:
         results = super().__call__(input_values)
         for k in self._host_results:
             results[k] = self.runtime.from_host(np.asarray(results[k]))
         return results
+
+
+def cast_kernel_step(node, backend):
+    """For softmax, log_softmax and logsumexp of integers (their kernels take
+    the output's float dtype): the input cast on the device, then the kernel
+    of the same op over the cast; None for any other node."""
+    if not isinstance(node.op, (Softmax, LogSoftmax, LogSumExp)):
+        return None
+    dtype = node.outputs[0].type.numpy_dtype
+    x = node.inputs[0]
+    if x.type.numpy_dtype == dtype:
+        return None
+    float_node = node.op.make_node(TensorType(dtype, x.type.shape)())
+    step = kernel_step(float_node, backend)
+    if step is None:
+        return None
+
+    def cast_then_kernel(node, inputs, cells):
+        step(float_node, [inputs[0].astype(dtype)], cells)
+    return cast_then_kernel
 
 
 def _run_entry(run, runtime, node, inputs, cells):
@@ -175,12 +208,12 @@ _BACKENDS: dict = {}
 _BACKENDS_LOCK = threading.Lock()
 
 
-def device_backend(runtime):
+def device_backend(runtime, emulated: bool):
     """The kernel backend of ``runtime``'s device, one per process."""
     with _BACKENDS_LOCK:
         backend = _BACKENDS.get(runtime.name)
         if backend is None:
-            if config.cuda_emulation:
+            if emulated:
                 backend = EmulatedDeviceBackend(
                     runtime, check_device_compile=emulated_backend().check_device_compile)
             else:
@@ -194,9 +227,9 @@ class CudaLinker:
 
     name = "cuda"
 
-    def __init__(self):
-        self.runtime = cuda_runtime()
-        self.backend = device_backend(self.runtime)
+    def __init__(self, emulated: bool = False):
+        self.runtime = cuda_runtime(emulated)
+        self.backend = device_backend(self.runtime, emulated)
 
     def make_thunk(self, fgraph, keep_outputs: set[int], allow_gc: bool = True) -> DeviceThunk:
         plan = make_plan(fgraph, allow_gc=allow_gc, keep=keep_outputs)

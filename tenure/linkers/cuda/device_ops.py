@@ -29,14 +29,18 @@ from tenure.symbolic.grad import StopGradient
 from tenure.symbolic.ops.blas import Dot, MatMul, Outer, TensorDot
 from tenure.symbolic.ops.creation import Alloc, Arange, Eye
 from tenure.symbolic.ops.gemm import Gemm
-from tenure.symbolic.ops.indexing import AdvancedSubtensor, Subtensor
-from tenure.symbolic.ops.join import Join, Split, Stack
+from tenure.symbolic.ops.indexing import (AdvancedSubtensor, Subtensor, advanced_region_shape,
+                                          index_tuple)
+from tenure.symbolic.ops.join import Join, Split, SplitGrad, Stack
 from tenure.symbolic.ops.nnet import OneHot
-from tenure.symbolic.ops.reduce import CumSum, SumTo, Var
+from tenure.symbolic.ops.elemwise import Elemwise
+from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, SumTo, Var
 from tenure.symbolic.ops.shape import DimShuffle, MakeVector, Reshape, Shape, SpecifyShape
-from tenure.symbolic.ops.sorting import ArgSort, Sort
+from tenure.symbolic.ops.sorting import ArgSort, PermuteAlongAxis, Sort
+from tenure.symbolic.ops.subtensor_update import AdvancedIncSubtensor
 
-__all__ = ["DEVICE_OPS", "DeviceOp", "HOST_OPS", "device_op", "unsupported_nodes"]
+__all__ = ["DEVICE_OPS", "DeviceOp", "HOST_OPS", "device_op", "register_device_op",
+           "unsupported_nodes"]
 
 
 class DeviceOp(NamedTuple):
@@ -59,6 +63,23 @@ def _every_input(node):
     return frozenset(range(len(node.inputs)))
 
 
+def _scalar_indices(node, first: int = 1):
+    """The index inputs from ``first`` on that are 0-d (slice bounds, integer
+    indices: read on the host); index arrays stay on the device."""
+    return frozenset(i for i in range(first, len(node.inputs)) if node.inputs[i].ndim == 0)
+
+
+def _on_the_host(node, inputs, cells, runtime):
+    """The op's reference ``perform`` on host copies of the inputs, its
+    results copied to the device: for empty inputs (nothing to move) and to
+    raise the reference's exact error once a device check has found one."""
+    host = [runtime.to_host(v) if runtime.is_device_array(v) else v for v in inputs]
+    host_cells = [[None] for _ in node.outputs]
+    node.op.perform(node, host, host_cells)
+    for cell, (result,) in zip(cells, host_cells):
+        cell[0] = runtime.from_host(np.asarray(result))
+
+
 def _as_device(result, dtype, runtime):
     """``result`` of a NumPy-style call on device arrays as a device array of
     ``dtype`` (some calls give a 0-d result back as a NumPy scalar)."""
@@ -78,7 +99,8 @@ def _product(node, inputs, cells, runtime):
     a, b = inputs
     op, dtype, cell = node.op, node.outputs[0].type.numpy_dtype, cells[0]
     if isinstance(op, TensorDot):
-        result = np.tensordot(a, b, axes=op._numpy_axes())
+        op.check_aligned(tuple(a.shape), tuple(b.shape))
+        result = np.tensordot(a, b, axes=op.numpy_axes())
     elif isinstance(op, Outer):
         result = np.multiply(a.reshape(-1, 1), b.reshape(1, -1))
     elif a.ndim >= 1 and b.ndim >= 1 and a.ndim + b.ndim > 2:
@@ -100,25 +122,30 @@ def _product(node, inputs, cells, runtime):
 
 def _gemm(node, inputs, cells, runtime):
     """``beta * z + alpha * (x @ y)``, in place into ``z`` when the node may
-    destroy it, else into last call's buffer or a new one."""
+    destroy it, else into last call's buffer or a new one; by cuBLAS's gemm
+    (no temporary) where it applies."""
     z, alpha, x, y, beta = inputs
     dtype = node.outputs[0].type.numpy_dtype
     if x.shape[1] != y.shape[0]:
         raise ValueError(f"{node.op}: x of shape {x.shape} and y of shape {y.shape} are not "
                          f"aligned: x has {x.shape[1]} column(s), y has {y.shape[0]} row(s)")
     shape = np.broadcast_shapes(tuple(z.shape), (x.shape[0], y.shape[1]))
-    product = np.matmul(x, y)           # before z is written: x or y may show z's memory
     if node.op.inplace and _fits(z, shape, dtype, runtime):
         target = z
+        # x and y are read while z is written: they must not show its memory.
+        x = x.copy() if runtime.may_share_memory(x, target) else x
+        y = y.copy() if runtime.may_share_memory(y, target) else y
     else:
         target = cells[0][0]
         if not _fits(target, shape, dtype, runtime) or any(
                 runtime.may_share_memory(target, v) for v in (z, x, y)):
             target = runtime.empty(shape, dtype)
         target[...] = z
-    target *= beta
-    product *= alpha
-    target += product
+    if not runtime.gemm(x, y, target, alpha, beta):
+        product = np.matmul(x, y)
+        product *= alpha
+        target *= beta
+        target += product
     cells[0][0] = target
 
 
@@ -167,13 +194,6 @@ def _make_vector(node, inputs, cells, runtime):
     cells[0][0] = _as_device(np.stack([v.reshape(1) for v in items]).reshape(-1), dtype, runtime)
 
 
-def _var(node, inputs, cells, runtime):
-    (x,) = inputs
-    op, dtype = node.op, node.outputs[0].type.numpy_dtype
-    result = np.var(x, axis=op._numpy_axis(x.ndim), keepdims=op.keepdims, ddof=op.ddof)
-    cells[0][0] = _as_device(result, dtype, runtime)
-
-
 def _cumsum(node, inputs, cells, runtime):
     (x,) = inputs
     op, dtype = node.op, node.outputs[0].type.numpy_dtype
@@ -204,20 +224,104 @@ def _sum_to(node, inputs, cells, runtime):
 
 def _one_hot(node, inputs, cells, runtime):
     indices, n = inputs[0], int(inputs[1])
-    if n < 0:
-        raise ValueError(f"one_hot: num_classes must be non-negative, got {n}")
-    if indices.size and bool(((indices < 0) | (indices >= n)).any()):
-        raise ValueError(f"one_hot: an index is out of range for num_classes={n}: expected "
-                         f"0 <= index < {n}")
+    if n < 0 or (indices.size and bool(((indices < 0) | (indices >= n)).any())):
+        _on_the_host(node, inputs, cells, runtime)     # raises the reference's error
     classes = runtime.arange(0, n, 1, indices.dtype)
     cells[0][0] = (indices[..., None] == classes).astype(node.op.dtype)
+
+
+def _axis_reduction(node, inputs, cells, runtime):
+    """A reduction without a kernel (argmax, argmin, var, a dtype the kernels
+    lack): the op's NumPy function on the device array.  An empty input
+    (NumPy refuses some, warns for others) runs on the host: nothing to move."""
+    (x,) = inputs
+    op, dtype = node.op, node.outputs[0].type.numpy_dtype
+    if x.size == 0:
+        _on_the_host(node, inputs, cells, runtime)
+        return
+    result = op.fn(x, axis=op.numpy_axis(x.ndim), keepdims=op.keepdims,
+                   **op.numpy_kwargs(dtype))
+    cells[0][0] = _as_device(result, dtype, runtime)
+
+
+def _elemwise(node, inputs, cells, runtime):
+    """An elementwise node without a kernel (a dtype the kernels lack): its
+    scalar op's NumPy implementation, whose ufuncs device arrays take over."""
+    result = node.op.scalar_op.impl(*node.op.impl_inputs(inputs))
+    cells[0][0] = _as_device(result, node.outputs[0].type.numpy_dtype, runtime)
+
+
+def _split_grad(node, inputs, cells, runtime):
+    """The gradient of split: the pieces' gradients added into zeros."""
+    op = node.op
+    n_points = len(op.connected) - 1
+    grads = iter(inputs[:op.n_grads])
+    points = [int(p) for p in inputs[op.n_grads:op.n_grads + n_points]]
+    shape = tuple(int(d) for d in inputs[op.n_grads + n_points:])
+    out = runtime.empty(shape, node.outputs[0].type.numpy_dtype)
+    out[...] = 0
+    bounds = [None] + points + [None]
+    lead = (slice(None),) * op.axis
+    for k, connected in enumerate(op.connected):
+        if connected:
+            out[lead + (slice(bounds[k], bounds[k + 1]),)] += next(grads)
+    cells[0][0] = out
+
+
+def _split_grad_host_inputs(node):
+    return frozenset(range(node.op.n_grads, len(node.inputs)))
+
+
+def _permute(node, inputs, cells, runtime):
+    g, perm = inputs
+    op = node.op
+    if tuple(g.shape) != tuple(perm.shape):
+        raise ValueError(f"{op}: g has shape {tuple(g.shape)} but perm has shape "
+                         f"{tuple(perm.shape)}")
+    if op.inverse:
+        out = runtime.empty(g.shape, g.dtype)
+        np.put_along_axis(out, perm, g, axis=op.axis)
+        cells[0][0] = out
+    else:
+        cells[0][0] = np.take_along_axis(g, perm, axis=op.axis)
+
+
+def _advanced_update(node, inputs, cells, runtime):
+    """inc_subtensor / set_subtensor with index arrays, as the reference
+    (NumPy's ``add.at``: repeats accumulate; a set keeps the last write),
+    through the flat positions of the region: a scatter-add, or, for a set,
+    a write of each position's last value (the GPU writes repeats in no
+    order)."""
+    op = node.op
+    x, v, *values = inputs
+    out = x if op.inplace else x.copy()
+    if op.inplace:
+        values = [a.copy() if runtime.is_device_array(a) and runtime.may_share_memory(a, out)
+                  else a for a in values]
+    index = index_tuple(op.pattern, values)
+    region_shape = advanced_region_shape(op.pattern, tuple(out.shape), values)
+    op.check_value_shape(tuple(v.shape), region_shape)
+    if runtime.may_share_memory(v, out):
+        v = v.copy()      # reading v while writing out must not see the writes
+    v = np.broadcast_to(v.astype(out.dtype, copy=False), region_shape).reshape(-1)
+    positions = runtime.arange(0, out.size, 1, np.int64).reshape(out.shape)[index].reshape(-1)
+    flat = out.reshape(-1) if out.flags.c_contiguous else out.copy().reshape(-1)
+    if op.set_instead_of_inc:
+        # Each position's last write: the first one in reversed order.
+        last_first, first = np.unique(positions[::-1], return_index=True)
+        flat[last_first] = v[::-1][first]
+    else:
+        runtime.scatter_add(flat, positions, v)
+    if not runtime.may_share_memory(flat, out):
+        out[...] = flat.reshape(out.shape)
+    cells[0][0] = out
 
 
 #: op class -> how its nodes run on device arrays (see the module doc)
 DEVICE_OPS: dict[type, DeviceOp] = {
     # views and shape checks: the perform is array-generic
     Subtensor: DeviceOp(_perform, _all_but_first),
-    AdvancedSubtensor: DeviceOp(_perform),
+    AdvancedSubtensor: DeviceOp(_perform, _scalar_indices),
     DimShuffle: DeviceOp(_perform),
     Reshape: DeviceOp(_perform, _all_but_first),
     SpecifyShape: DeviceOp(_perform, _all_but_first),
@@ -237,15 +341,34 @@ DEVICE_OPS: dict[type, DeviceOp] = {
     Arange: DeviceOp(_arange, _every_input),
     Eye: DeviceOp(_eye, _every_input),
     MakeVector: DeviceOp(_make_vector, _every_input),
-    Var: DeviceOp(_var),
+    Var: DeviceOp(_axis_reduction),
+    Reduce: DeviceOp(_axis_reduction),
+    Elemwise: DeviceOp(_elemwise),
     CumSum: DeviceOp(_cumsum),
     SumTo: DeviceOp(_sum_to, _all_but_first),
     OneHot: DeviceOp(_one_hot, lambda node: frozenset((1,))),
+    ArgReduce: DeviceOp(_axis_reduction),
+    SplitGrad: DeviceOp(_split_grad, _split_grad_host_inputs),
+    PermuteAlongAxis: DeviceOp(_permute),
+    AdvancedIncSubtensor: DeviceOp(_advanced_update, lambda node: _scalar_indices(node, 2)),
 }
 
 #: ops that only read their inputs' shapes: they run on the host whatever
 #: their inputs are (their results are host values)
 HOST_OPS = (Shape,)
+
+
+def register_device_op(op_class: type, run: Callable | None = None,
+                       host_inputs: Callable | None = None) -> None:
+    """Let the cuda linker run the nodes of ``op_class`` (an op of your own)
+    on the device: by ``run(node, inputs, cells, runtime)``, or, when None,
+    by the op's ``perform`` -- which must then be written with NumPy
+    functions and array methods that device arrays take over (CuPy's refuse
+    conversion to NumPy: a perform that converts fails on the device, never
+    silently).  ``host_inputs(node)``: the input positions read as host
+    values (shapes, indices)."""
+    entry = DeviceOp(run or _perform)
+    DEVICE_OPS[op_class] = entry if host_inputs is None else entry._replace(host_inputs=host_inputs)
 
 
 def device_op(node) -> DeviceOp | None:

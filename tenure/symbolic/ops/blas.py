@@ -412,7 +412,7 @@ class TensorDot(Op):
     def __str__(self) -> str:
         return f"tensordot{{axes=({self.a_axes}, {self.b_axes})}}"
 
-    def _numpy_axes(self):
+    def numpy_axes(self):
         return (list(self.a_axes), list(self.b_axes))
 
     def make_node(self, a, b) -> Apply:
@@ -426,21 +426,25 @@ class TensorDot(Op):
                 raise ValueError(f"tensordot: axes {axes} of the {which} operand repeat")
         _check_tensordot_lengths(a.type.shape, b.type.shape, self.a_axes, self.b_axes)
         dtype = _output_dtype("tensordot",
-                              lambda p, q: np.tensordot(p, q, axes=self._numpy_axes()), a, b)
+                              lambda p, q: np.tensordot(p, q, axes=self.numpy_axes()), a, b)
         shape = (tuple(a.type.shape[i] for i in _free_axes(a.ndim, self.a_axes))
                  + tuple(b.type.shape[i] for i in _free_axes(b.ndim, self.b_axes)))
         return Apply(self, [a, b], [TensorType(dtype, shape)()])
 
+    def check_aligned(self, a_shape: tuple, b_shape: tuple) -> None:
+        """``ValueError`` unless the summed axes of the two shapes have equal lengths."""
+        for i, j in zip(self.a_axes, self.b_axes):
+            if a_shape[i] != b_shape[j]:
+                raise ValueError(
+                    f"tensordot: shapes {a_shape} and {b_shape} are not aligned: axis {i} of "
+                    f"the first (length {a_shape[i]}) is summed against axis {j} of the "
+                    f"second (length {b_shape[j]})")
+
     def perform(self, node, inputs, output_storage):
         a, b = inputs
-        for i, j in zip(self.a_axes, self.b_axes):
-            if a.shape[i] != b.shape[j]:
-                raise ValueError(
-                    f"tensordot: shapes {a.shape} and {b.shape} are not aligned: axis {i} of "
-                    f"the first (length {a.shape[i]}) is summed against axis {j} of the "
-                    f"second (length {b.shape[j]})")
+        self.check_aligned(a.shape, b.shape)
         dtype = node.outputs[0].type.numpy_dtype
-        output_storage[0][0] = np.asarray(np.tensordot(a, b, axes=self._numpy_axes()),
+        output_storage[0][0] = np.asarray(np.tensordot(a, b, axes=self.numpy_axes()),
                                           dtype=dtype)
 
     def infer_shape(self, node, input_shapes):

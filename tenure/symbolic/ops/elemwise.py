@@ -143,7 +143,7 @@ class Elemwise(Op):
         self.inplace_pattern = tuple(sorted((inplace_pattern or {}).items()))
         self.destroy_map = {o: [i] for o, i in self.inplace_pattern}
         self.weak_inputs = tuple(weak_inputs)
-        self._weak_positions = tuple((i, value) for i, _, value in self.weak_inputs)
+        self.weak_positions = tuple((i, value) for i, _, value in self.weak_inputs)
 
     def __str__(self) -> str:
         name = self.scalar_op.name
@@ -171,11 +171,17 @@ class Elemwise(Op):
         op = self if weak == self.weak_inputs else Elemwise(sop, dict(self.inplace_pattern), weak)
         return Apply(op, inputs, [out_type()])
 
-    def perform(self, node, inputs, output_storage):
-        if self._weak_positions:
+    def impl_inputs(self, inputs) -> list:
+        """The arguments of ``scalar_op.impl`` for these input values: the
+        weakly typed Python numbers in their positions."""
+        if self.weak_positions:
             inputs = list(inputs)
-            for i, value in self._weak_positions:
+            for i, value in self.weak_positions:
                 inputs[i] = value
+        return inputs
+
+    def perform(self, node, inputs, output_storage):
+        inputs = self.impl_inputs(inputs)
         cell = output_storage[0]
         out_type = node.outputs[0].type
         # In place: the destroyed input; otherwise last call's output buffer.
@@ -229,7 +235,7 @@ class Elemwise(Op):
         :meth:`~tenure.symbolic.ops.composite.Composite.temporary_bytes`)."""
         if None in input_shapes:
             return 0
-        weak = dict(self._weak_positions)
+        weak = dict(self.weak_positions)
         shapes = [() if i in weak else tuple(s) for i, s in enumerate(input_shapes)]
         out_shape = tuple(output_shapes[0])
         model = getattr(self.scalar_op, "temporary_bytes", None)

@@ -157,10 +157,12 @@ class _AxisReduction(Op):
     def _check_axes(self, ndim: int) -> None:
         raise NotImplementedError
 
-    def _numpy_axis(self, ndim: int):
+    def numpy_axis(self, ndim: int):
+        """The ``axis`` argument of :attr:`fn` for an input of ``ndim`` axes."""
         raise NotImplementedError
 
-    def _numpy_kwargs(self, out_dtype: np.dtype | None) -> dict:
+    def numpy_kwargs(self, out_dtype: np.dtype | None) -> dict:
+        """:attr:`fn`'s other arguments, for an output of ``out_dtype``."""
         return {}
 
     # -- Op interface ---------------------------------------------------------
@@ -172,8 +174,8 @@ class _AxisReduction(Op):
         try:
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                result = self.fn(probe, axis=self._numpy_axis(x.ndim), keepdims=self.keepdims,
-                                 **self._numpy_kwargs(None))
+                result = self.fn(probe, axis=self.numpy_axis(x.ndim), keepdims=self.keepdims,
+                                 **self.numpy_kwargs(None))
         except TypeError as exc:
             raise TypeError(f"{self.fn_name}: unsupported input {x} ({x.type}): {exc}") from None
         shape = reduced_shape(x.type.shape, self.reduced_axes(x.ndim), self.keepdims)
@@ -184,8 +186,8 @@ class _AxisReduction(Op):
         (x,) = inputs
         cell = output_storage[0]
         dtype = node.outputs[0].type.numpy_dtype
-        kwargs = dict(axis=self._numpy_axis(x.ndim), keepdims=self.keepdims,
-                      **self._numpy_kwargs(dtype))
+        kwargs = dict(axis=self.numpy_axis(x.ndim), keepdims=self.keepdims,
+                      **self.numpy_kwargs(dtype))
         buffer = cell[0]
         if _fits(buffer, reduced_shape(x.shape, self.reduced_axes(x.ndim), self.keepdims),
                  dtype):
@@ -246,11 +248,11 @@ class Reduce(_AxisReduction):
         for a in self.axis:
             normalize_axis(a, ndim, self.fn_name)
 
-    def _numpy_axis(self, ndim: int):
+    def numpy_axis(self, ndim: int):
         # Every axis is spelled None so NumPy takes its whole-array path.
         return None if len(self.axis) == ndim else self.axis
 
-    def _numpy_kwargs(self, out_dtype):
+    def numpy_kwargs(self, out_dtype):
         # Without this, NumPy may accumulate in the dtype of a given out=
         # buffer; naming the dtype keeps results identical with or without one.
         if out_dtype is not None and self.fn_name in ("sum", "prod"):
@@ -359,7 +361,7 @@ class Var(Reduce):
         ddof = f", ddof={self.ddof}" if self.ddof else ""
         return f"var{{axis={self.axis}{ddof}{keep}}}"
 
-    def _numpy_kwargs(self, out_dtype):
+    def numpy_kwargs(self, out_dtype):
         return {"ddof": self.ddof}
 
     def perform(self, node, inputs, output_storage):
@@ -367,7 +369,7 @@ class Var(Reduce):
         # one, which changes float16 results.
         (x,) = inputs
         dtype = node.outputs[0].type.numpy_dtype
-        result = np.var(x, axis=self._numpy_axis(x.ndim), keepdims=self.keepdims,
+        result = np.var(x, axis=self.numpy_axis(x.ndim), keepdims=self.keepdims,
                         ddof=self.ddof)
         output_storage[0][0] = np.asarray(result, dtype=dtype)
 
@@ -431,7 +433,7 @@ class ArgReduce(_AxisReduction):
         if self.axis is not None:
             normalize_axis(self.axis, ndim, self.fn_name)
 
-    def _numpy_axis(self, ndim: int):
+    def numpy_axis(self, ndim: int):
         return self.axis
 
     def grad(self, inputs, output_grads):

@@ -14,6 +14,9 @@ import pytest
 import tenure as tn
 from tenure import In, Out
 from tenure.linkers.cuda.device_linker import UnsupportedOnDevice
+from tenure.linkers.cuda.device_ops import register_device_op
+from tenure.symbolic.graph import Apply, Op
+from tenure.symbolic.variable import as_tensor_variable
 from tenure.symbolic.device import CudaUnavailable, unavailable_reason
 from tests.linkers.cuda.conftest import host
 
@@ -210,10 +213,38 @@ def test_bad_inputs_name_the_input(device):
         g(device.from_host(np.zeros((2, 2))))
 
 
+class HostOnly(Op):
+    """An op of a user's, with no device implementation registered."""
+
+    def make_node(self, x):
+        x = as_tensor_variable(x)
+        return Apply(self, [x], [x.type()])
+
+    def perform(self, node, inputs, output_storage):
+        output_storage[0][0] = np.asarray(inputs[0]) * 2
+
+
+class Doubled(HostOnly):
+    """The same, written for any array, and registered."""
+
+    def perform(self, node, inputs, output_storage):
+        output_storage[0][0] = inputs[0] * 2
+
+
+register_device_op(Doubled)
+
+
 def test_ops_without_a_device_implementation_are_named_when_compiling(device):
     x = tn.matrix("x")
-    with pytest.raises(UnsupportedOnDevice, match="ArgReduce"):
-        tn.function([x], tn.argmax(x, axis=0), mode=cuda())
+    with pytest.raises(UnsupportedOnDevice, match=r"cannot run HostOnly on the device.*HostOnly\(x\)"):
+        tn.function([x], HostOnly()(x) + 1, mode=cuda())
+
+
+def test_a_registered_op_runs_its_perform_on_device_arrays(device):
+    x = tn.matrix("x")
+    got = tn.function([x], Doubled()(x) + 1, mode=cuda())(np.ones((2, 3)))
+    assert device.is_device_array(got)
+    np.testing.assert_array_equal(host(got), 3.0)
 
 
 def test_shape_results_come_back_on_the_device(device):

@@ -272,6 +272,7 @@ def inplace_version(out):
     (lambda x, v: x[[2, 0, 2]].set(v), lambda a, v: a.__setitem__([2, 0, 2], v)),
     (lambda x, v: x[0].set(v), lambda a, v: a.__setitem__(0, v)),
 ])
+@pytest.mark.host_buffers
 def test_inplace_writes_into_the_callers_buffer(make, numpy, mode):
     x = tn.matrix("x")
     v = tn.scalar("v")
@@ -296,6 +297,7 @@ def test_inplace_writes_into_the_callers_buffer(make, numpy, mode):
     assert_matches(value, np.arange(12.0).reshape(3, 4))
 
 
+@pytest.mark.host_buffers
 def test_inplace_on_a_non_contiguous_input(mode):
     x = tn.matrix("x")
     out = inplace_version(x[[0, 0], None].inc(1.0))
