@@ -17,35 +17,43 @@ def _as_list(result):
     return result if isinstance(result, list) else [result]
 
 
-def check_elementwise_tree(data, mode, reference_mode) -> None:
-    """An elementwise tree ``data`` draws, on ``mode`` and ``reference_mode``."""
+def _same(value):
+    return value
+
+
+def check_elementwise_tree(data, mode, reference_mode, place=_same, fetch=_same) -> None:
+    """An elementwise tree ``data`` draws, on ``mode`` and ``reference_mode``.
+    ``place``: how arguments of ``mode`` are made from host arrays (device
+    arrays for the cuda linker), ``fetch``: how its results are read back."""
     leaves, outputs, values = draw_elementwise_tree(data)
     compiled = tn.function(leaves, outputs, mode=mode, on_unused_input="ignore")
     reference = tn.function(leaves, outputs, mode=reference_mode, on_unused_input="ignore")
     with np.errstate(all="ignore"):
         expected = _as_list(reference(*[np.copy(v) for v in values]))
-        first = _as_list(compiled(*[np.copy(v) for v in values]))
-        kept = [np.copy(r) for r in first]
+        first = _as_list(compiled(*[place(np.copy(v)) for v in values]))
+        kept = [fetch(r.copy()) for r in first]
         # a second call runs on the buffers the first one left behind
-        second = _as_list(compiled(*[np.copy(v) for v in values]))
+        second = _as_list(compiled(*[place(np.copy(v)) for v in values]))
     # float32 leaves and transcendental functions (libm, libmvec): a few ulps
     for got in (first, second):
         for a, b in zip(got, expected):
-            _assert_same(a, b, rtol=1e-4)
+            _assert_same(fetch(a), b, rtol=1e-4)
     for result, copy in zip(first, kept):
-        np.testing.assert_array_equal(result, copy)
+        np.testing.assert_array_equal(fetch(result), copy)
 
 
-def _arguments(values, alias):
+def _arguments(values, alias, place=_same):
     """Fresh copies of ``values``, the first passed twice when ``alias``."""
-    arguments = [v.copy() for v in values]
+    arguments = [place(v.copy()) for v in values]
     if alias and len(arguments) > 1:
         arguments[1] = arguments[0]
     return arguments
 
 
-def check_graph_with_in_flags(graph, seed: int, alias: bool, mode, reference_mode) -> None:
-    """A graph of ``random_graphs`` (random ``In`` flags) called twice."""
+def check_graph_with_in_flags(graph, seed: int, alias: bool, mode, reference_mode,
+                              place=_same, fetch=_same) -> None:
+    """A graph of ``random_graphs`` (random ``In`` flags) called twice
+    (``place``, ``fetch``: as for :func:`check_elementwise_tree`)."""
     flags, ops, n_outputs = graph
     rng = np.random.default_rng(seed)
     values = [rng.uniform(-1, 1, size=4) for _ in flags]
@@ -56,15 +64,15 @@ def check_graph_with_in_flags(graph, seed: int, alias: bool, mode, reference_mod
     results = []
     for call_values in (values, other_values):
         expected = _as_list(reference(*_arguments(call_values, alias)))
-        arguments = _arguments(call_values, alias)
-        originals = [a.copy() for a in arguments]
+        arguments = _arguments(call_values, alias, place)
+        originals = [fetch(a) for a in arguments]
         got = _as_list(compiled(*arguments))
         for g, e in zip(got, expected):
-            np.testing.assert_allclose(g, e, rtol=1e-12)
+            np.testing.assert_allclose(fetch(g), e, rtol=1e-12)
         for argument, original, flag in zip(arguments, originals, flags):
             if flag != "mutable":
-                np.testing.assert_array_equal(argument, original)
-        results.append((got, [np.copy(g) for g in got]))
+                np.testing.assert_array_equal(fetch(argument), original)
+        results.append((got, [fetch(g.copy()) for g in got]))
     # the first call's results (plain outputs) survive the second call
     for result, copy in zip(*results[0]):
-        np.testing.assert_array_equal(result, copy)
+        np.testing.assert_array_equal(fetch(result), copy)

@@ -1,13 +1,17 @@
-"""Random-graph property tests on the CUDA linker's kernels (host emulation,
-``Mode(linker="cuda_emulated")``): on graphs hypothesis draws, the function
-computes what the C linker computes, and keeps the memory contract
-(tests/linkers/property_checks.py, as for the C linker's property tests).
+"""Random-graph property tests on the CUDA linker: on graphs hypothesis
+draws, the function computes what the C linker computes, and keeps the
+memory contract (tests/linkers/property_checks.py, as for the C linker's
+property tests) -- the kernels under host emulation on host arrays
+(``Mode(linker="cuda_emulated")``), and the device path
+(``Mode(linker="cuda")``: device arguments, whose ``In`` flags decide what
+may be written) on the emulated device and on a GPU where there is one.
 Fewer examples: every example compiles its kernels."""
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tenure as tn
+from tests.linkers.cuda.conftest import host
 from tests.linkers.property_checks import check_elementwise_tree, check_graph_with_in_flags
 from tests.rewrites.test_inplace import random_graphs
 
@@ -29,3 +33,17 @@ def test_random_elementwise_trees_match_the_c_linker(cc_or_skip, data):
 @given(graph=random_graphs(), seed=st.integers(0, 2**16), alias=st.booleans())
 def test_random_graphs_with_random_in_flags_match_the_c_linker(cc_or_skip, graph, seed, alias):
     check_graph_with_in_flags(graph, seed, alias, EMULATED, C)
+
+
+@PROPERTY
+@given(data=st.data())
+def test_device_elementwise_trees_match_the_c_linker(cc_or_skip, device, data):
+    check_elementwise_tree(data, tn.Mode(linker="cuda"), C, device.from_host, host)
+
+
+@PROPERTY
+@given(graph=random_graphs(), seed=st.integers(0, 2**16), alias=st.booleans())
+def test_device_graphs_with_random_in_flags_match_the_c_linker(cc_or_skip, device, graph, seed,
+                                                               alias):
+    check_graph_with_in_flags(graph, seed, alias, tn.Mode(linker="cuda"), C, device.from_host,
+                              host)
