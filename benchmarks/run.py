@@ -1,6 +1,7 @@
 """Benchmarks against peers: speed and peak memory, side by side in one run.
 
     python benchmarks/run.py [--only NAME ...] [--systems SYSTEM ...] [--quick] [--out DIR]
+    python benchmarks/run.py --device cuda [--emulated] ...    # the GPU suite: see gpu.py
 
 Every system x workload pair runs in its own fresh process (``worker.py``)
 with ``MALLOC_MMAP_THRESHOLD_=131072``, so that freed arrays are returned to
@@ -32,6 +33,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import gpu  # noqa: E402
 import report  # noqa: E402
 from workloads import WORKLOADS, family, measured, skip_reason  # noqa: E402
 
@@ -178,7 +180,21 @@ def main(argv=None) -> int:
                              "other processes to go quiet, and run once more (keeping the "
                              "quieter try) each run during which they did not (default 0: "
                              "don't wait)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: the GPU benchmarks of gpu.py, tenure's CUDA linker against "
+                             "PyTorch, torch.compile, JAX and CuPy (default: cpu)")
+    parser.add_argument("--emulated", action="store_true",
+                        help="with --device cuda: tenure-cuda on the emulated device, peers "
+                             "skipped (a smoke test without a GPU)")
     args = parser.parse_args(argv)
+    if args.device == "cuda":
+        if args.wait_quiet:
+            parser.error("--wait-quiet is for the CPU benchmarks")
+        return gpu.main(args, "python benchmarks/run.py" + "".join(
+            f" {shlex.quote(a)}" for a in (argv if argv is not None else sys.argv[1:])),
+            machine(), tenure_source())
+    if args.emulated:
+        parser.error("--emulated goes with --device cuda")
 
     known = tenure_systems() + list(PEERS)
     systems = args.systems or known

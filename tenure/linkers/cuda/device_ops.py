@@ -208,17 +208,7 @@ def _cumsum(node, inputs, cells, runtime):
 
 
 def _sum_to(node, inputs, cells, runtime):
-    g, target = inputs[0], tuple(int(d) for d in inputs[1:])
-    lead = g.ndim - len(target)
-    if lead:
-        g = np.sum(g, axis=tuple(range(lead)))
-    axes = tuple(i for i, (have, want) in enumerate(zip(g.shape, target))
-                 if want == 1 and have != 1)
-    if axes:
-        g = np.sum(g, axis=axes, keepdims=True)
-    if tuple(g.shape) != target:
-        raise ValueError(f"sum_to: an array of shape {tuple(inputs[0].shape)} does not "
-                         f"broadcast from {target}")
+    g = node.op.summed_to(inputs[0], tuple(int(d) for d in inputs[1:]))
     cells[0][0] = _as_device(g, node.outputs[0].type.numpy_dtype, runtime)
 
 

@@ -653,8 +653,11 @@ class SumTo(Op):
             raise ValueError(f"sum_to: an array of shape {g} does not broadcast from {target}")
         return True
 
-    def perform(self, node, inputs, output_storage):
-        g, target = inputs[0], tuple(int(d) for d in inputs[1:])
+    @staticmethod
+    def summed_to(g, target: tuple):
+        """``g`` summed over the axes that broadcasting ``target`` added or
+        stretched (NumPy functions only: any array library's array does)."""
+        shape = tuple(g.shape)
         lead = g.ndim - len(target)
         if lead:
             g = np.sum(g, axis=tuple(range(lead)))
@@ -662,9 +665,13 @@ class SumTo(Op):
                      if want == 1 and have != 1)
         if axes:
             g = np.sum(g, axis=axes, keepdims=True)
-        if g.shape != target:
-            raise ValueError(f"sum_to: an array of shape {inputs[0].shape} does not broadcast "
+        if tuple(g.shape) != target:
+            raise ValueError(f"sum_to: an array of shape {shape} does not broadcast "
                              f"from {target}")
+        return g
+
+    def perform(self, node, inputs, output_storage):
+        g = self.summed_to(inputs[0], tuple(int(d) for d in inputs[1:]))
         output_storage[0][0] = np.asarray(g, dtype=node.outputs[0].type.numpy_dtype)
 
     def workspace_bytes(self, node, input_shapes, output_shapes):

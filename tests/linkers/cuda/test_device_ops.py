@@ -9,8 +9,6 @@ import tenure as tn
 from tenure.linkers.cuda.device_ops import DEVICE_OPS
 from tests.linkers.cuda.conftest import host
 
-# One worker runs the whole file, so the last test sees what the cases compiled.
-pytestmark = pytest.mark.xdist_group("device_ops")
 
 RNG = np.random.default_rng(7)
 
@@ -94,34 +92,40 @@ def _case_advanced_updates():
     return [x, v], outs, [_m(3, 4), _m(4)]
 
 
+def _compiled(name, linker: str):
+    inputs, outputs, values, *options = CASES[name]()
+    options = options[0] if options else {}
+    return tn.function(inputs, outputs, mode=tn.Mode(linker=linker, **options)), values
+
+
 CASES = {"products": _case_products, "gemm": _case_gemm, "creation": _case_creation,
          "shapes": _case_shapes, "reductions": _case_reductions, "sum_to": _case_sum_to,
          "dtypes_without_kernels": _case_dtypes_without_kernels,
          "gradients": _case_gradients, "advanced_updates": _case_advanced_updates}
-SEEN: set = set()
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_device_entries_agree_with_the_python_linker(device, name):
-    inputs, outputs, values, *options = CASES[name]()
-    options = options[0] if options else {}
-    want = tn.function(inputs, outputs, mode=tn.Mode(linker="py", **options))(*values)
-    f = tn.function(inputs, outputs, mode=tn.Mode(linker="cuda", **options))
-    got = f(*values)
+    reference, values = _compiled(name, "py")
+    want = reference(*values)
+    got = _compiled(name, "cuda")[0](*values)
     for k, (g, w) in enumerate(zip(got, want)):
         assert device.is_device_array(g), k
         g = host(g)
         assert g.dtype == w.dtype and g.shape == w.shape, (k, g.dtype, w.dtype, g.shape, w.shape)
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12, err_msg=f"output {k}")
-    SEEN.update(type(node.op) for node, step in f._thunk.device_steps.items()
-                if not step.by_kernel)
 
 
-def test_every_entry_has_a_case():
-    """Runs after the cases (file order): the entries no case ran."""
-    if not SEEN:
-        pytest.skip("the cases did not run")
-    # (tenure's own entries: test files register ops of their own)
+def test_every_entry_has_a_case(cc_or_skip):
+    """Every entry of tenure's own (test files register ops of their own)
+    computes a node of some case: the cases compiled, and the ops of the
+    nodes their device entries compute."""
+    seen = set()
+    with tn.config.change_flags(cuda_emulation=True):
+        for name in CASES:
+            f = _compiled(name, "cuda")[0]
+            seen.update(type(node.op) for node, step in f._thunk.device_steps.items()
+                        if not step.by_kernel)
     missing = sorted(op.__name__ for op in DEVICE_OPS
-                     if op.__module__.startswith("tenure.") and op not in SEEN)
+                     if op.__module__.startswith("tenure.") and op not in seen)
     assert not missing, f"device entries no case exercises: {missing}"
