@@ -164,23 +164,31 @@ class DeviceThunk(CudaThunk):
 
 
 def cast_kernel_step(node, backend):
-    """For softmax, log_softmax and logsumexp of integers (their kernels take
-    the output's float dtype): the input cast on the device, then the kernel
-    of the same op over the cast; None for any other node."""
+    """For softmax, log_softmax and logsumexp without a kernel of their own
+    dtypes (integer inputs; float16): the input cast on the device to the
+    output's float dtype, or float32 where that has no kernel either, the
+    kernel of the same op over the cast, and the result cast back when it
+    was computed in float32.  None for any other node."""
     if not isinstance(node.op, (Softmax, LogSoftmax, LogSumExp)):
         return None
     dtype = node.outputs[0].type.numpy_dtype
-    x = node.inputs[0]
-    if x.type.numpy_dtype == dtype:
-        return None
-    float_node = node.op.make_node(TensorType(dtype, x.type.shape)())
-    step = kernel_step(float_node, backend)
-    if step is None:
-        return None
+    for compute in (dtype, np.dtype("float32")):
+        float_node = node.op.make_node(TensorType(compute, node.inputs[0].type.shape)())
+        if float_node.outputs[0].type.numpy_dtype != compute:
+            continue
+        step = kernel_step(float_node, backend)
+        if step is not None and (compute != dtype or node.inputs[0].type.numpy_dtype != dtype):
+            return functools.partial(_cast_then_kernel, step, float_node, compute, dtype)
+    return None
 
-    def cast_then_kernel(node, inputs, cells):
-        step(float_node, [inputs[0].astype(dtype)], cells)
-    return cast_then_kernel
+
+def _cast_then_kernel(step, float_node, compute, dtype, node, inputs, cells):
+    if compute == dtype:
+        step(float_node, [inputs[0].astype(compute)], cells)
+        return
+    computed = [[None]]
+    step(float_node, [inputs[0].astype(compute)], computed)
+    cells[0][0] = computed[0][0].astype(dtype)
 
 
 def _run_entry(run, runtime, node, inputs, cells):

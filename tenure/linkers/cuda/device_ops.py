@@ -37,7 +37,8 @@ from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, SumTo, Var
 from tenure.symbolic.ops.shape import DimShuffle, MakeVector, Reshape, Shape, SpecifyShape
 from tenure.symbolic.ops.sorting import ArgSort, PermuteAlongAxis, Sort
-from tenure.symbolic.ops.subtensor_update import AdvancedIncSubtensor
+from tenure.symbolic.ops.composite import Composite, FusedReduce
+from tenure.symbolic.ops.subtensor_update import AdvancedIncSubtensor, IncSubtensor
 
 __all__ = ["DEVICE_OPS", "DeviceOp", "HOST_OPS", "device_op", "register_device_op",
            "unsupported_nodes"]
@@ -61,6 +62,11 @@ def _all_but_first(node):
 
 def _every_input(node):
     return frozenset(range(len(node.inputs)))
+
+
+def _index_scalars(node):
+    """Basic indexing's inputs after ``x`` and ``v``: all read on the host."""
+    return frozenset(range(2, len(node.inputs)))
 
 
 def _scalar_indices(node, first: int = 1):
@@ -236,9 +242,29 @@ def _axis_reduction(node, inputs, cells, runtime):
 
 def _elemwise(node, inputs, cells, runtime):
     """An elementwise node without a kernel (a dtype the kernels lack): its
-    scalar op's NumPy implementation, whose ufuncs device arrays take over."""
-    result = node.op.scalar_op.impl(*node.op.impl_inputs(inputs))
-    cells[0][0] = _as_device(result, node.outputs[0].type.numpy_dtype, runtime)
+    scalar op's NumPy implementation, whose ufuncs device arrays take over
+    (a fused one step by step)."""
+    dtype = node.outputs[0].type.numpy_dtype
+    cells[0][0] = _scalar_op_on_device(node.op.scalar_op, node.op.impl_inputs(inputs), dtype,
+                                       runtime)
+
+
+def _scalar_op_on_device(scalar_op, inputs: list, dtype, runtime):
+    """``scalar_op`` over device arrays (and Python numbers) as a device
+    array of ``dtype`` (None: of the dtype it computes): a ``Composite`` step by step, each step in the dtype
+    the unfused chain has (its NumPy implementation works on host arrays
+    only), any other scalar op by its ufunc."""
+    if not isinstance(scalar_op, Composite):
+        result = scalar_op.impl(*inputs)
+        return _as_device(result, dtype or np.result_type(result), runtime)
+    probes = [v if isinstance(v, (bool, int, float, complex)) else np.empty((0,), v.dtype)
+              for v in inputs]
+    dtypes = scalar_op.step_dtypes(probes)
+    values = []
+    for step_dtype, (op, refs) in zip(dtypes, scalar_op.steps):
+        args = [inputs[v] if k == "i" else v if k == "c" else values[v] for k, v in refs]
+        values.append(_as_device(op.impl(*args), step_dtype, runtime))
+    return _as_device(values[-1], dtype or dtypes[-1], runtime)
 
 
 def _split_grad(node, inputs, cells, runtime):
@@ -274,6 +300,38 @@ def _permute(node, inputs, cells, runtime):
         cells[0][0] = out
     else:
         cells[0][0] = np.take_along_axis(g, perm, axis=op.axis)
+
+
+def _basic_update(node, inputs, cells, runtime):
+    """inc_subtensor / set_subtensor with basic indexing where no region
+    kernel does it (a dtype the kernels lack): through a view of the region."""
+    op = node.op
+    x, v, *values = inputs
+    out = x if op.inplace else x.copy()
+    region = out[op.index_op.index(values)]
+    op.check_value_shape(tuple(v.shape), tuple(region.shape))
+    if runtime.may_share_memory(v, out):
+        v = v.copy()      # reading v while writing out must not see the writes
+    if op.set_instead_of_inc:
+        region[...] = v
+    else:
+        np.add(region, v, out=region, casting="unsafe")
+    cells[0][0] = out
+
+
+def _fused_reduce(node, inputs, cells, runtime):
+    """A fused reduction where no kernel does it (a dtype the kernels lack):
+    its elementwise part, then its reduction, by NumPy's functions on the
+    device arrays."""
+    op = node.op
+    reduce, dtype = op.reduce_op, node.outputs[0].type.numpy_dtype
+    values = _scalar_op_on_device(op.composite, list(inputs), None, runtime)
+    if values.size == 0:
+        _on_the_host(node, inputs, cells, runtime)
+        return
+    result = reduce.fn(values, axis=reduce.numpy_axis(values.ndim), keepdims=reduce.keepdims,
+                       **reduce.numpy_kwargs(dtype))
+    cells[0][0] = _as_device(result, dtype, runtime)
 
 
 def _advanced_update(node, inputs, cells, runtime):
@@ -341,6 +399,8 @@ DEVICE_OPS: dict[type, DeviceOp] = {
     SplitGrad: DeviceOp(_split_grad, _split_grad_host_inputs),
     PermuteAlongAxis: DeviceOp(_permute),
     AdvancedIncSubtensor: DeviceOp(_advanced_update, lambda node: _scalar_indices(node, 2)),
+    IncSubtensor: DeviceOp(_basic_update, _index_scalars),
+    FusedReduce: DeviceOp(_fused_reduce),
 }
 
 #: ops that only read their inputs' shapes: they run on the host whatever
