@@ -156,20 +156,17 @@ def _gemm(node, inputs, cells, runtime):
 
 
 def _alloc(node, inputs, cells, runtime):
+    """The value (a device array: a constant's copy is made once) written
+    over an array of the shape the host-read lengths give."""
     value, dims = inputs[0], tuple(int(d) for d in inputs[1:])
     dtype = node.outputs[0].type.numpy_dtype
     cell = cells[0]
     if not _fits(cell[0], dims, dtype, runtime):
         cell[0] = runtime.empty(dims, dtype)
-    if isinstance(value, np.ndarray):
-        if value.ndim:
-            value = runtime.from_host(value)
-        else:
-            value = value[()]           # a host scalar: written without a transfer
     try:
         cell[0][...] = value
     except ValueError:
-        raise ValueError(f"alloc: value of shape {tuple(np.shape(value))} cannot be broadcast "
+        raise ValueError(f"alloc: value of shape {tuple(value.shape)} cannot be broadcast "
                          f"to {dims}") from None
 
 
@@ -385,7 +382,7 @@ DEVICE_OPS: dict[type, DeviceOp] = {
     TensorDot: DeviceOp(_product),
     Outer: DeviceOp(_product),
     Gemm: DeviceOp(_gemm, lambda node: frozenset((1, 4))),
-    Alloc: DeviceOp(_alloc, _every_input),
+    Alloc: DeviceOp(_alloc, _all_but_first),
     Arange: DeviceOp(_arange, _every_input),
     Eye: DeviceOp(_eye, _every_input),
     MakeVector: DeviceOp(_make_vector, _every_input),

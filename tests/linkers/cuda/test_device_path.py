@@ -322,3 +322,23 @@ def test_an_activation_budget_lowers_the_device_peak(device, rng):
         assert abs(report.measured_peak - report.predicted_peak) <= 0.1 * report.predicted_peak
         peaks[budget] = report.measured_peak
     assert peaks[0.0] < 0.9 * peaks[None], peaks
+
+
+def _benchmark_graphs(rng):
+    """The GPU benchmark's workloads (benchmarks/gpu.py), at small sizes."""
+    x, z, w = (tn.matrix(n, dtype="float32") for n in "xzw")
+    values = {n: rng.standard_normal((256, 128)).astype("float32") for n in "xzw"}
+    yield "elemwise", [x, z], tn.exp(x) * 2 + tn.sin(z) * x, [values["x"], values["z"]]
+    yield "softmax_infer", [x], tn.softmax(x, axis=1), [values["x"]]
+    yield ("softmax_grad", [x, w], tn.grad(tn.sum(tn.softmax(x, axis=1) * w), x),
+           [values["x"], values["w"]])
+
+
+def test_the_device_report_predicts_the_benchmark_workloads(device, rng):
+    """The report's predicted peak is within 10% of the measured device peak."""
+    for name, inputs, output, values in _benchmark_graphs(rng):
+        f = tn.function(inputs, output, mode=cuda())
+        report = f.memory_report(*values, print_report=False)
+        assert report.predicted_peak > 0, name
+        assert abs(report.measured_peak - report.predicted_peak) <= 0.1 * report.predicted_peak, \
+            (name, report.predicted_peak, report.measured_peak)
