@@ -8,7 +8,8 @@ over (``__array_function__``, ``__array_ufunc__``) and array methods, and
 never converts to NumPy -- or a device implementation here, written the same
 way (so that CuPy's functions, hence cuBLAS for the products, do the work).
 An op in neither place cannot run on the device: compiling names it
-(:func:`unsupported_nodes`), rather than moving its data through host memory.
+(:class:`~.device_linker.UnsupportedOnDevice`), rather than moving its data
+through host memory.  :func:`register_device_op` adds an op of a user's.
 
 ``host_inputs``: the input positions an entry reads as host values -- shapes,
 lengths, indices, fill values -- so that a host value there (a constant, a
@@ -27,21 +28,20 @@ import numpy as np
 
 from tenure.symbolic.grad import StopGradient
 from tenure.symbolic.ops.blas import Dot, MatMul, Outer, TensorDot
+from tenure.symbolic.ops.composite import Composite, FusedReduce
 from tenure.symbolic.ops.creation import Alloc, Arange, Eye
+from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.gemm import Gemm
 from tenure.symbolic.ops.indexing import (AdvancedSubtensor, Subtensor, advanced_region_shape,
                                           index_tuple)
 from tenure.symbolic.ops.join import Join, Split, SplitGrad, Stack
 from tenure.symbolic.ops.nnet import OneHot
-from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, SumTo, Var
 from tenure.symbolic.ops.shape import DimShuffle, MakeVector, Reshape, Shape, SpecifyShape
 from tenure.symbolic.ops.sorting import ArgSort, PermuteAlongAxis, Sort
-from tenure.symbolic.ops.composite import Composite, FusedReduce
 from tenure.symbolic.ops.subtensor_update import AdvancedIncSubtensor, IncSubtensor
 
-__all__ = ["DEVICE_OPS", "DeviceOp", "HOST_OPS", "device_op", "register_device_op",
-           "unsupported_nodes"]
+__all__ = ["DEVICE_OPS", "DeviceOp", "HOST_OPS", "device_op", "register_device_op"]
 
 
 class DeviceOp(NamedTuple):
@@ -88,10 +88,11 @@ def _on_the_host(node, inputs, cells, runtime):
 
 def _as_device(result, dtype, runtime):
     """``result`` of a NumPy-style call on device arrays as a device array of
-    ``dtype`` (some calls give a 0-d result back as a NumPy scalar)."""
+    ``dtype`` (None: its own; some calls give a 0-d result back as a NumPy
+    scalar)."""
     if not runtime.is_device_array(result):
         return runtime.from_host(np.asarray(result, dtype=dtype))
-    return result if result.dtype == dtype else result.astype(dtype)
+    return result if dtype is None or result.dtype == dtype else result.astype(dtype)
 
 
 def _fits(buffer, shape, dtype, runtime) -> bool:
@@ -109,20 +110,15 @@ def _product(node, inputs, cells, runtime):
         result = np.tensordot(a, b, axes=op.numpy_axes())
     elif isinstance(op, Outer):
         result = np.multiply(a.reshape(-1, 1), b.reshape(1, -1))
-    elif a.ndim >= 1 and b.ndim >= 1 and a.ndim + b.ndim > 2:
-        shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + a.shape[-2:-1] + b.shape[-1:] \
-            if isinstance(op, MatMul) or (a.ndim <= 2 and b.ndim <= 2) else None
-        if a.ndim == 1:
-            shape = None
+    else:
+        # Matrix by matrix (Dot and MatMul agree there): into the buffer.
         buffer = cell[0]
-        if (shape is not None and b.ndim >= 2 and np.result_type(a.dtype, b.dtype) == dtype
-                and _fits(buffer, shape, dtype, runtime)
+        if (a.ndim == b.ndim == 2 and np.result_type(a.dtype, b.dtype) == dtype
+                and _fits(buffer, (a.shape[0], b.shape[1]), dtype, runtime)
                 and not any(runtime.may_share_memory(buffer, x) for x in (a, b))):
             np.matmul(a, b, out=buffer)
             return
         result = np.matmul(a, b) if isinstance(op, MatMul) else np.dot(a, b)
-    else:
-        result = np.dot(a, b)
     cell[0] = _as_device(result, dtype, runtime)
 
 
@@ -248,12 +244,12 @@ def _elemwise(node, inputs, cells, runtime):
 
 def _scalar_op_on_device(scalar_op, inputs: list, dtype, runtime):
     """``scalar_op`` over device arrays (and Python numbers) as a device
-    array of ``dtype`` (None: of the dtype it computes): a ``Composite`` step by step, each step in the dtype
-    the unfused chain has (its NumPy implementation works on host arrays
-    only), any other scalar op by its ufunc."""
+    array of ``dtype`` (None: of the dtype it computes): a ``Composite``
+    step by step, each step in the dtype the unfused chain has (its NumPy
+    implementation works on host arrays only), any other scalar op by its
+    ufunc."""
     if not isinstance(scalar_op, Composite):
-        result = scalar_op.impl(*inputs)
-        return _as_device(result, dtype or np.result_type(result), runtime)
+        return _as_device(scalar_op.impl(*inputs), dtype, runtime)
     probes = [v if isinstance(v, (bool, int, float, complex)) else np.empty((0,), v.dtype)
               for v in inputs]
     dtypes = scalar_op.step_dtypes(probes)
@@ -421,9 +417,3 @@ def register_device_op(op_class: type, run: Callable | None = None,
 def device_op(node) -> DeviceOp | None:
     """The entry that runs ``node`` on the device, or None."""
     return DEVICE_OPS.get(type(node.op))
-
-
-def unsupported_nodes(nodes, has_kernel) -> list:
-    """The nodes among ``nodes`` that can run neither by a kernel
-    (``has_kernel(node)``) nor by an entry of :data:`DEVICE_OPS`."""
-    return [n for n in nodes if not has_kernel(n) and device_op(n) is None]
