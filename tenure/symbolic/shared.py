@@ -279,11 +279,10 @@ def shared(value, name: str | None = None, borrow: bool = False,
     default): where ``value`` is -- a device array (CuPy's, or the emulated
     device's) makes device storage whose ``get_value()`` returns device
     arrays, anything else goes where ``config.device`` says (``"cpu"``
-    unless set).  ``device="cuda"`` with host data
-    copies it to the device, and ``get_value()`` then returns NumPy copies
-    (``get_value(borrow=True, return_internal_type=True)`` the device array
-    itself).  Functions that use device storage must be compiled with
-    ``Mode(linker="cuda")``.
+    unless set).  ``device="cuda"`` with host data copies it to the device,
+    and ``get_value()`` then returns NumPy copies (``get_value(borrow=True,
+    return_internal_type=True)`` the device array itself).  Functions that
+    use device storage must be compiled with ``Mode(linker="cuda")``.
 
     ``strict=True``: ``set_value`` takes only ndarrays of exactly the
     variable's dtype (no conversion at all).  ``allow_downcast``: whether

@@ -5,13 +5,14 @@ buffer reuse, with every node that has a generated kernel -- elementwise and
 updates with basic indexing (:mod:`.subtensor`) -- computed by that kernel
 through a :class:`~.launch.Backend`; the other nodes run their ``perform``.
 
-Landed so far: the executor over host emulation, ``Mode(linker="cuda_emulated")``
-(:class:`~.emulation.EmulatedBackend`: NumPy arrays, the kernels compiled as
-host C++ and run on the CPU), which runs the kernels inside whole graphs --
-in place where the DestroyHandler allows, into last call's buffer or a dead
-buffer the plan hands on -- so the contract and op suites check them in CI.
-The device path (``Mode(linker="cuda")``: CuPy arrays, device shared
-variables, transfers) is not built yet.
+Two executors share it: ``Mode(linker="cuda_emulated")`` here
+(:class:`~.emulation.EmulatedBackend`: NumPy arrays in and out, the kernels
+compiled as host C++ and run on the CPU, everything else by ``perform``),
+which runs the kernels inside whole graphs -- in place where the
+DestroyHandler allows, into last call's buffer or a dead buffer the plan
+hands on -- for testing and debugging kernels; and the device path,
+``Mode(linker="cuda")`` (:mod:`.device_linker`: device arrays, device shared
+variables, every node on the device).
 
 A kernel step writes into the output cell's buffer when it holds one of the
 output's shape and dtype that it may write (a kept output buffer, a planned
