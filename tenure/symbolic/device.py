@@ -32,8 +32,8 @@ import numpy as np
 from tenure import config
 from tenure.symbolic.emulated_device import EmulatedDeviceArray, emulated_device
 
-__all__ = ["CudaUnavailable", "CupyRuntime", "EmulatedRuntime", "Usage", "cuda_runtime",
-           "import_cupy", "is_device_array", "require_cupy", "require_device", "runtime_of",
+__all__ = ["CudaUnavailable", "CupyRuntime", "EmulatedRuntime", "Usage", "counting_hook",
+           "cuda_runtime", "import_cupy", "is_device_array", "require_cupy", "require_device", "runtime_of",
            "unavailable_reason", "writeable"]
 
 
@@ -163,12 +163,15 @@ class CupyRuntime:
         CuPy memory hook sees every allocation from the pool and every
         return to it."""
         usage = Usage()
-        hook = _counting_hook(self.cupy, usage)
+        hook = counting_hook(self.cupy, usage)
         with hook:
             yield usage
 
 
-def _counting_hook(cupy, usage: Usage):
+def counting_hook(cupy, usage: Usage):
+    """A CuPy memory hook adding every allocation from the pool to ``usage``
+    and following the bytes held, for its peak (``with hook:`` turns it on
+    in this thread)."""
     class CountingHook(cupy.cuda.MemoryHook):
         name = "tenure-usage"
 

@@ -41,3 +41,17 @@ def test_with_cupy_and_no_device_the_reason_names_the_device(fresh_answer):
     assert reason.startswith(f"CuPy {cupy.__version__} is installed, but no CUDA device")
     with pytest.raises(CudaUnavailable, match="no CUDA device"):
         device.require_device()
+
+
+def test_the_pool_hook_counts_allocations_and_the_peak():
+    """What CupyRuntime.track reports on a GPU, fed the calls CuPy's pool
+    makes (no device needed: the hook is plain Python)."""
+    cupy = pytest.importorskip("cupy")
+    usage = device.Usage()
+    hook = device.counting_hook(cupy, usage)
+    with hook:
+        hook.malloc_postprocess(device_id=0, size=100, mem_size=512, mem_ptr=1, pmem_id=1)
+        hook.malloc_postprocess(device_id=0, size=600, mem_size=1024, mem_ptr=2, pmem_id=2)
+        hook.free_postprocess(device_id=0, mem_size=512, mem_ptr=1, pmem_id=1)
+        hook.malloc_postprocess(device_id=0, size=100, mem_size=512, mem_ptr=3, pmem_id=3)
+    assert (usage.n_allocations, usage.allocated_bytes, usage.peak_bytes) == (3, 2048, 1536)
