@@ -33,8 +33,8 @@ from tenure import config
 from tenure.symbolic.emulated_device import EmulatedDeviceArray, emulated_device
 
 __all__ = ["CudaUnavailable", "CupyRuntime", "EmulatedRuntime", "Usage", "counting_hook",
-           "cuda_runtime", "import_cupy", "is_device_array", "require_cupy", "require_device", "runtime_of",
-           "unavailable_reason", "writeable"]
+           "cuda_runtime", "import_cupy", "is_device_array", "require_cupy", "require_device",
+           "runtime_of", "unavailable_reason", "writeable"]
 
 
 class CudaUnavailable(RuntimeError):

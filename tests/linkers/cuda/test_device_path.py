@@ -1,10 +1,11 @@
 """The device path: ``Mode(linker="cuda")``, device shared variables, device
 inputs and outputs, the memory contract on device memory.
 
-Every test takes ``device`` (tests/linkers/cuda/conftest.py): the emulated device (``config.cuda_emulation``:
-host memory behind arrays that refuse conversion to NumPy exactly as CuPy's
-do, the kernels under host emulation), which runs in every CI run, and the
-real one, which skips without CuPy and a GPU.  Results are compared with the
+Every test takes ``device`` (tests/linkers/cuda/conftest.py): the emulated
+device (``config.cuda_emulation``: host memory behind arrays that refuse
+conversion to NumPy exactly as CuPy's do, the kernels under host
+emulation), which runs in every CI run, and the real one, which skips
+without CuPy and a GPU.  Results are compared with the
 Python linker's (the reference) on the same graphs.
 """
 
@@ -236,7 +237,8 @@ register_device_op(Doubled)
 
 def test_ops_without_a_device_implementation_are_named_when_compiling(device):
     x = tn.matrix("x")
-    with pytest.raises(UnsupportedOnDevice, match=r"cannot run HostOnly on the device.*HostOnly\(x\)"):
+    with pytest.raises(UnsupportedOnDevice,
+                       match=r"cannot run HostOnly on the device.*HostOnly\(x\)"):
         tn.function([x], HostOnly()(x) + 1, mode=cuda())
 
 
