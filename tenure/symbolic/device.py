@@ -260,9 +260,11 @@ class EmulatedRuntime:
 
 def _blas_operands(x, y, out) -> bool:
     """Whether cuBLAS's gemm takes these: 2-d, one float or complex dtype,
-    ``out`` contiguous."""
+    ``out`` contiguous and exactly the product's shape (not a shape the
+    product broadcasts to)."""
     return (x.ndim == y.ndim == out.ndim == 2 and out.dtype.char in "fdFD"
             and x.dtype == y.dtype == out.dtype
+            and tuple(out.shape) == (x.shape[0], y.shape[1])
             and (out.flags.c_contiguous or out.flags.f_contiguous))
 
 

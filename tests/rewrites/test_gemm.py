@@ -233,6 +233,7 @@ def test_layouts_match_the_unrewritten_graph(z_layout, xy_layout, dtype, mode, r
     assert not np.shares_memory(got, zl)
 
 
+@pytest.mark.host_buffers
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("z_layout", ["C", "F", "strided"])
 def test_mutable_input_is_accumulated_into(z_layout, dtype, mode, rng):
@@ -318,12 +319,12 @@ def test_update_accumulates_into_the_shared_buffer(dtype, mode, rng):
     (update,) = step.fgraph.outputs
     assert isinstance(update.owner.op, Gemm) and update.owner.op.inplace
     assert view_root(update) is step.fgraph.inputs[-1]     # W's own storage
-    buffer = W.get_value(borrow=True)
+    buffer = W.get_value(borrow=True, return_internal_type=True)
     expected = w0.copy()
     for _ in range(3):
         step(xv, gv, np.asarray(0.1, dtype))
         expected = expected - np.asarray(0.1, dtype) * (xv.T @ gv)
-        assert W.get_value(borrow=True) is buffer
+        assert W.get_value(borrow=True, return_internal_type=True) is buffer
     assert_close(W.get_value(), expected, dtype)
 
 
@@ -332,10 +333,10 @@ def test_update_with_python_learning_rate(mode, rng):
     W = tn.shared(w0.copy(), borrow=True)
     A, B = tn.matrix("A"), tn.matrix("B")
     step = tn.function([A, B], [], updates=[(W, W - 0.01 * (A @ B))], mode=mode)
-    buffer = W.get_value(borrow=True)
+    buffer = W.get_value(borrow=True, return_internal_type=True)
     step(av, bv)
     step(av, bv)
-    assert W.get_value(borrow=True) is buffer
+    assert W.get_value(borrow=True, return_internal_type=True) is buffer
     assert_close(W.get_value(), w0 - 0.02 * (av @ bv), "float64")
 
 
@@ -364,11 +365,13 @@ def test_update_from_the_gradient_of_dot_is_in_place(mode, rng):
     w0, xv = matrices(rng, "float64", (4, 3), (6, 4))
     results = []
     for m in (mode, NO_GEMM):
-        W = tn.shared(w0.copy(), name="W", borrow=True)
+        # (each mode's linker computes where its storage is)
+        W = tn.shared(w0.copy(), name="W", borrow=True,
+                      device="cuda" if m.linker == "cuda" else "cpu")
         X = tn.matrix("X")
         cost = (tn.tanh(tn.dot(X, W)) ** 2).sum()
         step = tn.function([X], cost, updates=[(W, W - 0.1 * tn.grad(cost, W))], mode=m)
-        buffer = W.get_value(borrow=True)
+        buffer = W.get_value(borrow=True, return_internal_type=True)
         costs = [step(xv) for _ in range(3)]
         results.append((costs, W.get_value()))
         if m is mode:
@@ -376,7 +379,7 @@ def test_update_from_the_gradient_of_dot_is_in_place(mode, rng):
             # it is accumulated straight into W's storage.
             (update,) = step.fgraph.outputs[1:]
             assert isinstance(update.owner.op, Gemm) and update.owner.op.inplace
-            assert W.get_value(borrow=True) is buffer
+            assert W.get_value(borrow=True, return_internal_type=True) is buffer
     np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-12)
     np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-12)
 

@@ -20,6 +20,8 @@ from collections.abc import Callable
 import numpy as np
 import scipy.special
 
+from tenure.symbolic.device import is_device_array
+
 
 class ScalarOp:
     """One scalar function: ``name``, arity ``nin`` and NumPy ``impl``."""
@@ -81,7 +83,8 @@ class Cast(ScalarOp):
 
     def _cast(self, x, out=None):
         if out is None:
-            return np.asarray(x).astype(self.dtype)
+            # A device array (CuPy's) casts on its device; anything else as NumPy.
+            return x.astype(self.dtype) if is_device_array(x) else np.asarray(x).astype(self.dtype)
         np.copyto(out, x, casting="unsafe")
         return out
 
