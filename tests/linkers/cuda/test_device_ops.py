@@ -38,6 +38,13 @@ def _case_gemm():
     return [z, a, b], [0.5 * z + 2.0 * tn.dot(a, b)], [_m(3, 5), _m(3, 4), _m(4, 5)]
 
 
+def _case_gemm_broadcast():
+    """The product broadcast over z's rows at run time (the types do not say
+    so): no cuBLAS gemm, which writes exactly the product's shape."""
+    z, a, b = tn.matrix("z"), tn.matrix("a"), tn.matrix("b")
+    return [z, a, b], [0.5 * z + 2.0 * tn.dot(a, b)], [_m(3, 5), _m(1, 4), _m(4, 5)]
+
+
 def _case_creation():
     x = tn.matrix("x")
     n = x.shape[0]
@@ -84,10 +91,13 @@ def _case_float16():
     reduction, a region update through a view, softmax and logsumexp by the
     float32 kernels (results within float16's rounding)."""
     x = tn.matrix("x", dtype="float16")
+    y, i = tn.vector("y", dtype="float32"), tn.vector("i", dtype="int64")
     outs = [tn.exp(x) * 2 + tn.sin(x), tn.sum(tn.cos(x) * 3, axis=1),
+            tn.cast(tn.exp(y) * i, "float16") + tn.cast(i > 2, "float16") * 0.5,
             tn.inc_subtensor(x[1:, :2], x[:-1, :2]), tn.softmax(x, axis=1),
             tn.logsumexp(x, axis=1)]
-    return [x], outs, [_m(3, 4, dtype="float16")], {"rtol": 2e-3}
+    return [x, y, i], outs, [_m(3, 4, dtype="float16"), _m(6, dtype="float32"),
+                             np.arange(6)], {"rtol": 2e-3}
 
 
 def _case_gradients():
@@ -120,7 +130,8 @@ def _compiled(name, linker: str):
     return tn.function(inputs, outputs, mode=tn.Mode(linker=linker, **options)), values, rtol
 
 
-CASES = {"products": _case_products, "gemm": _case_gemm, "creation": _case_creation,
+CASES = {"products": _case_products, "gemm": _case_gemm,
+         "gemm_broadcast": _case_gemm_broadcast, "creation": _case_creation,
          "shapes": _case_shapes, "reductions": _case_reductions, "sum_to": _case_sum_to,
          "dtypes_without_kernels": _case_dtypes_without_kernels, "float16": _case_float16,
          "gradients": _case_gradients, "advanced_updates": _case_advanced_updates}
