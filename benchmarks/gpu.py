@@ -39,7 +39,6 @@ import importlib.util
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -51,6 +50,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import report  # noqa: E402
+from worker_process import worker_result  # noqa: E402
 from workloads import (LR, WORKLOADS, MlpTrain, SoftmaxGrad, SoftmaxInfer,  # noqa: E402
                        family, symbolic_mlp)
 
@@ -497,18 +497,7 @@ def run_worker(system, workload, variant, quick, emulated) -> dict:
         + (["--quick"] if quick else []) + (["--emulated"] if emulated else [])
     timeout = TIMEOUT_S["quick" if quick else "full"]
     start = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        result = {"status": "error", "reason": f"timed out after {timeout} s"}
-    else:
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-        if proc.returncode == 0 and lines:
-            result = json.loads(lines[-1])
-        else:  # it died (out of memory, a driver fault): its last words say why
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            result = {"status": "error",
-                      "reason": f"worker exited with {proc.returncode}: {tail[0][:300]}"}
+    result = worker_result(cmd, timeout)
     result.update(system=system, workload=workload, variant=variant,
                   wall_s=round(time.perf_counter() - start, 1))
     return result

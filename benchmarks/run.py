@@ -35,6 +35,7 @@ sys.path.insert(0, HERE)
 
 import gpu  # noqa: E402
 import report  # noqa: E402
+from worker_process import worker_result  # noqa: E402
 from workloads import WORKLOADS, family, measured, skip_reason  # noqa: E402
 
 PEERS = ("pytensor", "pytensor-c", "numpy", "torch", "jax")
@@ -131,18 +132,7 @@ def run_worker(system: str, workload: str, variant: str | None, quick: bool,
         cmd.append("--quick")
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=MMAP_THRESHOLD)
     busy0, child0, start = _busy_s(), _children_cpu_s(), time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        result = {"status": "error", "reason": f"timed out after {timeout:.0f} s"}
-    else:
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-        if proc.returncode == 0 and lines:
-            result = json.loads(lines[-1])
-        else:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            result = {"status": "error",
-                      "reason": f"worker exited with {proc.returncode}: {tail[0][:300]}"}
+    result = worker_result(cmd, timeout, env)
     wall = time.perf_counter() - start
     foreign = max(_busy_s() - busy0 - (_children_cpu_s() - child0), 0.0) / wall
     result.update(system=system, workload=workload, variant=variant, wall_s=wall,

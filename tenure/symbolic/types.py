@@ -150,16 +150,16 @@ class TensorType:
         subclass or another library's array a plain view of its memory;
         :func:`is_same_memory` tells these apart from a converted copy.
         """
-        if is_device_array(value):
+        if isinstance(value, np.ndarray):
+            arr = value if type(value) is np.ndarray else base_ndarray(value, what)
+            arr = self._cast_array(arr, strict, allow_downcast, what)
+        elif is_device_array(value):     # (after the ndarray test: the gate's common case)
             raise TypeError(f"{what}: expected a host array, got a device array "
                             f"({type(value).__name__} of shape {tuple(value.shape)}, dtype "
                             f"{value.dtype}); compile with Mode(linker='cuda') to compute "
                             "on the device, or pass value.get()")
-        if isinstance(value, np.ndarray) or is_foreign_array(value):
-            if isinstance(value, np.ndarray):
-                arr = value if type(value) is np.ndarray else base_ndarray(value, what)
-            else:
-                arr = foreign_ndarray(value, what)
+        elif is_foreign_array(value):
+            arr = foreign_ndarray(value, what)
             arr = self._cast_array(arr, strict, allow_downcast, what)
         else:
             if strict:

@@ -167,7 +167,7 @@ def _alloc(node, inputs, cells, runtime):
 
 
 def _arange(node, inputs, cells, runtime):
-    start, stop, step = (v[()] if isinstance(v, np.ndarray) else v.item() for v in inputs)
+    start, stop, step = (v.item() for v in inputs)   # NumPy scalars, or device 0-d arrays
     if step == 0:
         raise ValueError("arange: step must not be zero")
     cells[0][0] = runtime.arange(start, stop, step, node.op.dtype)
@@ -187,10 +187,9 @@ def _eye(node, inputs, cells, runtime):
 
 
 def _make_vector(node, inputs, cells, runtime):
+    """A vector of device scalars (host ones arrive uploaded, constants once)."""
     dtype = node.outputs[0].type.numpy_dtype
-    items = [v if runtime.is_device_array(v) else runtime.from_host(np.asarray(v))
-             for v in inputs]
-    cells[0][0] = _as_device(np.stack([v.reshape(1) for v in items]).reshape(-1), dtype, runtime)
+    cells[0][0] = _as_device(np.stack([v.reshape(1) for v in inputs]).reshape(-1), dtype, runtime)
 
 
 def _cumsum(node, inputs, cells, runtime):
@@ -221,15 +220,20 @@ def _one_hot(node, inputs, cells, runtime):
 
 def _axis_reduction(node, inputs, cells, runtime):
     """A reduction without a kernel (argmax, argmin, var, a dtype the kernels
-    lack): the op's NumPy function on the device array.  An empty input
-    (NumPy refuses some, warns for others) runs on the host: nothing to move."""
-    (x,) = inputs
-    op, dtype = node.op, node.outputs[0].type.numpy_dtype
-    if x.size == 0:
+    lack): the op's NumPy function on the device array."""
+    _reduce_on_device(node, node.op, inputs[0], inputs, cells, runtime)
+
+
+def _reduce_on_device(node, reduce, values, inputs, cells, runtime):
+    """``reduce``'s NumPy function over the device array ``values`` into
+    ``node``'s output; empty ``values`` (NumPy refuses some reductions of
+    nothing, warns for others) run the node on the host: nothing to move."""
+    if values.size == 0:
         _on_the_host(node, inputs, cells, runtime)
         return
-    result = op.fn(x, axis=op.numpy_axis(x.ndim), keepdims=op.keepdims,
-                   **op.numpy_kwargs(dtype))
+    dtype = node.outputs[0].type.numpy_dtype
+    result = reduce.fn(values, axis=reduce.numpy_axis(values.ndim), keepdims=reduce.keepdims,
+                       **reduce.numpy_kwargs(dtype))
     cells[0][0] = _as_device(result, dtype, runtime)
 
 
@@ -316,15 +320,8 @@ def _fused_reduce(node, inputs, cells, runtime):
     """A fused reduction where no kernel does it (a dtype the kernels lack):
     its elementwise part, then its reduction, by NumPy's functions on the
     device arrays."""
-    op = node.op
-    reduce, dtype = op.reduce_op, node.outputs[0].type.numpy_dtype
-    values = _scalar_op_on_device(op.composite, list(inputs), None, runtime)
-    if values.size == 0:
-        _on_the_host(node, inputs, cells, runtime)
-        return
-    result = reduce.fn(values, axis=reduce.numpy_axis(values.ndim), keepdims=reduce.keepdims,
-                       **reduce.numpy_kwargs(dtype))
-    cells[0][0] = _as_device(result, dtype, runtime)
+    values = _scalar_op_on_device(node.op.composite, list(inputs), None, runtime)
+    _reduce_on_device(node, node.op.reduce_op, values, inputs, cells, runtime)
 
 
 def _advanced_update(node, inputs, cells, runtime):
@@ -381,7 +378,7 @@ DEVICE_OPS: dict[type, DeviceOp] = {
     Alloc: DeviceOp(_alloc, _all_but_first),
     Arange: DeviceOp(_arange, _every_input),
     Eye: DeviceOp(_eye, _every_input),
-    MakeVector: DeviceOp(_make_vector, _every_input),
+    MakeVector: DeviceOp(_make_vector),
     Var: DeviceOp(_axis_reduction),
     Reduce: DeviceOp(_axis_reduction),
     Elemwise: DeviceOp(_elemwise),
