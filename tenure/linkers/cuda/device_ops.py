@@ -169,7 +169,7 @@ def _alloc(node, inputs, cells, runtime):
 def _arange(node, inputs, cells, runtime):
     start, stop, step = (v.item() for v in inputs)   # NumPy scalars, or device 0-d arrays
     if step == 0:
-        raise ValueError("arange: step must not be zero")
+        _on_the_host(node, inputs, cells, runtime)     # raises the reference's error
     cells[0][0] = runtime.arange(start, stop, step, node.op.dtype)
 
 

@@ -180,3 +180,15 @@ def test_every_op_of_the_op_set_runs_on_the_device():
     missing = sorted(cls.__name__ for cls in _public_op_classes()
                      if cls not in DEVICE_OPS and cls not in HOST_OPS and cls not in kernel_only)
     assert not missing, f"ops with no device implementation: {missing}"
+
+
+def test_errors_are_the_reference_s(device):
+    """A device entry that finds an error raises the NumPy implementation's."""
+    step = tn.scalar("step", dtype="int64")
+    f = tn.function([step], tn.arange(0, 5, step) * 1, mode=tn.Mode(linker="cuda"))
+    with pytest.raises(ValueError, match="arange: step must not be 0"):
+        f(0)
+    i = tn.vector("i", dtype="int64")
+    g = tn.function([i], tn.one_hot(i, 3), mode=tn.Mode(linker="cuda"))
+    with pytest.raises(ValueError, match=r"index 7 \(at position \(1,\)\) is out of range"):
+        g(np.array([0, 7]))
