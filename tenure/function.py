@@ -229,6 +229,17 @@ def _check_dask_options(linker: str, compute, chunk_linker) -> tuple[bool, str]:
     return bool(compute), chunk_linker
 
 
+def _check_budget_can_free(budget) -> None:
+    """A budget lowers the peak by freeing saved activations and computing them
+    again; with ``allow_gc`` off nothing is freed (every intermediate stays
+    between calls), so the budget could only add work: refuse it."""
+    if not config.allow_gc:
+        raise ValueError(f"Mode: activation_memory_budget={budget!r} needs "
+                         f"config.allow_gc=True; with allow_gc off every intermediate "
+                         f"stays between calls, so recomputing cannot lower the peak "
+                         f"(turn allow_gc on, or drop the budget)")
+
+
 def _check_budget(budget):
     """``activation_memory_budget`` as a float fraction, an int byte count or None."""
     import numbers
@@ -427,6 +438,7 @@ class Function:
         fg.attach_feature(DestroyHandler(mutable=mutable, updated=updated))
         fg.validate()
         if self.mode.activation_memory_budget is not None:
+            _check_budget_can_free(self.mode.activation_memory_budget)
             from tenure.rewrites.remat import MemoryBudget
             fg.memory_budget = MemoryBudget(self.mode.activation_memory_budget,
                                             self.mode.activation_memory_budget_solver)

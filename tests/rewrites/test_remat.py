@@ -25,6 +25,14 @@ from tests.helpers import COMPILED
 LR = 0.01
 
 
+@pytest.fixture(autouse=True)
+def _freeing_intermediates():
+    """The peaks this file checks are what freeing intermediates gives: run it
+    with allow_gc on whatever TENURE_FLAGS says (one test turns it off)."""
+    with tn.config.change_flags(allow_gc=True):
+        yield
+
+
 # ----------------------------------------------------------------------------
 # An MLP training step
 
@@ -349,6 +357,15 @@ def test_absolute_budget_with_an_unknown_batch_length_is_refused():
     with pytest.raises(ValueError, match=r"activation_memory_budget=4096 is a number of bytes.*"
                                          r"x \(.*static shape.*fraction"):
         mlp_step(MLP, 20, "float64", tn.Mode(activation_memory_budget=4096))
+
+
+def test_a_budget_without_allow_gc_is_refused_naming_both():
+    # With allow_gc off nothing is freed, so the budget could only add work.
+    with tn.config.change_flags(allow_gc=False):
+        with pytest.raises(ValueError, match=r"activation_memory_budget=0.5 needs "
+                                             r"config.allow_gc=True"):
+            mlp_step(MLP, 20, "float64", tn.Mode(activation_memory_budget=0.5))
+        f, *_ = mlp_step(MLP, 20, "float64", tn.Mode())   # no budget: compiles
 
 
 def test_fraction_with_unknown_lengths_uses_the_nominal_length():
