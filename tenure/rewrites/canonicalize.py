@@ -26,6 +26,7 @@ name                  tags        what
 merge                 merge, cse  identical constants and nodes become one
 constant_folding      fold        a small result of constant inputs: a constant
 mul_by_one            algebra     ``x * 1``, ``1 * x`` -> ``x``
+mul_by_filled_ones    algebra     ``alloc(1, *dims) * x`` -> ``expand_to(x, ...)``
 div_by_one            algebra     ``x / 1`` -> ``x``
 add_zero              algebra     ``x + 0``, ``0 + x`` -> ``x`` (where exact)
 sub_zero              algebra     ``x - 0`` -> ``x`` (where exact)
@@ -62,11 +63,11 @@ from tenure.rewrites.fgraph import FunctionGraph
 from tenure.symbolic.graph import Apply, Constant, Variable
 from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops import elemwise as ew
-from tenure.symbolic.ops.creation import Alloc
+from tenure.symbolic.ops.creation import Alloc, expand_to
 from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.nnet import Softmax
 from tenure.symbolic.ops.reduce import Reduce, SumTo
-from tenure.symbolic.ops.shape import DimShuffle, Reshape, Shape
+from tenure.symbolic.ops.shape import DimShuffle, Reshape, Shape, shape_tuple
 from tenure.symbolic.types import TensorType
 from tenure.symbolic.variable import TensorConstant
 
@@ -314,6 +315,35 @@ def mul_by_one(fgraph, node):
     if not is_elemwise(node, ps.mul):
         return None
     return _identity_operand(node, ((1, 0), (0, 1)), lambda c: is_filled_with(c, 1))
+
+
+@register_node_rewrite("canonicalize", tags=("algebra",))
+def mul_by_filled_ones(fgraph, node):
+    """``alloc(1, *dims) * x`` becomes ``expand_to(x, *shape)``, ``shape``
+    the product's: ``x`` itself when it already has that shape, a broadcast
+    copy otherwise -- never the product's copy of ``x``.
+
+    The gradient of ``sum(f(x) * w)`` is ``ones(shape) * w``; this leaves no
+    buffer behind when ``w`` has the product's shape, and the gradient's last
+    elementwise op can then write into ``f(x)``'s buffer instead.  Exact as
+    ``mul_by_one`` is (``x * 1`` is ``x`` bit for bit), and only where the
+    product has ``x``'s dtype.
+    """
+    if not is_elemwise(node, ps.mul) or len(node.inputs) != 2 or not _real(node.outputs[0]):
+        return None
+    out = node.outputs[0]
+    for ones_pos, x_pos in ((0, 1), (1, 0)):
+        ones, x = node.inputs[ones_pos], node.inputs[x_pos]
+        fill = ones.owner
+        if (fill is None or not isinstance(fill.op, Alloc)
+                or not is_filled_with(fill.inputs[0], 1) or not same_dtype(out, x)):
+            continue
+        shapes = [None, None]
+        shapes[ones_pos], shapes[x_pos] = tuple(fill.inputs[1:]), shape_tuple(x)
+        expanded = expand_to(x, *node.op.infer_shape(node, shapes)[0])
+        if expanded.type == out.type:
+            return expanded
+    return None
 
 
 @register_node_rewrite("canonicalize", tags=("algebra",))

@@ -14,7 +14,7 @@ from tenure.rewrites import canonicalize as canon
 from tenure.rewrites.fgraph import FunctionGraph
 from tenure.symbolic.graph import Apply, Constant, Op
 from tenure.symbolic.ops import scalar as ps
-from tenure.symbolic.ops.creation import Alloc
+from tenure.symbolic.ops.creation import Alloc, ExpandTo
 from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.reduce import Reduce, SumTo
 from tenure.symbolic.ops.shape import DimShuffle, MakeVector, Reshape, Shape
@@ -95,6 +95,12 @@ def _constant_folding():
 def _mul_by_one():
     x = tn.vector("x")
     return [x], 1 * (x * 1), [V3], lambda f: bool(nodes(f, scalar_op=ps.mul))
+
+
+def _mul_by_filled_ones():
+    x, n = tn.matrix("x"), tn.scalar("n", dtype="int64")
+    return [x, n], tn.ones((n, 3)) * tn.exp(x), [M23, np.int64(2)], \
+        lambda f: bool(nodes(f, Alloc))
 
 
 def _div_by_one():
@@ -213,6 +219,7 @@ CASES = {
     "merge": _merge,
     "constant_folding": _constant_folding,
     "mul_by_one": _mul_by_one,
+    "mul_by_filled_ones": _mul_by_filled_ones,
     "div_by_one": _div_by_one,
     "add_zero": _add_zero,
     "sub_zero": _sub_zero,
@@ -764,3 +771,87 @@ def test_random_trees_same_with_and_without_rewrites(tree, final, seed):
     for name in set(full.rewrites_applied):
         event(name)
     _compare_loose(call(full, *values), ref)
+
+
+# --------------------------------------------------------------------------
+# Products with ones: the gradient of sum(f(x) * w)
+
+
+@pytest.mark.parametrize("x_shape, w_shape", [
+    ((4, 3), (4, 3)),      # same shape: expand_to is w itself
+    ((4, 3), (3,)),        # w broadcast along rows: a copy of the broadcast w
+    ((1, 3), (4, 3)),      # the product broadcast by x: the gradient sums rows
+    ((4, 1), (1, 3)),      # both broadcast
+])
+def test_gradient_of_a_weighted_sum_needs_no_product_with_ones(x_shape, w_shape, mode):
+    x = tn.tensor("x", shape=(None,) * len(x_shape))
+    w = tn.tensor("w", shape=(None,) * len(w_shape))
+    g = tn.grad(tn.sum(tn.exp(x) * w), x)
+    f = tn.function([x, w], g, mode=mode)
+    assert "mul_by_filled_ones" in f.rewrites_applied
+    assert not nodes(f, Alloc) and nodes(f, ExpandTo)
+    xv, wv = R.uniform(-1, 1, x_shape), R.uniform(-1, 1, w_shape)
+    reference = tn.function([x, w], g, mode=tn.Mode(linker="py", rewrites="none"))
+    assert_close(call(f, xv, wv), call(reference, xv, wv))
+
+
+def test_mul_by_filled_ones_keeps_dtype_and_refuses_other_fills():
+    x32 = tn.matrix("x32", dtype="float32")
+    n = tn.scalar("n", dtype="int64")
+    xv = M23.astype("float32")
+    # ones of the product's dtype: fires, and the result stays float32
+    assert _fires("mul_by_filled_ones", [x32, n], tn.ones((n, 3), dtype="float32") * x32,
+                  xv, np.int64(2))
+    # float64 ones make a float64 product: x32 alone would have the wrong dtype
+    assert not _fires("mul_by_filled_ones", [x32, n], tn.ones((n, 3)) * x32, xv, np.int64(2))
+    # a fill of twos is no identity
+    assert not _fires("mul_by_filled_ones", [x32, n],
+                      tn.full((n, 3), 2, dtype="float32") * x32, xv, np.int64(2))
+
+
+def test_mul_by_filled_ones_keeps_the_broadcast_error():
+    x, n = tn.matrix("x"), tn.scalar("n", dtype="int64")
+    f = tn.function([x, n], tn.ones((n, 3)) * tn.exp(x))
+    assert "mul_by_filled_ones" in f.rewrites_applied
+    with pytest.raises(ValueError, match=r"cannot be broadcast to \(4, 3\)"):
+        f(M23, np.int64(4))
+
+
+def test_an_in_place_write_into_an_expanded_value_keeps_every_reader_right(mode):
+    """``ones * t`` is ``t``'s own memory when nothing broadcasts: an op that
+    overwrites it then overwrites ``t``, and must wait for ``t``'s other readers;
+    when it broadcasts, the copy is overwritten and ``t`` stays as it was."""
+    a, n = tn.matrix("a"), tn.scalar("n", dtype="int64")
+    t = tn.exp(a)
+    total = tn.sum(t * 2.0)         # another reader of t, run before the write
+    outs = [tn.sin(tn.ones((n, 3)) * t) + total, total]
+    f = tn.function([a, n], outs, mode=mode)
+    if mode.linker in ("py", "c"):  # the in-place rewrite writes through the expanded value
+        writer = f.fgraph.outputs[0].owner
+        assert writer.op.destroy_map and isinstance(writer.inputs[0].owner.op, ExpandTo)
+    reference = tn.function([a, n], outs, mode=tn.Mode(linker="py", rewrites="none"))
+    for av, nv in ((M23, 2), (M23[:1], 2), (M23[:1], 5)):
+        for got, want in zip(call(f, av, np.int64(nv)), call(reference, av, np.int64(nv))):
+            assert_close(got, want)
+
+
+def test_softmax_gradient_holds_one_array_at_its_peak(mode):
+    """The benchmark's softmax_grad: without the product with ones its peak is
+    the softmax alone (the last op writes into it), where the product's copy
+    of ``w`` made it two arrays (JAX's figure is one)."""
+    x, w = tn.matrix("x", dtype="float32"), tn.matrix("w", dtype="float32")
+    g = tn.grad(tn.sum(tn.softmax(x, axis=1) * w), x)
+    f = tn.function([tn.In(x, borrow=True), tn.In(w, borrow=True)], tn.Out(g, borrow=True),
+                    mode=mode)
+    xv = R.standard_normal((256, 512)).astype("float32")
+    wv = R.standard_normal((256, 512)).astype("float32")
+    f(xv, wv)
+    report = f.memory_report(xv, wv, print_report=False)
+    one_array = xv.nbytes      # the Python executor's NumPy temporaries add about 0.3
+    assert report.predicted_peak <= 1.5 * one_array, report.predicted_peak / one_array
+    if mode.linker != "check":  # which runs every perform again on copies, by design
+        assert report.measured_peak <= 1.5 * one_array, report.measured_peak / one_array
+    s = np.exp(xv - xv.max(axis=1, keepdims=True))
+    s /= s.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(f(xv, wv), s * (wv - (s * wv).sum(axis=1, keepdims=True)),
+                               rtol=1e-4, atol=1e-6)

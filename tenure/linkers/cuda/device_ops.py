@@ -29,7 +29,7 @@ import numpy as np
 from tenure.symbolic.grad import StopGradient
 from tenure.symbolic.ops.blas import Dot, MatMul, Outer, TensorDot
 from tenure.symbolic.ops.composite import Composite, FusedReduce
-from tenure.symbolic.ops.creation import Alloc, Arange, Eye
+from tenure.symbolic.ops.creation import Alloc, Arange, ExpandTo, Eye
 from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.gemm import Gemm
 from tenure.symbolic.ops.indexing import (AdvancedSubtensor, Subtensor, advanced_region_shape,
@@ -362,6 +362,7 @@ DEVICE_OPS: dict[type, DeviceOp] = {
     AdvancedSubtensor: DeviceOp(_perform, _scalar_indices),
     DimShuffle: DeviceOp(_perform),
     Reshape: DeviceOp(_perform, _all_but_first),
+    ExpandTo: DeviceOp(_perform, _all_but_first),
     SpecifyShape: DeviceOp(_perform, _all_but_first),
     StopGradient: DeviceOp(_perform),
     Split: DeviceOp(_perform, _all_but_first),

@@ -42,7 +42,7 @@ from tenure.linkers.dask.regions import (ALWAYS_LAZY, COMBINED_REDUCTIONS, Regio
 from tenure.symbolic.graph import Constant, Variable
 from tenure.symbolic.ops.blas import Dot, MatMul, Outer, TensorDot
 from tenure.symbolic.ops.composite import FusedReduce
-from tenure.symbolic.ops.creation import Alloc
+from tenure.symbolic.ops.creation import Alloc, ExpandTo
 from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.gemm import Gemm
 from tenure.symbolic.ops.indexing import AdvancedSubtensor, Subtensor, index_tuple
@@ -428,8 +428,12 @@ def lower_along_axes(node, values, ctx) -> list:
                             "no chunk layout gives")
     whole = tuple(a for a in ind if a not in out_ind)
     kernel, _ = ctx.kernel(node, lambda: ([node], node.outputs, {x_var: whole}))
+    # A reduction that keeps its axes (var(keepdims=True)) makes each of them
+    # length 1: Dask must know, or the result claims the input's shape.
+    kept_as_one = {a: 1 for a in axes if out.ndim == x.ndim and out.type.shape[a] == 1}
     return [da.blockwise(kernel, out_ind, x, ind, name=_task_name(node.op),
-                         dtype=out.type.numpy_dtype, meta=_meta(out))]
+                         dtype=out.type.numpy_dtype, meta=_meta(out),
+                         adjust_chunks=kept_as_one or None)]
 
 
 def _on_a_vector(node):
@@ -569,6 +573,17 @@ def lower_alloc(node, values, ctx) -> list:
     return [da.broadcast_to(as_lazy(np.asarray(value, dtype=dtype)), shape, chunks=chunks)]
 
 
+def lower_expand_to(node, values, ctx) -> list:
+    """The value itself when it has the shape already, else broadcast lazily
+    (Dask arrays are never written, so no copy is needed either way); the
+    op's own shape check gives its errors."""
+    value, dims = values[0], tuple(int(n) for n in values[1:])
+    node.op.check_shapes(node, [tuple(np.shape(value))], [dims])
+    if tuple(np.shape(value)) == dims:
+        return [value]
+    return [da.broadcast_to(as_lazy(value), dims)]
+
+
 #: the lowering of each op class a lazy value may reach
 LOWERINGS: dict[type, Callable] = {
     Elemwise: lower_elemwise,
@@ -594,6 +609,7 @@ LOWERINGS: dict[type, Callable] = {
     Subtensor: lower_subtensor,
     AdvancedSubtensor: lower_advanced_subtensor,
     Alloc: lower_alloc,
+    ExpandTo: lower_expand_to,
     Join: lower_join,
     Stack: lower_stack,
 }

@@ -3,12 +3,16 @@ built on it (``zeros``, ``ones``, ``full``, ``*_like``, ``broadcast_to``), plus
 ``arange`` and ``eye``.
 
 Every op here returns a fresh, writable array (never a read-only broadcast
-view), so later in-place ops may overwrite it.  Shapes are tuples of dims: ints
-or 0-d integer variables (``x.shape[0]``).
+view), so later in-place ops may overwrite it; the one exception is
+``expand_to``, which rewrites make from ``ones * x`` and which is ``x``
+itself when broadcasting changes nothing (a declared view, never one whose
+elements overlap).  Shapes are tuples of dims: ints or 0-d integer variables
+(``x.shape[0]``).
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -52,34 +56,39 @@ class Alloc(Op):
     int64 input per output dimension.
     """
 
+    #: the name errors give (:class:`ExpandTo` shares these methods)
+    what = "alloc"
+
     def make_node(self, value, *dims):
         value = as_tensor_variable(value)
         dims = [as_tensor_variable(d) for d in dims]
         for i, d in enumerate(dims):
             if d.ndim != 0 or d.type.numpy_dtype.kind not in "iu":
-                raise TypeError(f"alloc: shape[{i}] must be a 0-d integer, got {d} ({d.type})")
+                raise TypeError(f"{self.what}: shape[{i}] must be a 0-d integer, got {d} "
+                                f"({d.type})")
         if value.ndim > len(dims):
-            raise ValueError(f"alloc: value of {value.ndim} dimensions ({value.type}) cannot "
-                             f"be broadcast to {len(dims)} dimensions")
+            raise ValueError(f"{self.what}: value of {value.ndim} dimensions ({value.type}) "
+                             f"cannot be broadcast to {len(dims)} dimensions")
         static = tuple(int(d.data) if isinstance(d, TensorConstant) else None for d in dims)
         offset = len(dims) - value.ndim
         for axis, vdim in enumerate(value.type.shape):
             out_dim = static[offset + axis]
             if vdim not in (None, 1) and out_dim is not None and vdim != out_dim:
-                raise ValueError(f"alloc: value of shape {_shape_str(value.type.shape)} cannot "
-                                 f"be broadcast to {_shape_str(static)}")
+                raise ValueError(f"{self.what}: value of shape {_shape_str(value.type.shape)} "
+                                 f"cannot be broadcast to {_shape_str(static)}")
         return Apply(self, [value, *dims], [TensorType(value.dtype, static)()])
 
     def check_shapes(self, node, input_shapes, output_shapes) -> bool:
         dims = tuple(output_shapes[0])
         if any(d < 0 for d in dims):
-            raise ValueError(f"alloc: negative dimensions are not allowed, got shape {dims}")
+            raise ValueError(f"{self.what}: negative dimensions are not allowed, got shape "
+                             f"{dims}")
         try:
             fits = np.broadcast_shapes(tuple(input_shapes[0]), dims) == dims
         except ValueError:
             fits = False
         if not fits:
-            raise ValueError(f"alloc: value of shape {tuple(input_shapes[0])} cannot be "
+            raise ValueError(f"{self.what}: value of shape {tuple(input_shapes[0])} cannot be "
                              f"broadcast to {dims}")
         return True
 
@@ -167,6 +176,70 @@ def broadcast_to(x, shape):
         raise ValueError(f"broadcast_to: cannot broadcast {x.ndim}-d {x} to {len(dims)} "
                          "dimensions")
     return _alloc(x, *dims)
+
+
+class ExpandTo(Op):
+    """``value`` broadcast to ``dims``: ``value`` itself when it already has
+    that shape (a possible view, like :class:`~tenure.symbolic.ops.reduce.SumTo`,
+    whose adjoint it is), else a new array holding the broadcast value.
+
+    Rewrites make it from ``ones(dims) * w`` (the gradient of ``sum(x * w)``
+    with respect to ``x``): it costs no buffer when ``w`` has the product's
+    shape, where the product copies ``w``.  It never returns a view whose
+    elements overlap, so an in-place op overwriting it overwrites either
+    ``value`` (which the DestroyHandler then guards) or a fresh array.
+    Inputs: the value and one 0-d int input per output dimension.
+    """
+
+    view_map = {0: [0]}
+    view_may_copy = True  # a view only when there is nothing to broadcast
+
+    what = "expand_to"
+    make_node = Alloc.make_node
+    check_shapes = Alloc.check_shapes
+    infer_shape = Alloc.infer_shape
+    grad = Alloc.grad
+
+    @staticmethod
+    def expanded(value, dims: tuple):
+        """``value`` broadcast to ``dims`` with NumPy functions only (a device
+        array stays on its device): itself, a view adding leading length-1
+        axes, or a new array."""
+        if tuple(dims) == tuple(value.shape):
+            return value
+        if tuple(dims) == (1,) * (len(dims) - value.ndim) + tuple(value.shape):
+            return value.reshape(dims)
+        if any(d < 0 for d in dims):
+            raise ValueError(f"expand_to: negative dimensions are not allowed, got shape "
+                             f"{dims}")
+        try:
+            return np.broadcast_to(value, dims).copy()
+        except ValueError:
+            raise ValueError(f"expand_to: value of shape {tuple(value.shape)} cannot be "
+                             f"broadcast to {dims}") from None
+
+    def perform(self, node, inputs, output_storage):
+        output_storage[0][0] = self.expanded(inputs[0], tuple(int(d) for d in inputs[1:]))
+
+    def workspace_bytes(self, node, input_shapes, output_shapes):
+        """Declared a view, but a new array when it broadcasts: count it."""
+        value_shape, dims = input_shapes[0], output_shapes[0]
+        if value_shape is None or dims is None or math.prod(value_shape) == math.prod(dims):
+            return 0
+        return math.prod(dims) * node.outputs[0].type.numpy_dtype.itemsize
+
+
+_expand_to = ExpandTo()
+
+
+def expand_to(value, *shape):
+    """``value`` broadcast to ``shape``: ``value`` itself, not a copy, when it
+    already has that shape (so, unlike :func:`broadcast_to`, the result may be
+    the input's memory).  ``shape`` as for :func:`alloc`."""
+    if len(shape) == 1 and not isinstance(shape[0], (numbers.Integral, np.integer)) and not (
+            isinstance(shape[0], Variable) and shape[0].ndim == 0):
+        shape = shape[0]
+    return _expand_to(value, *_dims_of(shape, "expand_to"))
 
 
 class Arange(Op):

@@ -95,6 +95,17 @@ def test_ops_along_axes(data, make):
     check_against_c([x], [make(x)], data["a"], chunks=[(10, 6)])
 
 
+@pytest.mark.parametrize("make", [
+    lambda x: x.var(axis=1, keepdims=True), lambda x: x.argmax(axis=0, keepdims=True),
+    lambda x: x - x.var(axis=(0, 1), keepdims=True)], ids=["var", "argmax", "broadcast"])
+def test_ops_along_axes_that_keep_them_as_length_one(data, make):
+    """The lazy array says the kept axes have length 1 (it said the input's
+    lengths, and a later broadcast or expand_to went wrong)."""
+    x = tn.matrix("x")
+    got = check_against_c([x], [make(x)], data["a"], chunks=[(10, 6)])
+    assert got[0].shape == got[0].compute().shape
+
+
 def test_op_over_every_axis_of_a_matrix_flattens_it(data):
     """``cumsum`` without an axis returns the running sum of the flattened
     matrix: one chunk of the flattened array, as NumPy does."""

@@ -1,4 +1,5 @@
-"""Creation ops: alloc and friends, arange, eye; and sum_to (the adjoint of broadcasting)."""
+"""Creation ops: alloc and friends, arange, eye; sum_to (the adjoint of broadcasting) and
+expand_to (broadcasting that copies only when it must)."""
 
 import numpy as np
 import pytest
@@ -6,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tenure as tn
+from tenure.symbolic.ops.creation import ExpandTo, expand_to
 from tenure.testing import verify_grad
 from tests.helpers import COMPILED
 
@@ -147,3 +149,53 @@ class TestSumTo:
     def test_gradient(self):
         like = tn.constant(np.zeros((1, 3)))
         verify_grad(lambda g: tn.sum_to(g, like), [np.random.default_rng(0).normal(size=(4, 3))])
+
+
+class TestExpandTo:
+    @pytest.mark.parametrize("shape, target", [
+        ((2, 3), (2, 3)), ((3,), (2, 3)), ((3,), (1, 3)), ((2, 1), (2, 4)), ((), (2, 2)),
+        ((1, 3), (0, 3)), ((2, 3), (5, 2, 3)),
+    ])
+    def test_matches_numpy_broadcast_to(self, shape, target, mode):
+        v = tn.tensor("v", shape=(None,) * len(shape))
+        n = tn.scalar("n", dtype="int64")
+        dims = (n,) + tuple(target[1:]) if target else ()
+        f = tn.function([v, n], expand_to(tn.exp(v), *dims), mode=mode,
+                        on_unused_input="ignore")
+        vv = np.random.default_rng(2).normal(size=shape)
+        got = f(vv, np.int64(target[0]) if target else np.int64(0))
+        np.testing.assert_allclose(got, np.broadcast_to(np.exp(vv), target))
+        assert got.shape == target
+
+    def test_the_value_itself_when_nothing_is_broadcast(self):
+        value = np.arange(6.0).reshape(2, 3)
+        assert ExpandTo.expanded(value, (2, 3)) is value
+        leading = ExpandTo.expanded(value, (1, 2, 3))
+        assert leading.shape == (1, 2, 3) and np.shares_memory(leading, value)
+
+    def test_a_broadcast_is_a_new_writable_array(self):
+        value = np.arange(3.0)
+        out = ExpandTo.expanded(value, (2, 3))
+        assert not np.shares_memory(out, value) and out.flags.writeable
+        out[0, 0] = 9.0         # a real array: no other element changes
+        assert out[1, 0] == 0.0 and value[0] == 0.0
+
+    def test_errors_name_the_op_and_the_shapes(self, mode):
+        v, n = tn.vector("v"), tn.scalar("n", dtype="int64")
+        f = tn.function([v, n], expand_to(v, n, 3), mode=mode)
+        with pytest.raises(ValueError, match=r"expand_to: value of shape \(4,\) cannot be "
+                                             r"broadcast to \(2, 3\)"):
+            f(np.ones(4), np.int64(2))
+        with pytest.raises(ValueError, match="expand_to: negative dimensions"):
+            f(np.ones(3), np.int64(-1))
+        with pytest.raises(ValueError, match=r"expand_to: value of shape \(4,\) cannot be "
+                                             r"broadcast to \(3,\)"):
+            expand_to(tn.vector("w", shape=(4,)), 3)
+        with pytest.raises(TypeError, match=r"expand_to: shape\[0\] must be a 0-d integer"):
+            ExpandTo()(v, tn.vector("d", dtype="int64"))
+
+    def test_static_shape_and_gradient(self):
+        assert expand_to(tn.vector("v", shape=(3,)), 4, 3).type.shape == (4, 3)
+        rng = np.random.default_rng(0)
+        verify_grad(lambda v: expand_to(v, 4, 3), [rng.normal(size=3)])
+        verify_grad(lambda v: expand_to(v, 2, 3), [rng.normal(size=(2, 3))])
