@@ -148,16 +148,25 @@ def _solver(core: Callable) -> Callable:
 
 
 def _repair(values, weights, capacity, picked) -> list[int]:
-    """``picked``, less its worst-ratio items while its true weight exceeds the
-    capacity.  An exact solver never needs this; it catches a set that fits
-    only within a solver's tolerance (the ILP's, or float rounding of the DP
-    quantization), so every solution is feasible by the exact sum."""
+    """``picked``, less the items that cost least to give up while its true
+    weight exceeds the capacity.  An exact solver never needs this; it catches
+    a set that fits only within a solver's tolerance (the ILP's, or float
+    rounding of the DP quantization), so every solution is feasible by the
+    exact sum.  Such a set is over by a sliver: dropping the least valuable
+    item that weighs at least the excess keeps the rest (dropping by worst
+    value/weight ratio could drop the most valuable item instead)."""
     picked = sorted(int(i) for i in picked)
-    if math.fsum(weights[picked]) <= capacity:
-        return picked
-    picked.sort(key=lambda i: values[i] / weights[i], reverse=True)
-    while picked and math.fsum(weights[picked]) > capacity:
-        picked.pop()
+    while picked:
+        excess = math.fsum(weights[picked]) - capacity
+        if excess <= 0:
+            break
+        enough = [i for i in picked if weights[i] >= excess]
+        if enough:
+            drop = min(enough, key=lambda i: (values[i], -weights[i]))
+        else:
+            drop = min((i for i in picked if weights[i] > 0),
+                       key=lambda i: values[i] / weights[i])
+        picked.remove(drop)
     return picked
 
 

@@ -63,6 +63,14 @@ def log_softmax(fgraph, node):
     return _if_same_dtype(node.outputs[0], LogSoftmax(inner.op.axis)(x))
 
 
+def _zero_unsigned(var: Variable) -> Variable:
+    """``var + 0.0``: ``-0.0`` becomes ``+0.0`` and every other value stays as it
+    is.  ``log1p(-0.0)`` and ``expm1(-0.0)`` are ``-0.0`` where the formulas they
+    replace give ``+0.0``; a sign that a later division would turn into an
+    infinity of the other sign."""
+    return var + 0.0
+
+
 def _other_operand(node, value) -> Variable | None:
     """For a binary ``add`` node: the operand ``x`` beside a constant filled with
     ``value`` that does not broadcast ``x`` and keeps its dtype."""
@@ -90,7 +98,7 @@ def log1p(fgraph, node):
     x = _other_operand(add, 1)
     if x is None:
         return None
-    return _if_same_dtype(node.outputs[0], ew.log1p(x))
+    return _if_same_dtype(node.outputs[0], _zero_unsigned(ew.log1p(x)))
 
 
 @register_node_rewrite("stabilize", tags=("stable",))
@@ -120,7 +128,7 @@ def expm1(fgraph, node):
     x = exp.inputs[0]
     if not _float(x):
         return None
-    return _if_same_dtype(out, ew.expm1(x))
+    return _if_same_dtype(out, _zero_unsigned(ew.expm1(x)))
 
 
 @register_node_rewrite("stabilize", tags=("stable",))

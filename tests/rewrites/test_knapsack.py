@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tenure.rewrites import knapsack as ks
@@ -184,6 +184,9 @@ def test_exact_on_a_known_instance(name):
                           st.floats(0, 10, allow_subnormal=False)), max_size=20),
        st.floats(0, 50, allow_subnormal=False),
        st.sampled_from([1, 7, 100, 1000]))
+# HiGHS takes both (1e-38 over, within its tolerance); the repair must drop the cheap one
+@example(items=[(1.0, 1.175494351e-38), (2.0, 5.552137041471842e-29)],
+         capacity=5.552137041471842e-29, resolution=1)
 def test_quantized_weights_never_exceed_the_capacity(items, capacity, resolution):
     values = [v for v, _ in items]
     weights = [w for _, w in items]
@@ -198,6 +201,16 @@ def test_quantized_weights_never_exceed_the_capacity(items, capacity, resolution
     assert (solve(values, weights, capacity, solver="dp", resolution=resolution).value
             == pytest.approx(solve(values, weights, capacity, solver="dp_sliding_hirschberg",
                                    resolution=resolution).value, **APPROX))
+
+
+def test_a_set_over_by_a_sliver_gives_up_what_costs_least():
+    values, weights = np.array([1.0, 2.0, 5.0]), np.array([2.0 ** -30, 3.0, 4.0])
+    # over by 2**-30: dropping that item (worth 1) keeps the rest, though it
+    # has by far the best value/weight ratio
+    assert ks._repair(values, weights, 7.0, [0, 1, 2]) == [1, 2]
+    # over by 2: only the items of weight >= 2 fix it alone; the cheaper goes
+    assert ks._repair(values, weights, 5.0, [0, 1, 2]) == [0, 2]
+    assert ks._repair(values, weights, 8.0, [0, 1, 2]) == [0, 1, 2]
 
 
 def test_quantization_is_exact_for_integral_weights():

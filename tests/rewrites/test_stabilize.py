@@ -95,6 +95,21 @@ def test_expm1(form):
     assert has(tn.function([x], out, mode=PLAIN), scalar_op=ps.expm1)
 
 
+@pytest.mark.parametrize("build", [lambda x: tn.log(1 + x), lambda x: tn.exp(x) - 1],
+                         ids=["log1p", "expm1"])
+def test_a_negative_zero_keeps_the_formula_s_sign(build):
+    """``log1p(-0.0)`` and ``expm1(-0.0)`` are ``-0.0``; the formulas give
+    ``+0.0``, and a division by the result must give the formula's infinity
+    (hypothesis found ``y / (x - log(1 + x))`` turning ``-inf`` into ``+inf``)."""
+    x = tn.vector("x")
+    value = np.array([-0.0, 0.0, 1e-20, -0.5])
+    for out in (build(x), 1.0 / build(x)):
+        stable, reference = tn.function([x], out), tn.function([x], out, mode=NONE)
+        got, want = call(stable, value), call(reference, value)
+        np.testing.assert_array_equal(np.signbit(got[:2]), np.signbit(want[:2]))
+        np.testing.assert_array_equal(got[:2], want[:2])
+
+
 @pytest.mark.parametrize("axis, keepdims", [(None, False), (1, False), (1, True), (0, True)])
 def test_logsumexp(axis, keepdims):
     x = tn.matrix("x")
