@@ -162,6 +162,15 @@ def rng():
 
 
 @pytest.fixture
+def freeing_intermediates():
+    """``allow_gc`` on, whatever ``TENURE_FLAGS`` says: for tests whose figures
+    are what freeing intermediates gives (peaks, hand-ons, budgets).  A test
+    may still turn it off inside."""
+    with tn.config.change_flags(allow_gc=True):
+        yield
+
+
+@pytest.fixture
 def cc_or_skip():
     """A working C compiler, or a clean skip (the C linker's own tests)."""
     command = compiler.find_compiler()

@@ -55,8 +55,9 @@ def browser():
 def page(tmp_path_factory):
     """A page of two panels (a training step without and with a budget)."""
     mode = tn.Mode(linker="py")
-    (f, args), (g, _) = training_step(mode), training_step(mode, 0.0)
-    timelines = [f.memory_timeline(*args), g.memory_timeline(*args)]
+    with tn.config.change_flags(allow_gc=True):   # a budget needs it (TENURE_FLAGS may not)
+        (f, args), (g, _) = training_step(mode), training_step(mode, 0.0)
+        timelines = [f.memory_timeline(*args), g.memory_timeline(*args)]
     path = tmp_path_factory.mktemp("html") / "memory.html"
     tn.memory_html(timelines, path=path, labels=["no budget", "budget 0.0"])
     return path, timelines

@@ -17,6 +17,9 @@ from tests.helpers import need_module
 
 PLOT_EXTRA = 'pip install "tenure[plot]"'
 
+#: the buffers this file sees handed on are what freeing intermediates gives
+pytestmark = pytest.mark.usefixtures("freeing_intermediates")
+
 
 def training_step(mode, budget=None, batch=256):
     """A two-layer training step: gemms, a bias, in-place updates of three

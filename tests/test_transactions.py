@@ -212,6 +212,7 @@ def test_a_validated_training_step_takes_no_backup_copy(mode):
     assert peak < 1.5 * w_storage.nbytes
 
 
+@pytest.mark.usefixtures("freeing_intermediates")
 def test_a_budgeted_training_step_takes_no_backup_copy(mode):
     """With an activation-memory budget, shape arithmetic (Shape, constant
     Subtensor, Alloc) runs after the first in-place update: those ops are

@@ -113,6 +113,7 @@ def test_in_place_rewrites_pass_the_checks():
     np.testing.assert_allclose(w.get_value(), np.full(3, 0.9))
 
 
+@pytest.mark.usefixtures("freeing_intermediates")
 def test_misuse_of_a_buffer_handed_on_within_the_call_is_caught():
     # The checking linker hands dead buffers on whatever their size: the op
     # that trusts its output cell blindly gets exp's dead buffer and is caught
@@ -126,6 +127,7 @@ def test_misuse_of_a_buffer_handed_on_within_the_call_is_caught():
         f(np.arange(3.0))
 
 
+@pytest.mark.usefixtures("freeing_intermediates")
 def test_a_handed_on_buffer_still_in_use_is_caught(monkeypatch):
     import tenure.linkers.check as check
 

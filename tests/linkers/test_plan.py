@@ -24,6 +24,9 @@ from tests.helpers import COMPILED
 
 NO_REWRITES = tn.Mode(rewrites="none")
 
+#: the buffers this file sees handed on are what freeing intermediates gives
+pytestmark = pytest.mark.usefixtures("freeing_intermediates")
+
 #: tag -> [(address offered in the output cell or None, address written), ...]
 LOG: dict[str, list] = {}
 

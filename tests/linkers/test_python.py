@@ -158,6 +158,7 @@ class TestExecution:
         np.testing.assert_allclose(f(arg), np.exp(arg) + arg)
 
 
+@pytest.mark.usefixtures("freeing_intermediates")
 class TestPlansPerSignature:
     def test_calls_run_the_plan_made_for_their_shapes(self):
         x, y = tn.vector("x"), tn.matrix("y")

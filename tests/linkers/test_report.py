@@ -16,6 +16,7 @@ def kinds(report):
     return [(r.op.split("{")[0], r.kind) for r in report.records]
 
 
+@pytest.mark.usefixtures("freeing_intermediates")
 def test_new_buffers_and_peaks_of_a_plain_chain():
     x = tn.vector("x")
     f = tn.function([x], tn.exp(x) * 2, mode=PLAIN)
@@ -71,6 +72,7 @@ def test_printed_table_and_rows(capsys):
 # Reuse, sizes from the plan, op temporaries
 
 
+@pytest.mark.usefixtures("freeing_intermediates")
 def test_a_buffer_handed_on_names_its_donor():
     x = tn.vector("x")
     a = tn.exp(x)
@@ -99,6 +101,7 @@ def test_last_calls_buffer_is_told_apart_from_a_handed_on_one():
     assert (report.records[-1].kind, report.records[-1].source) == ("reused", "last call")
 
 
+@pytest.mark.usefixtures("freeing_intermediates")
 def test_the_prediction_comes_from_the_plan():
     x = tn.matrix("x", dtype="float32")
     f = tn.function([x], tn.exp(x).sum(axis=1) * 2, mode=PLAIN)

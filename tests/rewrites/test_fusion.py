@@ -417,6 +417,7 @@ def test_shared_variable_update_with_fused_expression(mode):
 # Memory
 
 
+@pytest.mark.usefixtures("freeing_intermediates")
 def test_memory_fused_elementwise_needs_no_full_intermediates():
     x, z = tn.vector("x"), tn.vector("z")
     y = tn.exp(x) * 2 + tn.sin(z) * x
@@ -429,6 +430,7 @@ def test_memory_fused_elementwise_needs_no_full_intermediates():
     assert unfused >= 3 * out_bytes, unfused / out_bytes
 
 
+@pytest.mark.usefixtures("freeing_intermediates")
 def test_memory_fused_reduction_needs_no_intermediate():
     x = tn.vector("x")
     s = (tn.exp(x) * 2 + 1).sum()

@@ -384,6 +384,7 @@ def test_update_from_the_gradient_of_dot_is_in_place(mode, rng):
     np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-12)
 
 
+@pytest.mark.usefixtures("freeing_intermediates")
 @pytest.mark.parametrize("product", ["A @ B", "A.T @ B", "A @ B.T", "(A @ B).T"])
 def test_inplace_update_allocates_no_full_matrix_per_call(product):
     n = 1000

@@ -24,13 +24,8 @@ from tests.helpers import COMPILED
 
 LR = 0.01
 
-
-@pytest.fixture(autouse=True)
-def _freeing_intermediates():
-    """The peaks this file checks are what freeing intermediates gives: run it
-    with allow_gc on whatever TENURE_FLAGS says (one test turns it off)."""
-    with tn.config.change_flags(allow_gc=True):
-        yield
+#: the peaks this file checks are what freeing intermediates gives
+pytestmark = pytest.mark.usefixtures("freeing_intermediates")
 
 
 # ----------------------------------------------------------------------------

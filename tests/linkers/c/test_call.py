@@ -164,6 +164,7 @@ def test_set_value_between_calls_is_seen():
     assert f(np.ones(5)) == 10.0
 
 
+@pytest.mark.usefixtures("freeing_intermediates")
 def test_alternating_shapes_keep_right_results():
     x = tn.matrix("x")
     f, _ = counted([In(x, borrow=True)], Out(tn.exp(x).sum(axis=1) * 2, borrow=True))
@@ -181,6 +182,7 @@ def test_sizes_from_values_are_not_cached_by_shape():
         np.testing.assert_array_equal(f(np.int64(k), np.ones(2)), np.full(k, 2.0))
 
 
+@pytest.mark.usefixtures("freeing_intermediates")
 def test_borrowed_output_passed_back_in_is_not_overwritten():
     x = tn.vector("x")
     f, fallbacks = counted([In(x, borrow=True)], Out(tn.exp(x) * 2, borrow=True))
@@ -193,6 +195,7 @@ def test_borrowed_output_passed_back_in_is_not_overwritten():
     assert fallbacks.calls == 0
 
 
+@pytest.mark.usefixtures("freeing_intermediates")
 def test_borrowed_output_reuses_its_buffer_in_steady_state():
     x = tn.vector("x")
     f, _ = counted([In(x, borrow=True)], Out(tn.exp(x) * 2, borrow=True))

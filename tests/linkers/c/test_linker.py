@@ -131,6 +131,7 @@ def test_demo_training_step():
     np.testing.assert_array_equal(pred_c, pred_py)
 
 
+@pytest.mark.usefixtures("freeing_intermediates")
 @pytest.mark.parametrize("budget", [None, 0.5])
 def test_training_step_peak_matches_the_python_executor(budget):
     """The module runs one schedule fixed when compiling; it must be the
@@ -276,6 +277,7 @@ def test_free_drops_kept_buffers():
     np.testing.assert_array_equal(f(np.zeros(4)), np.ones(4))
 
 
+@pytest.mark.usefixtures("freeing_intermediates")
 def test_intermediates_are_dropped_after_the_call():
     x = tn.vector("x")
     f = tn.function([x], tn.sort(tn.exp(x)) * 2, mode=C)
@@ -368,6 +370,7 @@ def test_c_is_the_default_linker():
 C_NO_REWRITES = tn.Mode(linker="c", rewrites="none")
 
 
+@pytest.mark.usefixtures("freeing_intermediates")
 def test_python_step_takes_a_dead_buffer():
     from tests.linkers.test_plan import LOG, calls, probe
     LOG.clear()
@@ -382,6 +385,7 @@ def test_python_step_takes_a_dead_buffer():
     LOG.clear()
 
 
+@pytest.mark.usefixtures("freeing_intermediates")
 def test_c_step_takes_a_dead_buffer():
     from tests.linkers.test_plan import LOG, address, calls, probe
     LOG.clear()

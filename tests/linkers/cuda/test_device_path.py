@@ -313,6 +313,7 @@ def _mlp_step(mode, rng):
     return f, (rng.standard_normal((256, 64)), rng.standard_normal((256, 8)))
 
 
+@pytest.mark.usefixtures("freeing_intermediates")
 def test_an_activation_budget_lowers_the_device_peak(device, rng):
     """The remat rewrite's budget applies to device memory: the measured
     device peak drops, and the plan predicts it within 10%."""
@@ -336,6 +337,7 @@ def _benchmark_graphs(rng):
            [values["x"], values["w"]])
 
 
+@pytest.mark.usefixtures("freeing_intermediates")
 def test_the_device_report_predicts_the_benchmark_workloads(device, rng):
     """The report's predicted peak is within 10% of the measured device peak."""
     for name, inputs, output, values in _benchmark_graphs(rng):
