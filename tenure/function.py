@@ -130,6 +130,8 @@ class Mode:
     ``"dp"``, is PyTorch's default too: exact, and fast for the tens of
     saved values a training step has.  The budget is applied by the
     ``remat`` rewrite; ``exclude=["remat"]`` or ``rewrites="none"`` turn it off.
+    It needs ``config.allow_gc`` (the default): compiling with a budget and
+    ``allow_gc`` off is a ``ValueError``, since nothing would be freed.
     """
 
     PRESETS = ("default", "fast_compile", "none")
