@@ -202,24 +202,20 @@ class ExpandTo(Op):
 
     @staticmethod
     def expanded(value, dims: tuple):
-        """``value`` broadcast to ``dims`` with NumPy functions only (a device
-        array stays on its device): itself, a view adding leading length-1
-        axes, or a new array."""
+        """``value`` broadcast to ``dims`` (which :meth:`check_shapes` has
+        accepted) with NumPy functions only, so a device array stays on its
+        device: itself, a view adding leading length-1 axes, or a new array."""
         if tuple(dims) == tuple(value.shape):
             return value
         if tuple(dims) == (1,) * (len(dims) - value.ndim) + tuple(value.shape):
             return value.reshape(dims)
-        if any(d < 0 for d in dims):
-            raise ValueError(f"expand_to: negative dimensions are not allowed, got shape "
-                             f"{dims}")
-        try:
-            return np.broadcast_to(value, dims).copy()
-        except ValueError:
-            raise ValueError(f"expand_to: value of shape {tuple(value.shape)} cannot be "
-                             f"broadcast to {dims}") from None
+        return np.broadcast_to(value, dims).copy()
 
     def perform(self, node, inputs, output_storage):
-        output_storage[0][0] = self.expanded(inputs[0], tuple(int(d) for d in inputs[1:]))
+        value, dims = inputs[0], tuple(int(d) for d in inputs[1:])
+        if dims != tuple(value.shape):    # the value's own shape needs no check
+            self.check_shapes(node, [tuple(value.shape)], [dims])
+        output_storage[0][0] = self.expanded(value, dims)
 
     def workspace_bytes(self, node, input_shapes, output_shapes):
         """Declared a view, but a new array when it broadcasts: count it."""
