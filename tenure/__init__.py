@@ -14,6 +14,7 @@ from tenure.symbolic.variable import (  # noqa: F401
     TensorConstant, TensorVariable, as_tensor_variable, constant)
 from tenure.symbolic.shared import SharedVariable, shared  # noqa: F401
 from tenure.symbolic import ops  # noqa: F401
+from tenure.symbolic.ops import nnet  # noqa: F401  (tn.nnet: the neural-network functions)
 from tenure.symbolic.ops import *  # noqa: F401,F403
 from tenure.symbolic.grad import DisconnectedInputError, grad, stop_gradient  # noqa: F401
 from tenure.function import Function, In, Mode, Out, UnusedInputError, function  # noqa: F401

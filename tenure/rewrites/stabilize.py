@@ -11,6 +11,10 @@ log1p              ``log(1 + x)``, ``log(x + 1)``         ``log1p(x)``
 expm1              ``exp(x) - 1``, ``exp(x) + -1``        ``expm1(x)``
 logsumexp          ``log(sum(exp(x), axis))``             ``logsumexp(x, axis)``
 log_sigmoid        ``log(sigmoid(x))``                    ``-softplus(-x)``
+                   ``log(1 - sigmoid(x))``,               ``-softplus(x)``
+                   ``log1p(-sigmoid(x))``
+                   ``log(1 + exp(x))``,                   ``softplus(x)``
+                   ``log1p(exp(x))``
 =================  =====================================  ==========================
 
 All carry the tag ``"stable"`` and run in the ``"stabilize"`` phase, after
@@ -27,13 +31,14 @@ float16).
 
 from __future__ import annotations
 
-from tenure.rewrites.canonicalize import elemwise_node, is_elemwise, is_filled_with, keeps_shape
 from tenure.rewrites.engine import register_node_rewrite
 from tenure.symbolic.graph import Variable
 from tenure.symbolic.ops import elemwise as ew
 from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
 from tenure.symbolic.ops.reduce import Reduce
+from tenure.symbolic.patterns import (
+    elemwise_node, is_elemwise, is_filled_with, keeps_shape, softplus_form, stable_value)
 
 
 def _float(var: Variable) -> bool:
@@ -155,18 +160,19 @@ def logsumexp(fgraph, node):
 
 @register_node_rewrite("stabilize", tags=("stable",))
 def log_sigmoid(fgraph, node):
-    """``log(sigmoid(x))`` becomes ``-softplus(-x)``.
+    """A log of a sigmoid becomes its softplus form (:mod:`tenure.symbolic.patterns`):
+    ``log(sigmoid(x))`` -> ``-softplus(-x)``; ``log(1 - sigmoid(x))`` and
+    ``log1p(-sigmoid(x))`` -> ``-softplus(x)``; ``log(1 + exp(x))`` and
+    ``log1p(exp(x))`` -> ``softplus(x)``, a sigmoid also written out as
+    ``1 / (1 + exp(-x))``.
 
     ``log(1 / (1 + exp(-x))) = -log(1 + exp(-x))``.  For ``x`` below ~-745
-    the sigmoid underflows to 0 and its log is ``-inf``; ``-softplus(-x)``
-    is ``x`` there, to full precision.
+    (float64; ~-88 in float32) the sigmoid underflows to 0 and its log is
+    ``-inf``, and for ``x`` above ~37 (float64; ~17 in float32) ``1 -
+    sigmoid(x)`` rounds to 0: the textbook binary cross-entropy is then
+    ``nan``.  The softplus forms are exact there (``-softplus(-x)`` is ``x``).
     """
-    if not is_elemwise(node, ps.log):
+    form = softplus_form(node)
+    if form is None:
         return None
-    sig = elemwise_node(node.inputs[0], ps.sigmoid)
-    if sig is None:
-        return None
-    x = sig.inputs[0]
-    if not _float(x):
-        return None
-    return _if_same_dtype(node.outputs[0], ew.neg(ew.softplus(ew.neg(x))))
+    return _if_same_dtype(node.outputs[0], stable_value(form))

@@ -8,6 +8,15 @@ no gradient flows to that input (an index, an integer, a disconnected path).
 Integer and boolean variables carry no gradient: a path through them is cut.
 :func:`stop_gradient` cuts a path explicitly; ``consider_constant`` does the
 same for a list of variables.
+
+A log of a sigmoid (``log(sigmoid(x))``, ``log(1 - sigmoid(x))``, ``log(1 +
+exp(x))``, see :mod:`tenure.symbolic.patterns`) is differentiated through its
+stable form, ``±softplus(±x)``: the chain rule through the formula as written
+divides by a sigmoid that has rounded to 0 or 1 (``inf * 0``, a NaN gradient
+of the textbook binary cross-entropy at logits of a few tens in float32),
+while the stable form's gradient is a sigmoid, finite everywhere.  The
+pattern's intermediate values then get no gradient from that node, so this
+is done only when none of them is a ``wrt`` or ``consider_constant`` variable.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import warnings
 from collections.abc import Sequence
 
 from tenure.symbolic.graph import Apply, Op, Variable, io_toposort
+from tenure.symbolic.patterns import softplus_form, stable_gradient, variables_between
 from tenure.symbolic.types import TensorType
 from tenure.symbolic.variable import as_tensor_variable
 
@@ -158,6 +168,11 @@ def _backpropagate(cost: Variable, wrt: list[Variable], blocked: set) -> dict:
         output_grads = [total(o) for o in node.outputs]
         if all(g is None for g in output_grads):
             continue  # every path through this node was cut (stop_gradient, a constant)
+        stable = _through_stable_form(node, output_grads[0], relevant, blocked, wrt)
+        if stable is not None:
+            x, g = stable
+            pending.setdefault(x, []).append(_fit(g, x, node))
+            continue
         input_grads = node.op.grad(list(node.inputs), output_grads)
         if len(input_grads) != len(node.inputs):
             raise ValueError(f"{node.op}.grad returned {len(input_grads)} gradients for "
@@ -167,6 +182,21 @@ def _backpropagate(cost: Variable, wrt: list[Variable], blocked: set) -> dict:
                 continue
             pending.setdefault(inp, []).append(_fit(g, inp, node))
     return {var: total(var) for var in wrt}
+
+
+def _through_stable_form(node: Apply, gz, relevant: set, blocked: set, wrt: list):
+    """``(x, gradient of x)`` when ``node`` is a formula with a stable form
+    (module doc) whose gradient may skip the formula's intermediate values;
+    else None (the op's own gradient applies)."""
+    if gz is None:
+        return None
+    form = softplus_form(node)
+    if form is None or form.x not in relevant:
+        return None
+    kept = blocked.union(wrt)
+    if any(v in kept for v in variables_between(form.x, node.outputs[0])):
+        return None
+    return form.x, stable_gradient(form, gz)
 
 
 def _fit(g, inp: Variable, node: Apply) -> Variable:

@@ -140,6 +140,41 @@ def test_log_sigmoid_against_high_precision():
     np.testing.assert_allclose(got, expected, rtol=1e-15)
 
 
+SOFTPLUS_FORMS = [
+    # (formula, reference in float64 from np.logaddexp)
+    (lambda x: tn.log(1 - tn.sigmoid(x)), lambda v: -np.logaddexp(0, v)),
+    (lambda x: tn.log1p(-tn.sigmoid(x)), lambda v: -np.logaddexp(0, v)),
+    (lambda x: tn.log(1 / (1 + tn.exp(-x))), lambda v: -np.logaddexp(0, -v)),
+    (lambda x: tn.log(1 + tn.exp(x)), lambda v: np.logaddexp(0, v)),
+    (lambda x: tn.log1p(tn.exp(x)), lambda v: np.logaddexp(0, v)),
+]
+
+
+@pytest.mark.parametrize("k", range(len(SOFTPLUS_FORMS)))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_log_sigmoid_forms_become_softplus(k, dtype):
+    """``log(1 - sigmoid(x))`` at ``x = 50`` is ``-inf`` as written (the sigmoid
+    rounds to 1) and ``-50`` exactly; the other spellings likewise."""
+    build, reference = SOFTPLUS_FORMS[k]
+    x = tn.vector("x", dtype=dtype)
+    value = np.array([-1000.0, -50.0, -1.0, 0.0, 1e-3, 30.0, 50.0, 1000.0], dtype=dtype)
+    rtol = 1e-6 if dtype == "float32" else 1e-13
+    check([x], build(x), [value], "log_sigmoid", reference(value.astype(np.float64)),
+          rtol=rtol)
+    f = tn.function([x], build(x), mode=PLAIN)
+    assert not has(f, scalar_op=ps.sigmoid) and not has(f, scalar_op=ps.exp)
+    assert has(f, scalar_op=ps.softplus)
+
+
+def test_a_sigmoid_written_out_with_another_constant_is_left_alone():
+    x = tn.vector("x")
+    v = np.array([0.5, -3.0])
+    assert not _fired("log_sigmoid", [x], tn.log(2 / (1 + tn.exp(-x))), v)
+    assert not _fired("log_sigmoid", [x], tn.log(1 / (2 + tn.exp(-x))), v)
+    assert not _fired("log_sigmoid", [x], tn.log(1 / (1 + tn.exp(x))), v)
+    assert not _fired("log_sigmoid", [x], tn.log(2 - tn.sigmoid(x)), v)
+
+
 # --------------------------------------------------------------------------
 # Where they must not fire
 

@@ -1,5 +1,7 @@
 """Neural-network functions: ``softmax``, ``log_softmax``, ``logsumexp``,
-``relu``, ``gelu`` and ``one_hot``.
+``relu``, ``gelu``, ``one_hot`` and the binary cross-entropies
+(``binary_crossentropy``, ``sigmoid_binary_crossentropy``).  ``tn.nnet`` is
+this module.
 
 ``softmax``, ``log_softmax`` and ``logsumexp`` are ops of their own: they
 subtract the maximum along the axes before exponentiating (so inputs like
@@ -9,8 +11,9 @@ tuple of ints or None (every axis).  Float inputs keep their dtype; integer
 and boolean inputs give float64 (like ``np.mean`` and
 ``scipy.special.logsumexp``); complex inputs are rejected.
 
-``relu`` and ``gelu`` are compositions of elementwise ops, so their
-gradients come from the elementwise rules.  ``one_hot`` has no gradient.
+``relu``, ``gelu`` and the cross-entropies are compositions of elementwise
+ops, so their gradients come from the elementwise rules.  ``one_hot`` has no
+gradient.
 """
 
 from __future__ import annotations
@@ -304,6 +307,43 @@ def gelu(x, approximate=False):
     else:
         cdf = ew.add(1, ew.erf(ew.mul(x, _SQRT_HALF)))
     return ew.mul(ew.mul(x, 0.5), cdf)
+
+
+# --------------------------------------------------------------------------
+# Binary cross-entropy
+
+
+def _float_operand(value, fn: str, what: str):
+    var = as_tensor_variable(value)
+    if var.type.numpy_dtype.kind not in "fiub":
+        raise TypeError(f"{fn}: {what} must be a real tensor, got {var} of type {var.type}")
+    return var
+
+
+def binary_crossentropy(output, target):
+    """``-(target * log(output) + (1 - target) * log(1 - output))`` elementwise:
+    the cross-entropy of probabilities ``output`` against targets in [0, 1].
+
+    When ``output`` is ``sigmoid(x)`` (or ``1 / (1 + exp(-x))``), the logs are
+    computed as softplus forms and differentiated as such (the ``log_sigmoid``
+    stabilization, :mod:`tenure.symbolic.patterns`): loss and gradient stay
+    finite however large ``|x|`` grows.  Given logits, prefer
+    :func:`sigmoid_binary_crossentropy`.
+    """
+    p = _float_operand(output, "binary_crossentropy", "output")
+    t = _float_operand(target, "binary_crossentropy", "target")
+    return ew.neg(ew.add(ew.mul(t, ew.log(p)), ew.mul(ew.sub(1, t), ew.log(ew.sub(1, p)))))
+
+
+def sigmoid_binary_crossentropy(logits, target):
+    """``binary_crossentropy(sigmoid(logits), target)``, computed from the logits
+    as ``target * softplus(-logits) + (1 - target) * softplus(logits)``:
+    finite for every logit, and to full precision where a target is 0 or 1
+    (``softplus(x) - target * x`` would round ``softplus(50) - 50`` to 0); the
+    gradient is ``sigmoid(logits) - target``."""
+    x = _float_operand(logits, "sigmoid_binary_crossentropy", "logits")
+    t = _float_operand(target, "sigmoid_binary_crossentropy", "target")
+    return ew.add(ew.mul(t, ew.softplus(ew.neg(x))), ew.mul(ew.sub(1, t), ew.softplus(x)))
 
 
 # --------------------------------------------------------------------------
