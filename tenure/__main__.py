@@ -3,6 +3,7 @@
 The cache directory is ``tenure.config.compiledir`` (set it with
 ``TENURE_FLAGS=compiledir=...``); each Python interpreter has its own
 subdirectory of it, and these commands act on the current interpreter's.
+``info`` also shows the size cap (``compiledir_max_size``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tenure import config
 from tenure.linkers.c import cache
 
 
@@ -40,6 +42,9 @@ def _info(args) -> int:
     print(f"cache directory: {summary.directory}")
     print(f"entries: {summary.count}")
     print(f"total size: {format_size(summary.total_bytes)}")
+    cap = config.compiledir_max_size
+    print(f"size cap: {format_size(cap) if cap else 'none'} (compiledir_max_size; least "
+          f"recently used entries beyond it are removed after each build)")
     if args.verbose:
         for entry in summary.entries:
             print(f"  {entry.name:<24} {entry.key[:16]}  {format_size(entry.size_bytes):>10}  "

@@ -92,6 +92,41 @@ def _check_compiledir(value):
     return os.path.abspath(os.path.expanduser(value.strip()))
 
 
+#: the units a size flag may carry (case-insensitive): bytes, SI and binary
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30,
+               "t": 2**40, "tib": 2**40}
+
+
+def _parse_size(text) -> int:
+    """``"512MiB"`` -> 536870912; a bare number is bytes."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    if not isinstance(text, str):
+        raise ValueError(f"expected a size in bytes (an int, or a string such as '512MiB' "
+                         f"or '1GB'), got {text!r}")
+    number = text.strip().rstrip("bBiIkKmMgGtT").strip()
+    unit = text.strip()[len(number):].strip().lower() if number else None
+    try:
+        value = float(number)
+    except ValueError:
+        value = None
+    if value is None or unit not in _SIZE_UNITS or not 0 <= value < float("inf"):
+        raise ValueError(f"expected a size in bytes (a number with an optional unit: "
+                         f"B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got {text!r}")
+    return int(value * _SIZE_UNITS[unit])
+
+
+def _check_size(value):
+    # bool is an int subclass; True as a size is a typo, not a request.
+    if isinstance(value, bool):
+        raise ValueError(f"expected a size in bytes, got {value!r}")
+    size = _parse_size(value)
+    if size < 0:
+        raise ValueError(f"expected a size >= 0 bytes, got {value!r}")
+    return size
+
+
 def _check_cxx(value):
     if not isinstance(value, str):
         raise ValueError(f"expected a compiler command (a string, empty to detect one), "
@@ -142,6 +177,11 @@ _FLAGS = {
               "where compiled C modules are cached; each interpreter uses its own "
               "subdirectory <platform>-<python tag> of it (`python -m tenure cache info`)",
               str, _check_compiledir),
+        _Flag("compiledir_max_size", 2**30,
+              "the most the entries of the compile cache may take, in bytes (an int, or a "
+              "string such as '512MiB' or '2GB'); after each build the least recently used "
+              "entries beyond it are removed. 0: no limit",
+              _parse_size, _check_size),
         _Flag("cxx", "",
               "the C compiler command (e.g. 'gcc' or 'ccache clang'); empty: $CC, else the "
               "first of cc, gcc, clang on PATH that compiles a test file",

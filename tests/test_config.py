@@ -13,7 +13,8 @@ import tenure as tn
 
 ROOT = Path(tn.__file__).resolve().parents[1]
 DEFAULTS = {"floatX": "float64", "linker": "c", "allow_gc": True,
-            "compiledir": tn.config._default_compiledir(), "cxx": "", "openmp": None,
+            "compiledir": tn.config._default_compiledir(), "compiledir_max_size": 2**30,
+            "cxx": "", "openmp": None,
             "openmp_elemwise_minsize": 200_000, "openmp_threads": 0, "cuda_emulation": False,
             "device": "cpu"}
 

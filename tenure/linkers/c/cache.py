@@ -8,9 +8,9 @@ different key.
 
 Layout of ``<config.compiledir>/<platform>-<python tag>/``::
 
-    <key>/                    one entry, published whole (see _build)
+    <key>/                    one entry, published whole (see .cache_entries)
         <name>.c              its source, for reading and debugging
-        <name>-<token><ext>   the binary; a fresh name per build (see _build)
+        <name>-<token><ext>   the binary; a fresh name per build (see .cache_entries)
         meta.json             what the entry claims to be, checked before each load
     <key>/                    an entry of files (``load_files``: a precompiled
         <files>               header), published and checked the same way
@@ -20,29 +20,49 @@ Layout of ``<config.compiledir>/<platform>-<python tag>/``::
     .trash-<key>-XXXX/        an entry being deleted
     failed/<name>-<key>.c     the source of the last failed build of <key>
 
+This module is the cache's face: keys, loading and building through the
+in-process tables, inspecting, clearing and evicting.  The rest lives in
+
+- :mod:`.cache_dirs`: which directory is trusted (ownership, modes, no
+  symbolic links), the private fallback directory, safe file reads/writes;
+- :mod:`.cache_locks`: the lock of each key, between processes and threads;
+- :mod:`.cache_entries`: one entry on disk, built, published, checked,
+  loaded and removed.
+
 Safety between processes rests on three rules: every read or change of an
 entry happens under its lock; an entry appears by renaming a finished build
 directory (so it is complete or absent, never partial) and disappears by
 renaming it away first; and a binary is loaded only after its size and
 SHA-256 match its metadata (a truncated library that the dynamic loader
 accepted could crash the interpreter later, when a missing page is touched).
+Those checks catch corruption, not tampering: a cache that others could
+write is not used at all (see :mod:`.cache_dirs`).
+
+Size.  After each build, entries beyond ``config.compiledir_max_size`` are
+evicted, least recently used first (a load from disk touches the entry's
+directory, so its time is its last use), each under its lock (an entry
+another process is loading or building is skipped).  Entries this process
+has loaded are never evicted by it: for a module it would be safe (unlinking
+a mapped library is), but an entry of files is used by path later on.
+
+Unloading.  Modules stay loaded until the process exits and ``_loaded`` keeps
+them: CPython cannot unload an extension module.  It never ``dlclose``-s the
+library, and keeps a single-phase module's definition and a copy of its
+dictionary in its own table of extensions, so dropping our reference would
+free next to nothing while a later load of that key would import it again.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.machinery
-import importlib.util
+import importlib
 import json
 import os
 import re
-import secrets
 import shutil
 import sys
 import sysconfig
-import tempfile
-import threading
 import time
 import types
 import warnings
@@ -54,42 +74,34 @@ import numpy as np
 
 from tenure import config
 from tenure.linkers.c import compiler
+from tenure.linkers.c.cache_dirs import (CANNOT_WRITE, CacheWarning, Location, ensure_private_dir,
+                                         entries_dir, fallback_dir, is_real_dir, locate,
+                                         read_file, warn_once, write_private_file)
+from tenure.linkers.c.cache_dirs import UnsafeDirectory  # noqa: F401 (kernels.py catches it)
+from tenure.linkers.c.cache_entries import (EXT_SUFFIX, FORMAT, UnusableEntry, check_files,
+                                            check_or_build_files, discard, load_entry,
+                                            load_or_build_module, read_meta, sha256_hex)
+from tenure.linkers.c.cache_locks import KeyLock, key_guard, lock_path
 from tenure.linkers.c.compiler import CompileError, Recipe
 
-try:
-    import fcntl as _fcntl
-except ImportError:  # Windows: the polling lock below takes over
-    _fcntl = None
+__all__ = ["CacheEntry", "CacheInfo", "CacheWarning", "Location", "cache_key", "clear",
+           "clear_entries", "ensure_private_dir", "entries_dir", "evict", "files_key", "info",
+           "load_cached_module", "load_files", "load_module", "locate", "read_file",
+           "write_private_file"]
 
-__all__ = ["CacheEntry", "CacheInfo", "CacheWarning", "cache_key", "clear", "clear_entries",
-           "entries_dir", "files_key", "info", "load_files", "load_module"]
+# The private names the tests reach through this module, from where they live now.
+_KeyLock = KeyLock
+_lock_path = lock_path
+_discard = discard
+_sha256 = sha256_hex
 
-#: bump when the layout, the metadata or the key material changes meaning
-FORMAT = 1
-#: a polling lock file older than this is taken to belong to a dead process
-STALE_LOCK_S = 600.0
-
-_EXT_SUFFIX = (sysconfig.get_config_var("EXT_SUFFIX")
-               or importlib.machinery.EXTENSION_SUFFIXES[0])
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KEY = re.compile(r"[0-9a-f]{64}")
-_META = "meta.json"
-_MISSING = object()
 
 #: (key, name) -> module, for every module this process has loaded
 _loaded: dict[tuple[str, str], types.ModuleType] = {}
-#: (key, entries directory) of every entry of files this process has checked
-_checked_files: set[tuple[str, str]] = set()
-_key_guards: dict[str, threading.Lock] = {}
-_key_guards_lock = threading.Lock()
-
-
-class CacheWarning(UserWarning):
-    """A cache entry was unusable (corrupt, mismatched) and has been rebuilt."""
-
-
-class _UnusableEntry(Exception):
-    """An entry on disk that must not be loaded; the message says why."""
+#: (key, entries directory asked for) -> the entry of files this process checked
+_checked_files: dict[tuple[str, str], Path] = {}
 
 
 # --------------------------------------------------------------------------
@@ -120,7 +132,7 @@ def _python_abi() -> dict:
     return {"implementation": sys.implementation.name,
             "cache_tag": sys.implementation.cache_tag,
             "version": list(sys.version_info[:2]),
-            "ext_suffix": _EXT_SUFFIX,
+            "ext_suffix": EXT_SUFFIX,
             "platform": sysconfig.get_platform()}
 
 
@@ -171,6 +183,8 @@ def load_module(name: str, source: str, *, flags: tuple[str, ...] = (), openmp: 
     and loaded.  A cached entry that turns out corrupt is rebuilt once, with a
     :class:`CacheWarning`.  Raises CompileError when the build fails (no entry
     is left; the source is kept for debugging, see ``CompileError.source_path``).
+    A cache that is unsafe or cannot be written is handled as :mod:`.cache_dirs`
+    says (a private directory, one warning).
 
     ``beside``: called when the module must be built, it returns ``{file
     name: path}`` of headers the source includes by name (``#include
@@ -178,6 +192,18 @@ def load_module(name: str, source: str, *, flags: tuple[str, ...] = (), openmp: 
     part of the key, so the source must name each by a digest of its text (as
     :mod:`.prelude` does): the text then decides the binary.
     """
+    return _module(name, source, flags, openmp, compiledir, beside or dict, build=True)
+
+
+def load_cached_module(name: str, source: str, *, flags: tuple[str, ...] = (),
+                       openmp: bool = False, compiledir: str | os.PathLike | None = None
+                       ) -> types.ModuleType | None:
+    """What :func:`load_module` gives when a usable build of ``source`` is
+    loaded or cached, else None: it never compiles."""
+    return _module(name, source, flags, openmp, compiledir, dict, build=False)
+
+
+def _module(name, source, flags, openmp, compiledir, beside, build: bool):
     _check_module_source(name, source)
     recipe = compiler.make_recipe(flags, openmp)
     if openmp:
@@ -186,24 +212,61 @@ def load_module(name: str, source: str, *, flags: tuple[str, ...] = (), openmp: 
     module = _loaded.get((key, name))
     if module is not None:
         return module
-    if recipe.command is None:
+    if build and recipe.command is None:
         raise CompileError(f"cannot build module {name!r}: no working C compiler (set "
                            f"tenure.config.cxx or $CC, or install one of "
                            f"{', '.join(compiler.CANDIDATES)})")
-    with _key_guard(key):
+    with key_guard(key):
         module = _loaded.get((key, name))  # another thread may have loaded it meanwhile
         if module is None:
-            directory = entries_dir(compiledir)
-            directory.mkdir(parents=True, exist_ok=True)
-            with _KeyLock(_lock_path(directory, key)):
-                module, problem = _load_or_build(directory, key, name, source, recipe,
-                                                 beside or dict)
+            load = functools.partial(load_or_build_module, key=key, name=name, source=source,
+                                     recipe=recipe, beside=beside, build=build)
+            module, problem = _from_location(locate(compiledir), key, load,
+                                             lambda entry: load_entry(entry, key, name, source))
             if problem:
-                warnings.warn(f"tenure: the cached build of module {name!r} in "
-                              f"{directory / key} was unusable ({problem}); rebuilt it",
-                              CacheWarning, stacklevel=2)
-            _loaded[(key, name)] = module
+                warnings.warn(f"tenure: the cached build of module {name!r} was unusable "
+                              f"({problem}); rebuilt it", CacheWarning, stacklevel=3)
+            if module is not None:
+                _loaded[(key, name)] = module
     return module
+
+
+def _from_location(location: Location, key: str, load_or_build, load_read_only):
+    """What ``load_or_build(directory)`` gives under the key's lock, after a
+    look into the read-only cache (``load_read_only(entry)``, no lock) when
+    there is one, and why an entry was rebuilt (or None).  A write the cache
+    refuses (no space, no permission) is tried again in the private
+    directory, with one warning."""
+    if location.read_only is not None:
+        entry = location.read_only / key
+        if is_real_dir(entry):
+            try:
+                return load_read_only(entry), None
+            except UnusableEntry:
+                pass   # not ours to repair: build a good one privately
+    try:
+        return _locked(location.build, key, load_or_build)
+    except OSError as exc:
+        if exc.errno not in CANNOT_WRITE or location.is_fallback:
+            raise
+        warn_once("write", str(location.build),
+                  f"tenure: could not write the compile cache {location.build} ({exc}); "
+                  f"compiling into the private directory {fallback_dir()} for this process")
+    return _locked(fallback_dir(), key, load_or_build)
+
+
+def _locked(directory: Path, key: str, load_or_build):
+    """``load_or_build(directory)`` under the key's file lock, with why the
+    entry there was rebuilt (or None); then eviction when it built something
+    (see :func:`evict`)."""
+    with KeyLock(lock_path(directory, key)):
+        result, problem, built = load_or_build(directory)
+    if built:
+        try:
+            evict(directory, keep=(key,))
+        except OSError:
+            pass   # a cache over its size costs disk, never a failed load
+    return result, f"{problem}; entry {directory / key}" if problem else None
 
 
 def _forget_loaded() -> None:
@@ -232,64 +295,22 @@ def load_files(name: str, material: str, recipe: Recipe, build: Callable[[Path],
     if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
         raise ValueError(f"load_files: name must be a C identifier, got {name!r}")
     key = files_key(name, material, recipe)
-    directory = entries_dir(compiledir)
-    entry = directory / key
-    if (key, str(directory)) in _checked_files:
+    asked = (key, str(entries_dir(compiledir)))
+    entry = _checked_files.get(asked)
+    if entry is not None and is_real_dir(entry):   # (another process may have evicted it)
         return entry
-    with _key_guard(key):
-        if (key, str(directory)) not in _checked_files:
-            directory.mkdir(parents=True, exist_ok=True)
-            with _KeyLock(_lock_path(directory, key)):
-                problem = _check_or_build_files(directory, key, name, recipe, build)
+    with key_guard(key):
+        entry = _checked_files.get(asked)
+        if entry is None or not is_real_dir(entry):
+            check_or_build = functools.partial(check_or_build_files, key=key, name=name,
+                                               recipe=recipe, build=build)
+            entry, problem = _from_location(locate(compiledir), key, check_or_build,
+                                            lambda found: check_files(found, key, name) or found)
             if problem:
-                warnings.warn(f"tenure: the cached files {name!r} in {entry} were unusable "
-                              f"({problem}); rebuilt them", CacheWarning, stacklevel=2)
-            _checked_files.add((key, str(directory)))
+                warnings.warn(f"tenure: the cached files {name!r} were unusable ({problem}); "
+                              f"rebuilt them", CacheWarning, stacklevel=2)
+            _checked_files[asked] = entry
     return entry
-
-
-def _check_or_build_files(directory: Path, key: str, name: str, recipe: Recipe,
-                          build: Callable[[Path], None]) -> str | None:
-    """Check the entry of files ``key``, or (re)build it; why it was rejected,
-    if it was.  The caller holds the key's lock."""
-    entry = directory / key
-    problem = None
-    if entry.is_dir():
-        try:
-            _check_files(entry, key, name)
-            return None
-        except _UnusableEntry as exc:
-            problem = str(exc)
-        _discard(directory, entry, key)
-    staging = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=directory))
-    try:
-        build(staging)
-        files = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p.read_bytes())}
-                 for p in sorted(staging.iterdir()) if p.is_file()}
-        meta = {"format": FORMAT, "key": key, "name": name, "files": files,
-                "created": time.time(), "compiler": recipe.command,
-                "compiler_version": recipe.version}
-        (staging / _META).write_text(json.dumps(meta, indent=1, sort_keys=True),
-                                     encoding="utf-8")
-        os.rename(staging, entry)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)  # gone already when published
-    return problem
-
-
-def _check_files(entry: Path, key: str, name: str) -> None:
-    meta = _read_meta(entry)
-    for field, value in {"format": FORMAT, "key": key, "name": name}.items():
-        if meta.get(field) != value:
-            raise _UnusableEntry(f"{_META} has {field}={meta.get(field)!r}, expected {value!r}")
-    files = meta.get("files")
-    if not isinstance(files, dict):
-        raise _UnusableEntry(f"{_META} has files={files!r}, expected an object")
-    for file_name, expected in files.items():
-        if os.path.basename(file_name) != file_name or not isinstance(expected, dict):
-            raise _UnusableEntry(f"{_META} lists {file_name!r}: {expected!r}")
-        _check_file(entry / file_name, expected.get("size"), expected.get("sha256"),
-                    file_name)
 
 
 def _check_module_source(name, source) -> None:
@@ -321,348 +342,8 @@ def _is_identifier_char(char: str) -> bool:
     return char.isascii() and (char.isalnum() or char == "_")
 
 
-def _key_guard(key: str) -> threading.Lock:
-    # Threads of one process building the same key wait for each other here
-    # (the file lock alone would let the second import a second copy).
-    with _key_guards_lock:
-        return _key_guards.setdefault(key, threading.Lock())
-
-
-def _load_or_build(directory: Path, key: str, name: str, source: str, recipe: Recipe,
-                   beside: Callable[[], Mapping[str, Path]]
-                   ) -> tuple[types.ModuleType, str | None]:
-    """The module (loaded or built) and why the cached entry was rejected, if it was.
-
-    The caller holds the key's lock.
-    """
-    entry = directory / key
-    problem = None
-    if entry.is_dir():
-        try:
-            return _load_entry(entry, key, name, source), None
-        except _UnusableEntry as exc:
-            problem = str(exc)
-        _discard(directory, entry, key)
-    return _build(directory, key, name, source, recipe, beside), problem
-
-
-def _load_entry(entry: Path, key: str, name: str, source: str) -> types.ModuleType:
-    meta = _read_meta(entry)
-    _check_meta(meta, key, name, source)
-    binary = entry / meta["module_file"]
-    _check_binary(binary, meta)
-    try:
-        return _import(binary, name, key)
-    except (ImportError, OSError) as exc:
-        raise _UnusableEntry(f"loading it failed: {exc}") from None
-
-
-def _read_meta(entry: Path) -> dict:
-    try:
-        meta = json.loads((entry / _META).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise _UnusableEntry(f"{_META} is missing") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise _UnusableEntry(f"{_META} is unreadable: {exc}") from None
-    if not isinstance(meta, dict):
-        raise _UnusableEntry(f"{_META} holds a {type(meta).__name__}, expected an object")
-    return meta
-
-
-def _check_meta(meta: dict, key: str, name: str, source: str) -> None:
-    expected = {"format": FORMAT, "key": key, "name": name,
-                "source_sha256": _sha256(source.encode("utf-8"))}
-    for field, value in expected.items():
-        if meta.get(field) != value:
-            raise _UnusableEntry(f"{_META} has {field}={meta.get(field)!r}, expected {value!r}")
-    module_file = meta.get("module_file")
-    # A plain file name of ours, never a path: the metadata must not be able
-    # to point the loader at another file.
-    if not (isinstance(module_file, str) and module_file.startswith(f"{name}-")
-            and module_file.endswith(_EXT_SUFFIX) and os.path.basename(module_file) == module_file):
-        raise _UnusableEntry(f"{_META} has module_file={module_file!r}, expected "
-                             f"'{name}-<token>{_EXT_SUFFIX}'")
-
-
-def _check_binary(binary: Path, meta: dict) -> None:
-    _check_file(binary, meta.get("binary_size"), meta.get("binary_sha256"), "the binary")
-
-
-def _check_file(path: Path, size, sha256, what: str) -> None:
-    """``path`` has ``size`` bytes whose SHA-256 is ``sha256`` (as the
-    metadata says), or the entry is unusable: ``what`` names the file."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise _UnusableEntry(f"{what} cannot be read: {exc}") from None
-    if len(data) != size:
-        raise _UnusableEntry(f"{what} has {len(data)} bytes, {_META} says {size!r}")
-    if _sha256(data) != sha256:
-        raise _UnusableEntry(f"{what}'s SHA-256 does not match {_META}")
-
-
-def _import(binary: Path, name: str, key: str) -> types.ModuleType:
-    """Load the extension at ``binary`` whose init function is ``PyInit_<name>``.
-
-    CPython finds the init function from the last dotted part of the spec's
-    name, so a package-like prefix unique to the key gives every build its own
-    module name: two builds of ``name`` can live in one process, and neither
-    can shadow a real module called ``name``.
-    """
-    qualname = f"_tenure_c_{key[:16]}.{name}"
-    loader = importlib.machinery.ExtensionFileLoader(qualname, str(binary))
-    spec = importlib.util.spec_from_file_location(qualname, str(binary), loader=loader)
-    # Single-phase init modules put themselves into sys.modules; undo that so
-    # loading has no global side effect (we keep the module in _loaded).
-    previous = sys.modules.get(qualname, _MISSING)
-    try:
-        module = importlib.util.module_from_spec(spec)
-        loader.exec_module(module)
-    finally:
-        if previous is _MISSING:
-            sys.modules.pop(qualname, None)
-        else:
-            sys.modules[qualname] = previous
-    return module
-
-
-# --------------------------------------------------------------------------
-# building
-
-
-def _build(directory: Path, key: str, name: str, source: str, recipe: Recipe,
-           beside: Callable[[], Mapping[str, Path]]) -> types.ModuleType:
-    """Compile ``source``, publish the entry and load it.  The caller holds the lock.
-
-    The build happens in a private directory that becomes the entry by one
-    rename, so other processes see a complete entry or none.  The binary gets
-    a fresh random file name per build: the dynamic loader hands back the
-    library it already has for a path it has seen, so a rebuild at the old
-    path could silently load the old, broken one again.
-    """
-    build = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=directory))
-    entry = directory / key
-    module_file = f"{name}-{secrets.token_hex(4)}{_EXT_SUFFIX}"
-    try:
-        source_path = build / f"{name}.c"
-        source_path.write_text(source, encoding="utf-8")
-        linked = _link_beside(build, beside())
-        try:
-            compiler.compile_shared_library(source_path, build / module_file, recipe)
-        except CompileError as exc:
-            raise _with_kept_source(exc, directory, key, name, source_path) from None
-        for path in linked:
-            os.unlink(path)
-        _write_meta(build, key, name, source, module_file, recipe)
-        os.rename(build, entry)
-    finally:
-        shutil.rmtree(build, ignore_errors=True)  # gone already when published
-    try:
-        return _import(entry / module_file, name, key)
-    except (ImportError, OSError) as exc:
-        _discard(directory, entry, key)
-        raise ImportError(f"module {name!r} was compiled but cannot be loaded: {exc}") from exc
-
-
-def _link_beside(build: Path, beside: Mapping[str, Path]) -> list[Path]:
-    """Hard links (copies where the file system has none) of ``beside`` in
-    ``build``, the paths made: a link keeps its file readable for the whole
-    build even when the entry it came from is removed meanwhile."""
-    linked = []
-    for file_name, path in beside.items():
-        if (os.path.basename(file_name) != file_name or file_name.startswith(".")
-                or file_name == _META):
-            raise ValueError(f"load_module: beside must name plain files, got {file_name!r}")
-        target = build / file_name
-        try:
-            os.link(path, target)
-        except OSError:
-            shutil.copyfile(path, target)
-        linked.append(target)
-    return linked
-
-
-def _write_meta(build: Path, key: str, name: str, source: str, module_file: str,
-                recipe: Recipe) -> None:
-    binary = (build / module_file).read_bytes()
-    meta = {"format": FORMAT, "key": key, "name": name, "module_file": module_file,
-            "created": time.time(), "source_sha256": _sha256(source.encode("utf-8")),
-            "binary_size": len(binary), "binary_sha256": _sha256(binary),
-            "compiler": recipe.command, "compiler_version": recipe.version,
-            "flags": [*recipe.args, *recipe.link_args],
-            "python": sys.implementation.cache_tag, "numpy": np.__version__}
-    (build / _META).write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
-
-
-def _with_kept_source(exc: CompileError, directory: Path, key: str, name: str,
-                      source_path: Path) -> CompileError:
-    """``exc`` pointing at a copy of the source that outlives the build directory."""
-    failed = directory / "failed"
-    failed.mkdir(exist_ok=True)
-    kept = failed / f"{name}-{key}.c"
-    tmp = failed / f".{kept.name}.{secrets.token_hex(4)}"
-    shutil.copyfile(source_path, tmp)
-    os.replace(tmp, kept)  # a reader never sees half a file
-    command = [str(kept) if arg == str(source_path) else arg for arg in exc.command or []]
-    return CompileError(f"compiling module {name!r} failed: {exc.reason}", stderr=exc.stderr,
-                        source_path=str(kept), command=command or None,
-                        returncode=exc.returncode)
-
-
-def _discard(directory: Path, entry: Path, key: str) -> bool:
-    """Delete an entry (the caller holds its lock); whether there was one.
-
-    Renamed away first, so no process ever sees it half deleted.  A process
-    that has the library loaded keeps using it: unlinking a mapped file is safe.
-    """
-    trash = directory / f".trash-{key}-{secrets.token_hex(4)}"
-    try:
-        os.rename(entry, trash)
-    except FileNotFoundError:
-        return False
-    shutil.rmtree(trash, ignore_errors=True)
-    return True
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-# --------------------------------------------------------------------------
-# locks
-
-
-def _lock_path(directory: Path, key: str) -> Path:
-    return directory / f"{key}.lock"
-
-
-class _KeyLock:
-    """An exclusive lock between processes (and threads) on one cache key.
-
-    With ``fcntl`` it is ``flock`` on the lock file: the kernel frees it when
-    the holder dies, so it never goes stale.  Without ``fcntl`` the file's
-    existence is the lock (``O_CREAT|O_EXCL``), polled, and a lock file older
-    than ``stale_after`` seconds is taken to belong to a crashed process.
-
-    The holder deletes the lock file on release, so lock files do not pile up.
-    """
-
-    def __init__(self, path: Path, *, blocking: bool = True, stale_after: float = STALE_LOCK_S,
-                 poll_s: float = 0.02):
-        self.path = str(path)
-        self.blocking = blocking
-        self.stale_after = stale_after
-        self.poll_s = poll_s
-        self._fd: int | None = None
-        self._token = ""
-
-    def acquire(self) -> bool:
-        """Take the lock; False only when not ``blocking`` and someone holds it."""
-        if _fcntl is not None:
-            return self._acquire_flock()
-        return self._acquire_polling()
-
-    def release(self) -> None:
-        if _fcntl is not None:
-            # Unlink while still holding it: a waiter that wakes up holding the
-            # unlinked file sees that the path now names another (or no) file,
-            # and starts over (see _acquire_flock).
-            _unlink_quietly(self.path)
-        elif self._owns_lock_file():
-            _unlink_quietly(self.path)
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def __enter__(self):
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc_info):
-        self.release()
-
-    def _acquire_flock(self) -> bool:
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                _fcntl.flock(fd, _fcntl.LOCK_EX | (0 if self.blocking else _fcntl.LOCK_NB))
-            except BlockingIOError:
-                os.close(fd)
-                return False
-            if _same_file(fd, self.path):
-                self._fd = fd
-                return True
-            os.close(fd)  # the previous holder unlinked it: lock the current file
-
-    def _acquire_polling(self) -> bool:
-        self._token = f"{os.getpid()} {threading.get_ident()} {secrets.token_hex(8)}"
-        while True:
-            try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                if self._break_if_stale():
-                    continue
-                if not self.blocking:
-                    return False
-                time.sleep(self.poll_s)
-                continue
-            os.write(fd, self._token.encode())
-            os.close(fd)
-            return True
-
-    def _break_if_stale(self) -> bool:
-        try:
-            age = time.time() - os.stat(self.path).st_mtime
-        except FileNotFoundError:
-            return True  # released meanwhile: try again at once
-        if age <= self.stale_after:
-            return False
-        # Rename before deleting, so of several waiters that all saw the stale
-        # file only one removes it (the others' rename fails).
-        grave = f"{self.path}.stale-{secrets.token_hex(4)}"
-        try:
-            os.rename(self.path, grave)
-        except FileNotFoundError:
-            return True
-        _unlink_quietly(grave)
-        return True
-
-    def _owns_lock_file(self) -> bool:
-        try:
-            with open(self.path, encoding="utf-8") as file:
-                return file.read() == self._token
-        except OSError:
-            return False
-
-
-def _same_file(fd: int, path: str) -> bool:
-    try:
-        on_disk = os.stat(path)
-    except FileNotFoundError:
-        return False
-    held = os.fstat(fd)
-    return (held.st_dev, held.st_ino) == (on_disk.st_dev, on_disk.st_ino)
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
 # --------------------------------------------------------------------------
 # inspecting and clearing
-
-
-def entries_dir(compiledir: str | os.PathLike | None = None) -> Path:
-    """The directory holding this interpreter's entries: ``<compiledir>/<platform>-<tag>``.
-
-    Interpreters with other ABIs (another Python, another OS on a shared home)
-    get directories of their own, so ``clear`` and ``info`` never touch theirs.
-    """
-    base = config.compiledir if compiledir is None else os.path.expanduser(os.fspath(compiledir))
-    return Path(base) / f"{sysconfig.get_platform()}-{sys.implementation.cache_tag}"
 
 
 @dataclass(frozen=True)
@@ -675,6 +356,7 @@ class CacheEntry:
     size_bytes: int
     created: float | None  # time.time() at build; None when unknown
     compiler_version: str | None
+    last_used: float | None = None  # the entry directory's time: its last load from disk
 
     @property
     def age_s(self) -> float | None:
@@ -720,11 +402,49 @@ def clear_entries(compiledir: str | os.PathLike | None = None) -> list[CacheEntr
     directory = entries_dir(compiledir)
     removed = []
     for key in _entry_keys(directory):
-        with _KeyLock(_lock_path(directory, key)):
+        with KeyLock(lock_path(directory, key)):
             entry = _describe(directory / key, key)
-            if entry is not None and _discard(directory, directory / key, key):
+            if entry is not None and discard(directory, directory / key, key):
                 removed.append(entry)
     _remove_leftovers(directory)
+    return removed
+
+
+def evict(directory: Path, max_bytes: int | None = None, *,
+          keep: tuple[str, ...] = ()) -> list[CacheEntry]:
+    """Remove the least recently used entries of the entries directory
+    ``directory`` until the others take at most ``max_bytes`` (default
+    ``config.compiledir_max_size``; 0: no limit); the entries removed.
+
+    Each is removed under its lock, skipped when another process holds that
+    (it is loading or building it), and so is every entry this process has
+    loaded (see the module doc), and the keys in ``keep``.  The last use of
+    an entry is its directory's time, which each load from disk renews.
+    """
+    limit = config.compiledir_max_size if max_bytes is None else max_bytes
+    if not limit:
+        return []
+    entries = sorted((entry for key in _entry_keys(directory)
+                      if (entry := _describe(directory / key, key)) is not None),
+                     key=lambda entry: entry.last_used or 0.0)
+    total = sum(entry.size_bytes for entry in entries)
+    in_use = ({key for key, _name in _loaded} | {path.name for path in _checked_files.values()}
+              | set(keep))
+    removed = []
+    for entry in entries:
+        if total <= limit:
+            break
+        if entry.key in in_use:
+            continue
+        lock = KeyLock(lock_path(directory, entry.key), blocking=False)
+        if not lock.acquire():
+            continue
+        try:
+            if discard(directory, entry.path, entry.key):
+                removed.append(entry)
+                total -= entry.size_bytes
+        finally:
+            lock.release()
     return removed
 
 
@@ -735,7 +455,7 @@ def _remove_leftovers(directory: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
         elif path.name.startswith(".build-"):
             key = path.name[len(".build-"):].split("-")[0]
-            lock = _KeyLock(_lock_path(directory, key), blocking=False)
+            lock = KeyLock(lock_path(directory, key), blocking=False)
             if lock.acquire():  # nobody builds that key now: the directory is abandoned
                 try:
                     shutil.rmtree(path, ignore_errors=True)
@@ -745,7 +465,7 @@ def _remove_leftovers(directory: Path) -> None:
 
 
 def _entry_keys(directory: Path) -> list[str]:
-    return sorted(p.name for p in _listdir(directory) if _KEY.fullmatch(p.name) and p.is_dir())
+    return sorted(p.name for p in _listdir(directory) if _KEY.fullmatch(p.name) and is_real_dir(p))
 
 
 def _listdir(directory: Path) -> list[Path]:
@@ -756,17 +476,21 @@ def _listdir(directory: Path) -> list[Path]:
 
 
 def _describe(entry: Path, key: str) -> CacheEntry | None:
-    if not entry.is_dir():
+    if not is_real_dir(entry):
         return None
     try:
-        meta = _read_meta(entry)
-    except _UnusableEntry:
+        meta = read_meta(entry)
+    except UnusableEntry:
         meta = {}
     created = meta.get("created")
+    try:
+        last_used = os.lstat(entry).st_mtime
+    except OSError:
+        last_used = None   # removed while we looked
     return CacheEntry(key=key, name=str(meta.get("name", "?")), path=entry,
                       size_bytes=_tree_size(entry),
                       created=float(created) if isinstance(created, (int, float)) else None,
-                      compiler_version=meta.get("compiler_version"))
+                      compiler_version=meta.get("compiler_version"), last_used=last_used)
 
 
 def _tree_size(path: Path) -> int:

@@ -22,6 +22,12 @@ per loop) says which library holds a loop: a new graph made only of loops
 built before, in this process or another, compiles none.  An index file
 that points at a library gone from the cache (or a corrupt one) is ignored
 and the loop is built again.
+
+The index is trusted no more than the cache it lies in (see :mod:`.cache`:
+directories only this user can write, files 0600, no symbolic links
+followed), and less: it can only lead to a library already built, which
+must hold the loop's own code and flags; a library is never compiled from
+what an index file says.
 """
 
 from __future__ import annotations
@@ -38,7 +44,6 @@ from pathlib import Path
 from tenure import config
 from tenure.linkers.c import cache, prelude, runtime
 from tenure.linkers.c.cgen import HEADERS
-from tenure.linkers.c.compiler import CompileError
 
 __all__ = ["LoopKernel", "capsule_name", "index_dir", "loops", "reduce_capsule_name", "request"]
 
@@ -217,31 +222,47 @@ def _build_library(kernels, compiledir) -> dict:
 
 
 def _write_index(key: str, record: dict, compiledir) -> None:
-    directory = index_dir(compiledir)
+    """Record where loop ``key`` is, in the index beside the entries this
+    process writes (the cache's, or its private fallback)."""
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        tmp = directory / f".{key}.{os.getpid()}.{threading.get_ident()}"
-        tmp.write_text(json.dumps(record), encoding="utf-8")
-        os.replace(tmp, directory / key)
-    except OSError:
+        directory = cache.ensure_private_dir(cache.locate(compiledir).build / "kernel-index")
+        cache.write_private_file(directory / key, json.dumps(record).encode("utf-8"))
+    except (OSError, cache.UnsafeDirectory):
         pass   # an index that cannot be written costs a rebuild later, nothing else
 
 
 def _from_index(kernel: LoopKernel) -> dict | None:
     """``{key: capsule}`` of the library another build left in the cache
     holding ``kernel``, or None (no index entry, or it leads nowhere usable)."""
+    for entries in cache.locate().search:
+        found = _from_index_in(entries, kernel)
+        if found is not None:
+            return found
+    return None
+
+
+def _from_index_in(entries: Path, kernel: LoopKernel) -> dict | None:
     try:
-        record = json.loads((index_dir() / kernel.key).read_text(encoding="utf-8"))
+        record = json.loads(cache.read_file(entries / "kernel-index" / kernel.key))
         name, entry, flags = record["name"], record["entry"], tuple(record["flags"])
-        source = (cache.entries_dir() / entry / f"{name}.c").read_text(encoding="utf-8")
+        source = cache.read_file(entries / entry / f"{name}.c").decode("utf-8")
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if f'{{"{kernel.key}", &{kernel.symbol}, ' not in source:
+    if not _holds(source, flags, kernel):
         return None
     try:
-        return dict(_load_library(name, source, flags, library_prelude([kernel])).loops)
-    except (CompileError, ImportError, OSError, KeyError, AttributeError, ValueError):
+        module = cache.load_cached_module(name, source, flags=flags)
+        return None if module is None else dict(module.loops)
+    except (ImportError, OSError, KeyError, AttributeError, ValueError, TypeError):
         return None
+
+
+def _holds(source: str, flags: tuple[str, ...], kernel: LoopKernel) -> bool:
+    """Whether a library's ``source`` and ``flags`` are the ones its index
+    claims for ``kernel``: its loops' code under its symbol, and its flags."""
+    return (f'{{"{kernel.key}", &{kernel.symbol}, ' in source
+            and kernel.code.replace(PLACEHOLDER, kernel.symbol) in source
+            and set(kernel.flags) <= set(flags))
 
 
 def _load_library(name: str, source: str, flags: tuple[str, ...], prelude_text: str,

@@ -26,6 +26,7 @@ its messages and a debugger still name the real files and lines.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import threading
 from functools import lru_cache
@@ -50,6 +51,16 @@ COMPILE_FLAGS = ("-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off", "
 _LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
 _lock = threading.Lock()
 _runtime = None
+
+
+def _after_fork_in_child() -> None:
+    # A thread of the parent may have held the lock (building the runtime):
+    # it does not exist in the child, which would wait for it forever.
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def source_files() -> list[Path]:

@@ -17,7 +17,7 @@ import pytest
 
 import tenure as tn
 from tenure import config
-from tenure.linkers.c import cache, compiler
+from tenure.linkers.c import cache, cache_locks, compiler
 from tenure.linkers.c.cache import CacheWarning
 from tenure.linkers.c.compiler import CompileError
 
@@ -570,10 +570,10 @@ def test_clear_waits_for_a_process_using_the_entry(cc, tmp_path):
 
 @pytest.fixture(params=["flock", "polling"])
 def lock_kind(request, monkeypatch):
-    if request.param == "flock" and cache._fcntl is None:
+    if request.param == "flock" and cache_locks._fcntl is None:
         pytest.skip("no fcntl on this platform")
     if request.param == "polling":
-        monkeypatch.setattr(cache, "_fcntl", None)
+        monkeypatch.setattr(cache_locks, "_fcntl", None)
     return request.param
 
 
@@ -607,7 +607,7 @@ def test_key_lock_non_blocking(lock_kind, tmp_path):
 
 
 def test_polling_lock_breaks_a_stale_lock(monkeypatch, tmp_path):
-    monkeypatch.setattr(cache, "_fcntl", None)
+    monkeypatch.setattr(cache_locks, "_fcntl", None)
     path = tmp_path / "k.lock"
     path.write_text("12345 crashed")
     old = time.time() - 3600
@@ -620,7 +620,7 @@ def test_polling_lock_breaks_a_stale_lock(monkeypatch, tmp_path):
 
 
 def test_polling_lock_respects_a_fresh_lock(monkeypatch, tmp_path):
-    monkeypatch.setattr(cache, "_fcntl", None)
+    monkeypatch.setattr(cache_locks, "_fcntl", None)
     path = tmp_path / "k.lock"
     path.write_text("12345 alive")
     assert cache._KeyLock(path, blocking=False, stale_after=60).acquire() is False
@@ -628,7 +628,7 @@ def test_polling_lock_respects_a_fresh_lock(monkeypatch, tmp_path):
 
 
 def test_load_module_works_with_the_polling_lock(cc, monkeypatch, tmp_path):
-    monkeypatch.setattr(cache, "_fcntl", None)
+    monkeypatch.setattr(cache_locks, "_fcntl", None)
     module = cache.load_module("addmod", add_source(salt="polling"), compiledir=tmp_path)
     assert module.add(5, 5) == 10
     assert not list(cache.entries_dir(tmp_path).glob("*.lock"))
@@ -700,6 +700,7 @@ def test_cli_info_and_clear(built, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert f"cache directory: {compiledir / TAG}" in proc.stdout
     assert "entries: 2" in proc.stdout and "total size:" in proc.stdout
+    assert "size cap: 1.0 GiB" in proc.stdout
     assert "addmod" not in proc.stdout  # names only with --verbose
 
     proc = run_cli("cache", "info", "--verbose", compiledir=compiledir)
@@ -733,3 +734,203 @@ def test_cli_formats():
     assert format_age(None) == "age unknown" and format_age(5) == "5 s ago"
     assert format_age(90) == "1 min ago" and format_age(7200) == "2 h ago"
     assert format_age(86400) == "1 day ago" and format_age(3 * 86400) == "3 days ago"
+
+
+# --------------------------------------------------------------------------
+# fork while another thread builds (issue 41, item 4)
+
+#: subprocess code: a thread builds ``SOURCE`` (module) or files, held in the
+#: middle of it; the main thread forks; the child must load it too
+FORK_WHILE_BUILDING = """
+    import os, sys, threading
+    from tenure.linkers.c import cache, compiler, runtime
+    from tenure.linkers.c.compiler import make_recipe
+    started, go = threading.Event(), threading.Event()
+
+    def held(function):
+        def wrapper(*args, **kwargs):
+            started.set()
+            go.wait()
+            return function(*args, **kwargs)
+        return wrapper
+
+    def write_files(directory):
+        (directory / "f.txt").write_text("files")
+
+    if WHAT == "module":
+        compiler.compile_shared_library = held(compiler.compile_shared_library)
+        load = lambda: cache.load_module(NAME, SOURCE, compiledir=COMPILEDIR).add(20, 22)
+    elif WHAT == "files":
+        load = lambda: (cache.load_files("held", "text", make_recipe(()), held(write_files),
+                                         compiledir=COMPILEDIR) / "f.txt").read_text()
+    else:
+        compiler.compile_shared_library = held(compiler.compile_shared_library)
+        load = lambda: runtime.load_runtime().__name__.split(".")[-1][:15]
+    thread = threading.Thread(target=load)
+    thread.start()
+    started.wait()
+    pid = os.fork()
+    if pid == 0:
+        print("CHILD", load(), flush=True)
+        os._exit(0)
+    go.set()
+    thread.join()
+    _, status = os.waitpid(pid, 0)
+    print("PARENT", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+@pytest.mark.parametrize("what, expected", [("module", "42"), ("files", "files"),
+                                            ("runtime", "tenure_runtime_")])
+def test_a_child_forked_while_a_thread_builds_can_load(cc, tmp_path, what, expected):
+    code = (f"NAME = 'addmod'\nSOURCE = {add_source(salt='fork')!r}\n"
+            f"COMPILEDIR = {str(tmp_path)!r}\nWHAT = {what!r}\n"
+            + textwrap.dedent(FORK_WHILE_BUILDING))
+    flags = f"compiledir={tmp_path}"
+    try:   # a child that hangs on a lock left held by the fork fails here
+        proc = run_python(code, flags=flags, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"fork while building {what}: the child hung")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["CHILD", expected, "PARENT", "0"], proc.stderr
+
+
+# --------------------------------------------------------------------------
+# a cache that cannot be written (issue 41, item 9)
+
+
+def _unshare_works() -> bool:
+    try:
+        return subprocess.run(["unshare", "-Urm", "true"], capture_output=True,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+needs_mount_namespace = pytest.mark.skipif(
+    not _unshare_works(), reason="needs `unshare -Urm` (a user and mount namespace) to make a "
+                                 "read-only or full file system without being root")
+
+
+def run_in_namespace(script: str, code: str, flags: str | None) -> subprocess.CompletedProcess:
+    """``code`` run by Python after the shell ``script`` (mounts), in a
+    mount namespace of its own (root ignores modes; a read-only mount it
+    cannot ignore)."""
+    shell = f"set -e\n{script}\nexec {sys.executable} -c \"$CODE\""
+    env = _env(flags) | {"CODE": textwrap.dedent(code)}
+    return subprocess.run(["unshare", "-Urm", "sh", "-c", shell], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _read_only(path: Path) -> str:
+    return f"mount --bind {path} {path}\nmount -o remount,ro,bind {path} {path}"
+
+
+@needs_mount_namespace
+def test_a_read_only_cache_loads_what_it_holds_and_builds_the_rest_privately(cc, tmp_path):
+    compiledir = tmp_path / "cache"
+    cache._forget_loaded()
+    cache.load_module("addmod", add_source(salt="ro"), compiledir=compiledir)
+    before = all_files(compiledir)
+    code = load_add_code(compiledir, add_source(salt="ro")) + textwrap.dedent(f"""
+        other = cache.load_module("addmod", {add_source(salt="ro new")!r}, compiledir=COMPILEDIR)
+        third = cache.load_module("addmod", {add_source(salt="ro 3")!r}, compiledir=COMPILEDIR)
+        print("NEW", other.add(1, 2), third.add(2, 2), cache.locate(COMPILEDIR).build, flush=True)
+    """)
+    proc = run_in_namespace(_read_only(compiledir), code, None)
+    assert proc.returncode == 0, proc.stderr
+    words = proc.stdout.split()
+    assert words[:6] == ["RESULT", "42", "COMPILED", "COMPILED", "NEW", "3"], proc.stderr
+    assert not words[7].startswith(str(compiledir))   # built privately
+    assert proc.stderr.count("CacheWarning") == 1
+    assert f"the compile cache {cache.entries_dir(compiledir)} cannot be written" in proc.stderr
+    assert "loading the modules it holds" in proc.stderr
+    assert all_files(compiledir) == before
+
+
+@needs_mount_namespace
+def test_an_unwritable_home_compiles_privately(cc, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    code = """
+        import os
+        from tenure import config
+        from tenure.linkers.c import cache
+        print(config.compiledir, flush=True)
+        module = cache.load_module("addmod", SOURCE)
+        print("RESULT", module.add(20, 22), flush=True)
+    """
+    env_code = f"SOURCE = {add_source(salt='home')!r}\n" + textwrap.dedent(code)
+    script = f"export HOME={home}\nunset XDG_CACHE_HOME\n" + _read_only(home)
+    proc = run_in_namespace(script, env_code, None)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(home / ".cache" / "tenure"), "RESULT", "42"]
+    assert proc.stderr.count("CacheWarning") == 1 and "cannot be written" in proc.stderr
+    assert list(home.iterdir()) == []
+
+
+@needs_mount_namespace
+def test_a_full_disk_compiles_privately(cc, tmp_path):
+    compiledir = tmp_path / "cache"
+    compiledir.mkdir()
+    fill = f"mount -t tmpfs -o size=64k,mode=700 tmpfs {compiledir}\n" \
+           f"mkdir -m 700 {compiledir / TAG}\n" \
+           f"dd if=/dev/zero of={compiledir}/filler bs=4k 2>/dev/null || true"
+    proc = run_in_namespace(fill, load_add_code(compiledir, add_source(salt="full")), None)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["COMPILED", "RESULT", "42"], proc.stderr
+    assert proc.stderr.count("CacheWarning") == 1
+    assert "No space left on device" in proc.stderr and "private directory" in proc.stderr
+
+
+# --------------------------------------------------------------------------
+# the size cap (issue 41, item 10)
+
+
+def _used_long_ago(entry: Path, seconds_ago: float) -> None:
+    when = time.time() - seconds_ago
+    os.utime(entry, (when, when))
+
+
+def test_a_size_cap_evicts_the_least_recently_used_entries(cc, tmp_path):
+    cache._forget_loaded()
+    sources = {name: add_source(salt=f"lru {name}") for name in ("a", "b", "c")}
+    directory = cache.entries_dir(tmp_path)
+    cache.load_module("addmod", sources["a"], compiledir=tmp_path)
+    cache.load_module("addmod", sources["b"], compiledir=tmp_path)
+    entry = {name: directory / cache.cache_key(source) for name, source in sources.items()}
+    _used_long_ago(entry["a"], 200)   # a is the older build...
+    _used_long_ago(entry["b"], 100)
+    cache._forget_loaded()            # (this process's loads are never evicted)
+    proc = run_python(load_add_code(tmp_path, sources["a"]))   # ...but used since
+    assert proc.stdout.split() == ["RESULT", "42"], proc.stderr
+    one_entry = cache._tree_size(entry["a"])
+    with tn.config.change_flags(compiledir_max_size=int(2.5 * one_entry)):
+        cache.load_module("addmod", sources["c"], compiledir=tmp_path)
+    assert sorted(entry_dirs(tmp_path)) == sorted([entry["a"], entry["c"]])
+
+
+def test_the_size_cap_spares_entries_this_process_loaded(cc, tmp_path):
+    cache._forget_loaded()
+    sources = [add_source(salt=f"spare {i}") for i in range(3)]
+    directory = cache.entries_dir(tmp_path)
+    for source in sources[:2]:
+        cache.load_module("addmod", source, compiledir=tmp_path)
+    cache._forget_loaded()
+    kept = cache.load_module("addmod", sources[0], compiledir=tmp_path)
+    with tn.config.change_flags(compiledir_max_size=1):
+        cache.load_module("addmod", sources[2], compiledir=tmp_path)
+    assert sorted(entry_dirs(tmp_path)) == sorted(directory / cache.cache_key(s)
+                                                  for s in (sources[0], sources[2]))
+    assert kept.add(1, 1) == 2
+
+
+def test_size_flag_takes_units(tmp_path):
+    with tn.config.change_flags(compiledir_max_size="512MiB"):
+        assert tn.config.compiledir_max_size == 512 * 2**20
+    with tn.config.change_flags(compiledir_max_size="2GB"):
+        assert tn.config.compiledir_max_size == 2 * 10**9
+    assert tn.config.compiledir_max_size == 2**30   # the default: 1 GiB
+    for bad in ("lots", "-1", True, 1.5, "1 parsec"):
+        with pytest.raises(ValueError, match="compiledir_max_size"):
+            tn.config.compiledir_max_size = bad
