@@ -17,7 +17,8 @@ from tenure.symbolic import ops  # noqa: F401
 from tenure.symbolic.ops import nnet  # noqa: F401  (tn.nnet: the neural-network functions)
 from tenure.symbolic.ops import *  # noqa: F401,F403
 from tenure.symbolic.grad import DisconnectedInputError, grad, stop_gradient  # noqa: F401
-from tenure.function import Function, In, Mode, Out, UnusedInputError, function  # noqa: F401
+from tenure.function import (  # noqa: F401
+    Function, In, Mode, Out, ReentrantCallError, UnusedInputError, function)
 from tenure.printing import debugprint  # noqa: F401
 from tenure.memory_plot import plot_memory  # noqa: F401
 from tenure.memory_html import memory_html  # noqa: F401

@@ -10,6 +10,7 @@ could alias memory they must not; each call then copies exactly those that do.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 from collections.abc import Sequence
@@ -24,15 +25,21 @@ from tenure.linkers.report import MemoryReport, memory_report
 from tenure.linkers.timeline import Timeline
 from tenure.rewrites.destroy import DestroyHandler, buffer_roots, destroyers
 from tenure.rewrites.fgraph import FunctionGraph
-from tenure.symbolic.device import cuda_runtime, writeable
+from tenure.symbolic.device import cuda_runtime, runtime_of, writeable
 from tenure.symbolic.graph import Constant, Variable, ancestors, clone_get_equiv
-from tenure.symbolic.shared import SharedVariable
+from tenure.symbolic.shared import SharedVariable, register_lender
 from tenure.symbolic.ops.shape import specify_shape
 from tenure.symbolic.types import TensorType, is_same_memory
 
 
 class UnusedInputError(ValueError):
     """An input of ``function`` is not needed by any output or update."""
+
+
+class ReentrantCallError(RuntimeError):
+    """A function was called (or reported on) from inside one of its own
+    calls, in the same thread: the running call owns its buffers, so the
+    inner one is refused before it changes anything."""
 
 
 class In:
@@ -328,7 +335,8 @@ class Function:
     and flags, and loading compiles it again (the C linker loads the module
     from its disk cache when it is there, without running the compiler).
     Shared variables pickled in the same ``pickle.dumps`` call stay
-    connected to it.
+    connected to it.  Loading a pickle executes code (and compiles and
+    loads native code): never unpickle untrusted data.
     """
 
     def __init__(self, inputs: list[In], outputs: list[Out], single_output: bool,
@@ -369,6 +377,10 @@ class Function:
         self._place = getattr(self._thunk, "place_inputs", None)
         #: the compiled call path (C linker), or None: calls go through :meth:`_call`
         self._fast_call = self._make_fast_call()
+        if self._thunk.kept_slots:
+            # Its borrowed outputs' buffers are written again next call: a
+            # shared variable must copy them rather than adopt them.
+            register_lender(self)
         self._defaults = [None if spec.value is None else self._own_default(spec)
                           for spec in inputs]
         _check_storage(self.shared_vars, getattr(self._thunk, "runtime", None), mode.linker)
@@ -459,6 +471,10 @@ class Function:
         # overlap any other argument, so writing one never changes another.
         destroyed = {root_of.get(v, v) for v in destroyers(fg.apply_nodes)}
         self._destroyed_inputs = [i for var, i in explicit.items() if var in destroyed]
+        #: shared variables whose storage the graph overwrites (an update in
+        #: place): an argument overlapping one is copied first (see
+        #: :meth:`_copy_inputs_over_destroyed_shared`)
+        self._destroyed_shared = [j for var, j in shared.items() if var in destroyed]
 
         def hazards(root: Variable, k: int, is_update: bool) -> _Hazards:
             h = _Hazards()
@@ -522,17 +538,42 @@ class Function:
         # Compiled code runs holding the GIL, so no other call can come in
         # between -- unless a step calls Python (a perform), which may let
         # another thread run: then the call also holds the function's lock.
-        locks = ((self._lock,) if parts.pop("runs_python") else ()) + self._shared_locks
+        runs_python = parts.pop("runs_python")
+        locks = ((self._lock,) if runs_python else ()) + self._shared_locks
         from tenure.linkers.c.call import fast_caller
         from tenure.linkers.c.compiler import CompileError
+        fallback = fallback or self._call
         try:
-            return fast_caller(**parts, locks=locks, fallback=fallback or self._call,
+            fast = fast_caller(**parts, locks=locks, fallback=fallback,
                                types=[spec.variable.type for spec in self.inputs],
                                containers=self._containers,
                                update_containers=self._update_containers,
                                n_out=self._n_out, single=self._single)
         except CompileError:  # the graph compiled, the call path did not: call through Python
             return None
+        return self._guard_fast_call(fast, fallback, runs_python)
+
+    def _guard_fast_call(self, fast, fallback, runs_python: bool):
+        """``fast``, or a Python wrapper doing the two checks the C path
+        cannot: a call from inside a running one (only a step calling Python
+        can make it) is refused, and positional arrays overlapping shared
+        storage the graph overwrites go to ``fallback`` (the Python path,
+        which copies them under the locks).  Most functions need neither and
+        get ``fast`` itself."""
+        destroyed = tuple(self._containers[j] for j in self._destroyed_shared)
+        if not runs_python and not destroyed:
+            return fast
+        is_running_here = self._lock._is_owned
+        reentered = self._reentered
+
+        def guarded(*args, **kwargs):
+            if runs_python and is_running_here():
+                raise reentered("call")
+            # Read without the locks: the Python path checks again holding them.
+            if destroyed and _any_overlaps_storage(args, destroyed):
+                return fallback(*args, **kwargs)
+            return fast(*args, **kwargs)
+        return guarded
 
     # -- calling ----------------------------------------------------------------
     def _bind(self, args, kwargs) -> tuple[list, list[bool]]:
@@ -575,6 +616,8 @@ class Function:
         variables' (in their global order), with Ctrl-C held from the commit
         point to the assignment of the updates (see
         :mod:`tenure.linkers.interrupts`)."""
+        if self._lock._is_owned():
+            raise self._reentered("call")
         if not self._shared_locks:
             # No shared variable, so no update and no commit point: only the
             # function's own buffers to guard.
@@ -619,6 +662,8 @@ class Function:
             if not writeable(values[i]):
                 values[i] = values[i].copy()
         shared_values = [c.value for c in self._containers]
+        if self._destroyed_shared:
+            self._copy_inputs_over_destroyed_shared(values, shared_values)
         if self._destroyed_inputs:
             self._separate_destroyed_inputs(values, shared_values)
         if self._thunk.kept_slots:
@@ -636,6 +681,44 @@ class Function:
         if self._single:
             return outputs[0]
         return outputs
+
+    def _copy_inputs_over_destroyed_shared(self, values, shared_values) -> None:
+        """Copy an argument that overlaps shared storage the graph overwrites
+        (an update computed in place): the graph would otherwise read it
+        after writing it.  A mutable input the graph overwrites is left to
+        :meth:`_separate_destroyed_inputs`, which copies it instead."""
+        destroyed = [shared_values[j] for j in self._destroyed_shared]
+        for i, value in enumerate(values):
+            if i not in self._destroyed_inputs and any(
+                    _may_overlap(value, storage) for storage in destroyed):
+                values[i] = value.copy()
+
+    def _reentered(self, what: str) -> ReentrantCallError:
+        """The error for a call (or report) made inside a running call of this
+        function, in the same thread (from one of its steps)."""
+        return ReentrantCallError(
+            f"{self._label()} {self._signature()}: a {what} was made while a call of "
+            f"the same function is running in this thread (from inside one of its "
+            f"steps, such as an op's perform); a function cannot be re-entered, since "
+            f"the running call owns its buffers and its shared variables' transaction.  "
+            f"Nothing was changed by this {what}.  Compute the value another way, or "
+            f"call a copy that updates nothing (f.copy(delete_updates=True))")
+
+    @contextlib.contextmanager
+    def _holding_call_locks(self, what: str):
+        """Hold what a call holds (the function's lock, then its shared
+        variables' in their global order), refusing re-entry as a call does."""
+        if self._lock._is_owned():
+            raise self._reentered(what)
+        held = 0
+        try:
+            for lock in self._locks:
+                lock.acquire()
+                held += 1
+            yield
+        finally:
+            for k in range(held - 1, -1, -1):
+                self._locks[k].release()
 
     def _separate_destroyed_inputs(self, values, shared_values) -> None:
         """Copy a mutable input the graph overwrites when it overlaps another argument."""
@@ -761,7 +844,14 @@ class Function:
 
     def free(self) -> None:
         """Release the buffers this function keeps between calls (borrowed outputs)."""
-        self._thunk.free()
+        with self._lock:   # not while a call or a report uses them
+            self._thunk.free()
+
+    def lent_buffers(self) -> list:
+        """The buffers this function lends as borrowed outputs and will write
+        again next call (read by :func:`~tenure.symbolic.shared.shared` and
+        ``set_value``, which copy a value overlapping one instead of adopting it)."""
+        return [buf for _, buf in self._thunk.kept_buffers()]
 
     def memory_report(self, *args, print_report: bool = True, **kwargs) -> MemoryReport:
         """Run the function on these arguments and report its memory, node by node.
@@ -782,7 +872,9 @@ class Function:
         values = [gate(spec.variable.type, v, self.allow_input_downcast,
                        f"input {self._input_label(i)}")
                   for i, (spec, v) in enumerate(zip(self.inputs, values))]
-        report = memory_report(self, values + [c.value for c in self._containers])
+        # The report runs the thunk: as a call, never beside another call's run.
+        with self._holding_call_locks("memory report"):
+            report = memory_report(self, values + [c.value for c in self._containers])
         if print_report:
             print(report)
         return report
@@ -822,6 +914,26 @@ class Function:
 
 
 _MISSING = object()
+
+
+def _may_overlap(value, storage) -> bool:
+    """Whether an argument and shared storage may share memory (in the same
+    memory: host arrays, or device arrays of one runtime)."""
+    runtime = runtime_of(storage)
+    if runtime is None:
+        return isinstance(value, np.ndarray) and np.may_share_memory(value, storage)
+    return runtime_of(value) is runtime and runtime.may_share_memory(value, storage)
+
+
+def _any_overlaps_storage(args, containers) -> bool:
+    """Whether a positional NumPy argument overlaps a container's host
+    storage (the C path's check: it takes exact ndarrays only)."""
+    for arg in args:
+        if type(arg) is np.ndarray:
+            for container in containers:
+                if np.may_share_memory(arg, container.value):
+                    return True
+    return False
 
 
 def _restore_function(spec: _Spec, trust_input: bool) -> Function:

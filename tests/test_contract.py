@@ -472,3 +472,83 @@ def test_a_default_value_is_copied_when_compiling(mode):
     f = tn.function([In(x, value=base)], x * 1, mode=mode)
     base[0] = 50  # the caller's array is still the caller's
     np.testing.assert_array_equal(f(), [1.0, 2.0])
+
+
+# ---------------------------------------------------------------------------
+# Arguments overlapping shared storage the call overwrites (issue 41, item 5)
+
+
+def _storage(var):
+    """The shared variable's storage itself (a device array on a device)."""
+    return var.get_value(borrow=True, return_internal_type=True)
+
+
+@pytest.mark.parametrize("borrow", [False, True])
+def test_an_argument_that_is_shared_storage_updated_in_place_is_read_before_the_update(
+        mode, borrow):
+    s = tn.shared(np.arange(4.0), name="s")
+    v = tn.vector("v", dtype="float64")
+    f = tn.function([In(v, borrow=borrow)], v[::-1] * 1.0, updates=[(s, s * 2 + 1)],
+                    mode=mode)
+    np.testing.assert_array_equal(f(_storage(s)), [3.0, 2.0, 1.0, 0.0])
+    np.testing.assert_array_equal(s.get_value(), [1.0, 3.0, 5.0, 7.0])
+
+
+def test_an_argument_viewing_shared_storage_updated_in_place_is_read_before_the_update(mode):
+    # The output reads the argument after the update wrote s's buffer (it
+    # needs the new value too); a scalar output: on the C linker this call
+    # takes the compiled path.
+    s = tn.shared(np.arange(4.0), name="s")
+    v = tn.vector("v", dtype="float64")
+    new = s * 2 + 1
+    f = tn.function([v], (v * new).sum(), updates=[(s, new)], mode=mode)
+    assert f(_storage(s)[:]) == 0 * 1 + 1 * 3 + 2 * 5 + 3 * 7
+    np.testing.assert_array_equal(s.get_value(), [1.0, 3.0, 5.0, 7.0])
+    assert f(np.ones(4)) == 3 + 7 + 11 + 15   # an argument apart from the storage
+    np.testing.assert_array_equal(s.get_value(), [3.0, 7.0, 11.0, 15.0])
+
+
+def test_an_argument_overlapping_two_updated_shared_variables(mode):
+    a = tn.shared(np.arange(3.0), name="a")
+    b = tn.shared(np.arange(3.0) + 10, name="b")
+    v = tn.vector("v", dtype="float64")
+    w = tn.vector("w", dtype="float64")
+    f = tn.function([v, w], [], updates=[(a, a + w[::-1]), (b, b - v[::-1])], mode=mode)
+    f(_storage(a), _storage(b))
+    np.testing.assert_array_equal(a.get_value(), [12.0, 12.0, 12.0])
+    np.testing.assert_array_equal(b.get_value(), [8.0, 10.0, 12.0])
+
+
+# ---------------------------------------------------------------------------
+# Shared storage made of a borrowed output (issue 41, item 11)
+
+
+class TestSharedOfABorrowedOutput:
+    @staticmethod
+    def _lending(mode):
+        x = tn.vector("x", dtype="float64")
+        return tn.function([x], Out(x * 2.0, borrow=True), mode=mode)
+
+    @pytest.mark.parametrize("take", [lambda r: r, lambda r: r[1:], lambda r: r[::-1]],
+                             ids=["itself", "a view", "a reversed view"])
+    def test_shared_borrowing_it_is_not_overwritten_by_the_next_call(self, mode, take):
+        f = self._lending(mode)
+        s = tn.shared(take(f(np.ones(3))), borrow=True)
+        expected = s.get_value()
+        f(np.full(3, 5.0))
+        np.testing.assert_array_equal(s.get_value(), expected)
+
+    def test_set_value_borrowing_it_is_not_overwritten_by_the_next_call(self, mode):
+        f = self._lending(mode)
+        s = tn.shared(np.zeros(3))
+        s.set_value(f(np.ones(3)), borrow=True)
+        f(np.full(3, 5.0))
+        np.testing.assert_array_equal(s.get_value(), np.full(3, 2.0))
+
+    def test_other_borrowed_arrays_are_still_adopted(self, mode):
+        f = self._lending(mode)
+        f(np.ones(3))
+        mine = np.zeros(3)
+        s = tn.shared(mine, borrow=True)
+        if mode.linker != "cuda":   # device storage never is the caller's array
+            assert s.get_value(borrow=True) is mine

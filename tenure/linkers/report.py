@@ -21,6 +21,7 @@ CuPy's memory pool, or the emulated device's count).
 
 from __future__ import annotations
 
+import copy
 import tracemalloc
 from dataclasses import dataclass, field
 
@@ -210,15 +211,36 @@ def _measured_peak(thunk, input_values: list) -> tuple[int, str]:
         tracemalloc.stop()
 
 
+def private_thunk(thunk):
+    """A shallow copy of ``thunk`` with its own storage list (holding the same
+    buffers: constants, kept outputs), for the report to run.  The caller
+    holds the function's locks, which keep the Python call path out; the C
+    call path of a function without Python steps or shared variables takes
+    no lock (it runs whole while holding the GIL), and its calls -- which
+    may come between any two steps of the report -- keep using the thunk's
+    own list (and clear it when they fail), so neither run clears or
+    replaces a slot the other is using."""
+    private = copy.copy(thunk)
+    if getattr(thunk, "storage", None) is not None:
+        private.storage = list(thunk.storage)
+    return private
+
+
 def memory_report(function, input_values: list) -> MemoryReport:
     """Observe one call of ``function`` (bound and filtered values: explicit
     inputs, then shared values), predict its peak from the plan, and measure
     another call.
 
-    Both calls run on private copies of the inputs and assign no updates, so
-    the report changes nothing the caller can see.
+    Both calls run on private copies of the inputs, in a private copy of the
+    thunk's storage list (see :func:`private_thunk`), and assign no updates,
+    so the report changes nothing the caller can see -- but for the buffer
+    of a borrowed output, which they write as any call does.  The caller
+    holds the function's locks.
     """
-    thunk = function._thunk
+    return _report(private_thunk(function._thunk), input_values)
+
+
+def _report(thunk, input_values: list) -> MemoryReport:
     plan = thunk.plan_for(input_values)
     records = observe_call(thunk, _private(input_values), plan)
     held = held_slots(thunk, plan)

@@ -80,13 +80,42 @@ def _aliases_other_shared(value, owner: SharedVariable | None) -> bool:
         if var is owner:
             continue
         stored = var.container.value
-        if stored is None or runtime_of(stored) is not runtime:
-            continue
-        overlaps = (np.may_share_memory(stored, value) if runtime is None
-                    else runtime.may_share_memory(stored, value))
-        if overlaps:
+        if stored is not None and _overlaps(stored, value, runtime):
             return True
     return False
+
+
+# What lends buffers it writes again later: compiled functions with borrowed
+# outputs (``Out(y, borrow=True)``), each with a ``lent_buffers()`` method.
+# A borrowed value overlapping one of those buffers is copied instead of
+# adopted, or the lender's next call would overwrite the shared value.
+_LENDERS: weakref.WeakSet = weakref.WeakSet()
+
+
+def register_lender(lender) -> None:
+    """Make ``lender`` (anything with a ``lent_buffers()`` method returning
+    the arrays it will write again: a :class:`~tenure.function.Function`
+    with borrowed outputs) known to ``shared`` and ``set_value``."""
+    _LENDERS.add(lender)
+
+
+def _overlaps(stored, value, runtime) -> bool:
+    """Whether ``stored`` and ``value`` (``runtime``'s arrays: None for host
+    memory) may share memory; arrays in different memories never do."""
+    if runtime_of(stored) is not runtime:
+        return False
+    return (np.may_share_memory(stored, value) if runtime is None
+            else runtime.may_share_memory(stored, value))
+
+
+def _aliases_a_lent_buffer(value) -> bool:
+    """Whether ``value`` (or the buffer it views) overlaps a buffer some
+    function lent as a borrowed output and will overwrite next call."""
+    if not _LENDERS:
+        return False
+    runtime = runtime_of(value)
+    return any(_overlaps(buf, value, runtime)
+               for lender in list(_LENDERS) for buf in lender.lent_buffers())
 
 
 #: the devices a shared variable's storage may be on
@@ -212,8 +241,10 @@ class SharedVariable(TensorMethods, Variable):
         # (an ndarray subclass, or another library's array -- a PyTorch tensor,
         # a JAX array -- arrives here as a plain view of the caller's memory)
         # The caller's own array: keep it only when lent and lending is safe
-        # (writeable, so updates may go in place; not another shared's storage).
-        if not borrow or not writeable(arr) or _aliases_other_shared(arr, self):
+        # (writeable, so updates may go in place; not another shared's
+        # storage; not a buffer a function will write again next call).
+        if (not borrow or not writeable(arr) or _aliases_other_shared(arr, self)
+                or _aliases_a_lent_buffer(arr)):
             arr = arr.copy()
         return arr
 
