@@ -13,6 +13,17 @@ for its shape (so its run-time errors, e.g. mismatched lengths, go too).
 Complex dtypes are left alone by the algebraic rewrites: a complex product by
 ``1`` is ``(a*1 - b*0) + (a*0 + b*1)j``, which turns an infinite part into NaN.
 
+A rewrite that keeps computing a value never drops a run-time check the
+graph does not prove redundant: a reshape, broadcast or dropped axis that
+raises on some input still raises after the rewrites (a ValueError naming
+the op and the shapes), because the static shape it guarantees is what the
+ops after it rely on (loop bounds, buffer sizes).  ``reshape_chain`` fires
+only where the static shapes show that one reshape checks what the two did,
+``dimshuffle_chain`` keeps every length-1 check, ``mul_by_filled_ones``
+broadcasts ``x`` to the fill's own lengths so that the broadcast checks what
+the product did, and the ``useless_*`` rewrites remove only ops that the
+static shapes prove cannot fail.
+
 Weakly typed Python numbers (``x * 1``) take ``x``'s dtype, so they simplify;
 a constant that changes the dtype (``int8_x + 0.0`` is float) never does,
 because every rewrite checks that the replacement's dtype is the node's.
@@ -67,9 +78,13 @@ from tenure.symbolic.ops.creation import Alloc, expand_to
 from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.nnet import Softmax
 from tenure.symbolic.ops.reduce import Reduce, SumTo
-from tenure.symbolic.ops.shape import DimShuffle, Reshape, Shape, shape_tuple
+from tenure.symbolic.ops.shape import (DimShuffle, Reshape, Shape, as_dim, dim_eq,
+                                       dim_where, reshape_always_fits, reshape_static_shape,
+                                       shape_tuple)
+from tenure.symbolic.patterns import (
+    elemwise_node, is_elemwise, is_filled_with, keeps_shape)
 from tenure.symbolic.types import TensorType
-from tenure.symbolic.variable import TensorConstant
+from tenure.symbolic.variable import TensorConstant, constant
 
 #: the largest number of elements a folded constant may have.  A folded
 #: constant is computed at compile time and then held by the compiled function
@@ -82,56 +97,6 @@ FOLD_MAX_ELEMENTS = 10_000
 
 # --------------------------------------------------------------------------
 # Matching helpers
-
-
-def elemwise_node(var: Variable, scalar_op: ps.ScalarOp | None = None) -> Apply | None:
-    """``var``'s owner when it is a non-inplace Elemwise (of ``scalar_op``, if given)."""
-    node = var.owner
-    if node is None or not isinstance(node.op, Elemwise) or node.op.inplace_pattern:
-        return None
-    if scalar_op is not None and node.op.scalar_op != scalar_op:
-        return None
-    return node
-
-
-def is_elemwise(node: Apply, scalar_op: ps.ScalarOp) -> bool:
-    """Whether ``node`` is a non-inplace Elemwise applying ``scalar_op``."""
-    return (isinstance(node.op, Elemwise) and node.op.scalar_op == scalar_op
-            and not node.op.inplace_pattern)
-
-
-def is_filled_with(var: Variable, value, signbit: bool | None = None) -> bool:
-    """Whether ``var`` is a non-empty constant whose every element equals ``value``.
-
-    ``signbit`` (for zeros): also require every element's sign bit to be set
-    (``True``, i.e. ``-0.0``) or clear (``False``, ``+0.0``).
-    """
-    if not isinstance(var, Constant):
-        return False
-    data = var.data
-    if data.size == 0 or data.dtype.kind not in "biuf":
-        return False
-    with np.errstate(all="ignore"):
-        if not np.all(data == value):
-            return False
-    if signbit is not None:
-        # Integer and boolean zeros convert to +0.0.
-        signs = np.signbit(data) if data.dtype.kind == "f" else np.zeros(data.shape, bool)
-        return bool(np.all(signs == signbit))
-    return True
-
-
-def keeps_shape(x: Variable, other: Variable) -> bool:
-    """Whether broadcasting ``other`` against ``x`` leaves ``x``'s shape as it is,
-    whatever the run-time lengths: ``other`` has no more axes than ``x``, and
-    each of its lengths is 1 or a static length that ``x`` has too."""
-    xs, os = x.type.shape, other.type.shape
-    if len(os) > len(xs):
-        return False
-    for o, d in zip(reversed(os), reversed(xs)):
-        if o != 1 and (o is None or o != d):
-            return False
-    return True
 
 
 def same_dtype(old: Variable, new: Variable) -> bool:
@@ -317,6 +282,33 @@ def mul_by_one(fgraph, node):
     return _identity_operand(node, ((1, 0), (0, 1)), lambda c: is_filled_with(c, 1))
 
 
+def _broadcast_checked_by_expand(fill_dims, x_dims) -> tuple:
+    """The shape of ``ones(fill_dims) * x``, built so that ``expand_to(x,
+    *shape)`` raises exactly where the product would: each length is the
+    fill's where that is not 1 (``x``'s must then be 1 or the same, which
+    ``expand_to`` checks), else ``x``'s.  (The product's ``infer_shape`` would
+    not do: it takes a static length where one is known, and then nothing
+    checks the fill's length against it.)"""
+    n = max(len(fill_dims), len(x_dims))
+    fill = (1,) * (n - len(fill_dims)) + tuple(fill_dims)
+    xs = (1,) * (n - len(x_dims)) + tuple(x_dims)
+    return tuple(dim_where(dim_eq(f, 1), d, f) for f, d in zip(fill, xs))
+
+
+def _ones_fill_dims(ones: Variable) -> tuple | None:
+    """The lengths of ``ones`` when it is ``alloc(1, *dims)`` with a fill
+    value that broadcasts to any lengths (all its own are 1), so the alloc
+    itself can fail on nothing but a negative length (which ``expand_to``
+    checks too)."""
+    fill = ones.owner
+    if fill is None or not isinstance(fill.op, Alloc):
+        return None
+    value = fill.inputs[0]
+    if not is_filled_with(value, 1) or any(length != 1 for length in value.type.shape):
+        return None
+    return tuple(as_dim(d) for d in fill.inputs[1:])
+
+
 @register_node_rewrite("canonicalize", tags=("algebra",))
 def mul_by_filled_ones(fgraph, node):
     """``alloc(1, *dims) * x`` becomes ``expand_to(x, *shape)``, ``shape``
@@ -327,20 +319,20 @@ def mul_by_filled_ones(fgraph, node):
     buffer behind when ``w`` has the product's shape, and the gradient's last
     elementwise op can then write into ``f(x)``'s buffer instead.  Exact as
     ``mul_by_one`` is (``x * 1`` is ``x`` bit for bit), and only where the
-    product has ``x``'s dtype.
+    product has ``x``'s dtype.  ``shape`` is built from ``dims`` so that
+    ``expand_to`` raises where the product would (lengths that cannot
+    broadcast); where that makes its static shape less known than the
+    product's, the rewrite does not fire.
     """
     if not is_elemwise(node, ps.mul) or len(node.inputs) != 2 or not _real(node.outputs[0]):
         return None
     out = node.outputs[0]
-    for ones_pos, x_pos in ((0, 1), (1, 0)):
-        ones, x = node.inputs[ones_pos], node.inputs[x_pos]
-        fill = ones.owner
-        if (fill is None or not isinstance(fill.op, Alloc)
-                or not is_filled_with(fill.inputs[0], 1) or not same_dtype(out, x)):
+    for ones_pos in (0, 1):
+        ones, x = node.inputs[ones_pos], node.inputs[1 - ones_pos]
+        fill_dims = _ones_fill_dims(ones)
+        if fill_dims is None or not same_dtype(out, x):
             continue
-        shapes = [None, None]
-        shapes[ones_pos], shapes[x_pos] = tuple(fill.inputs[1:]), shape_tuple(x)
-        expanded = expand_to(x, *node.op.infer_shape(node, shapes)[0])
+        expanded = expand_to(x, *_broadcast_checked_by_expand(fill_dims, shape_tuple(x)))
         if expanded.type == out.type:
             return expanded
     return None
@@ -581,18 +573,49 @@ def useless_dimshuffle(fgraph, node):
 
 @register_node_rewrite("canonicalize", tags=("shape_ops",))
 def reshape_chain(fgraph, node):
-    """``reshape(reshape(x, s1), s2)`` becomes ``reshape(x, s2)``.
+    """``reshape(reshape(x, s1), s2)`` becomes one reshape of ``x``.
 
     Exact: a reshape keeps the C-order sequence of elements, so two in a row
-    give what one gives.  (An invalid ``s1`` would have raised; the combined
-    reshape raises only if ``s2`` does not fit ``x``'s size.)
+    give what one gives.  But the pair raises unless ``x`` fits ``s1`` *and*
+    the middle result fits ``s2``, and ``reshape(x, s2)`` checks only the
+    second: ``reshape(reshape(x, (1, 2, 1)), (-1, 2, 1))`` would turn 8
+    elements into a ``(4, 2, 1)`` array whose static type says ``(1, 2, 1)``.
+    So it fires only where the first check is provably redundant:
+
+    - the first reshape cannot fail (``s1`` is ``shape(x)``, a flattening
+      ``(-1,)``, or the static shapes prove it): ``reshape(x, s2)``, which
+      checks ``x``'s size just as the second did (it is the middle's size);
+    - the middle and the final static shapes are fully known: the first
+      reshape checks that ``x`` has exactly that many elements and the
+      second cannot fail, so ``reshape(x, final)`` checks both at once.
     """
     if not isinstance(node.op, Reshape):
         return None
     inner = node.inputs[0].owner
     if inner is None or not isinstance(inner.op, Reshape):
         return None
-    return node.op(inner.inputs[0], node.inputs[1])
+    x, s1 = inner.inputs
+    try:
+        new = _one_reshape_checking_both(node, x, s1)
+    except ValueError:  # the shapes cannot fit: the error is left to run time
+        return None
+    if new is None or not node.outputs[0].type.is_compatible_replacement(new.type):
+        return None
+    return new
+
+
+def _one_reshape_checking_both(node: Apply, x: Variable, s1: Variable) -> Variable | None:
+    """For ``node`` = ``reshape(reshape(x, s1), s2)``: one reshape of ``x``
+    that raises where the pair does (see ``reshape_chain``), or None."""
+    if reshape_always_fits(x, s1):
+        return node.op(x, node.inputs[1])
+    middle = _fresh_outputs(node.inputs[0].owner)[0].type.shape
+    if not _fully_static(middle):
+        return None  # the first reshape checks something the second need not
+    final = reshape_static_shape(middle, node.inputs[1])
+    if not _fully_static(final):
+        return None
+    return node.op(x, constant(np.array(final, dtype=np.int64)))
 
 
 @register_node_rewrite("canonicalize", tags=("shape_ops",))

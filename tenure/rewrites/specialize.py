@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from tenure.rewrites.canonicalize import is_elemwise
 from tenure.rewrites.destroy import version_of
 from tenure.rewrites.engine import register_graph_rewrite, register_node_rewrite
 from tenure.rewrites.inplace import _inplace_pass
@@ -48,6 +47,7 @@ from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.blas import Dot, MatMul, TensorDot
 from tenure.symbolic.ops.gemm import GEMM_DTYPES, Gemm
 from tenure.symbolic.ops.shape import DimShuffle, transpose
+from tenure.symbolic.patterns import is_elemwise
 from tenure.symbolic.variable import TensorConstant, constant
 
 _GEMM = Gemm(inplace=False)

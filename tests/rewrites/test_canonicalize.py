@@ -855,3 +855,117 @@ def test_softmax_gradient_holds_one_array_at_its_peak(mode):
     s /= s.sum(axis=1, keepdims=True)
     np.testing.assert_allclose(f(xv, wv), s * (wv - (s * wv).sum(axis=1, keepdims=True)),
                                rtol=1e-4, atol=1e-6)
+
+
+# --------------------------------------------------------------------------
+# The checks a rewrite removes must be redundant: on every linker
+
+
+#: every linker a rewritten graph runs on (not only the file's usual py and check)
+EVERY_LINKER = ["py", "check", "c", "dask", "cuda"]
+
+
+def _linker_mode(name: str) -> tn.Mode:
+    from tenure.linkers.c import compiler
+    from tests.conftest import mode_for
+    if name in ("c", "cuda") and compiler.find_compiler() is None:
+        pytest.skip("no working C compiler")
+    if name == "dask":
+        pytest.importorskip("dask")
+    return mode_for(name)
+
+
+def _to_host(value):
+    return value.get() if hasattr(value, "get") else value
+
+
+def _reshape_to_a_static_shape_then_minus_one():
+    v = tn.vector("v")  # (1, 2, 1) has 2 elements: 8 must not pass as (4, 2, 1)
+    out = tn.reshape(tn.reshape(v, (1, 2, 1)), (-1, 2, 1))
+    assert out.type.shape == (1, 2, 1)
+    return [v], out, [np.arange(2.0)], [np.arange(8.0)], "reshape", ["(8,)", "(1,2,1)"]
+
+
+def _reshape_to_a_symbolic_shape_then_a_static_one():
+    v, n = tn.vector("v"), tn.scalar("n", dtype="int64")
+    out = tn.reshape(tn.reshape(v, (n, -1)), (6,))  # 6 elements do not fill rows of 4
+    return ([v, n], out, [np.arange(6.0), np.int64(2)], [np.arange(6.0), np.int64(4)],
+            "reshape", ["(6,)", "(4,-1)"])
+
+
+def _product_with_ones_of_another_length():
+    x, n = tn.matrix("x"), tn.scalar("n", dtype="int64")
+    out = tn.exp(x) * tn.ones((n, 3))  # x first: its length decided the result's
+    return ([x, n], out, [M23, np.int64(2)], [M23, np.int64(4)], "broadcast",
+            ["(2,3)", "(4,3)"])
+
+
+def _ones_of_another_length_times_a_static_shape():
+    t, n = tn.tensor("t", shape=(2, 3)), tn.scalar("n", dtype="int64")
+    out = tn.ones((n, 3)) * tn.exp(t)  # the result's static (2, 3) came from t alone
+    assert out.type.shape == (2, 3)
+    return ([t, n], out, [M23, np.int64(1)], [M23, np.int64(4)], "broadcast",
+            ["(2,3)", "(4,3)"])
+
+
+def _squeeze_then_expand():
+    m = tn.matrix("m")
+    out = tn.expand_dims(tn.squeeze(m, axis=0), 1)  # dimshuffle_chain: axis 0 must be 1
+    return [m], out, [np.ones((1, 3))], [np.ones((2, 3))], "DimShuffle", ["(2,3)"]
+
+
+CHECKED_BY_THE_REMOVED_NODE = {
+    "reshape_chain, static": _reshape_to_a_static_shape_then_minus_one,
+    "reshape_chain, symbolic": _reshape_to_a_symbolic_shape_then_a_static_one,
+    "mul_by_filled_ones, x first": _product_with_ones_of_another_length,
+    "mul_by_filled_ones, static x": _ones_of_another_length_times_a_static_shape,
+    "dimshuffle_chain": _squeeze_then_expand,
+}
+
+
+#: cases whose graph does not raise on a linker even without rewrites: the
+#: linker's bug, not a rewrite's (strict: these fail loudly once it is fixed)
+LINKER_MISSES_THE_CHECK = {
+    ("dimshuffle_chain", "dask"): "the Dask lowering of DimShuffle does not check that a "
+                                  "dropped axis has length 1 (dask/lower.py, lower_dimshuffle)",
+    ("mul_by_filled_ones, static x", "dask"): "the Dask lowering of an elementwise op trusts "
+                                              "a static length against an unknown one",
+}
+
+
+@pytest.mark.parametrize("linker", EVERY_LINKER)
+@pytest.mark.parametrize("case", sorted(CHECKED_BY_THE_REMOVED_NODE))
+def test_rewrites_keep_the_shape_checks_the_static_shapes_rely_on(case, linker, request):
+    """What raises without rewrites raises with them, on every linker, with a
+    ValueError naming the op and the shapes; what runs gives the same result."""
+    if (case, linker) in LINKER_MISSES_THE_CHECK:
+        request.applymarker(pytest.mark.xfail(strict=True, raises=pytest.fail.Exception,
+                                              reason=LINKER_MISSES_THE_CHECK[case, linker]))
+    inputs, out, good, bad, op_word, shapes = CHECKED_BY_THE_REMOVED_NODE[case]()
+    reference = tn.function(inputs, out, mode=tn.Mode(linker="py", rewrites="none"))
+    f = tn.function(inputs, out, mode=_linker_mode(linker))
+    assert_close(_to_host(call(f, *good)), call(reference, *good))
+    with pytest.raises(ValueError) as expected:
+        call(reference, *bad)
+    with pytest.raises(ValueError) as got:
+        call(f, *bad)
+    message = str(got.value)
+    assert op_word.lower() in message.lower(), (message, str(expected.value))
+    for shape in shapes:
+        assert shape in message.replace(" ", ""), (message, shape)
+
+
+def test_reshape_chain_still_fires_where_the_first_check_is_redundant():
+    v, m = tn.vector("v"), tn.matrix("m")
+    n = tn.scalar("n", dtype="int64")
+    # a flattening cannot fail; reshaping back to the shape it came from is m itself
+    f = tn.function([m], m.reshape((-1,)).reshape(tn.shape(m)), mode=PLAIN)
+    assert "reshape_chain" in f.rewrites_applied and not nodes(f, Reshape)
+    assert_identical(call(f, M23), M23)
+    # fully static middle and final shapes: one reshape to the final constant shape
+    f = tn.function([v], v.reshape((2, 6)).reshape((-1, 4)), mode=PLAIN)
+    assert "reshape_chain" in f.rewrites_applied and len(nodes(f, Reshape)) == 1
+    assert f.fgraph.outputs[0].type.shape == (3, 4)
+    # a symbolic first shape checks what the second need not: both stay
+    f = tn.function([v, n], v.reshape((n, -1)).reshape((6,)), mode=PLAIN)
+    assert "reshape_chain" not in f.rewrites_applied and len(nodes(f, Reshape)) == 2

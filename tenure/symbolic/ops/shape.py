@@ -354,6 +354,31 @@ def _reshape_static_shape(in_shape, entries) -> tuple:
     return tuple(out)
 
 
+def reshape_static_shape(in_shape, shp) -> tuple:
+    """The static shape of ``reshape(x, shp)`` for an ``x`` of static shape
+    ``in_shape`` (an int where a length is known, else None); a ValueError
+    where the shapes already show that the reshape cannot work."""
+    return _reshape_static_shape(tuple(in_shape), _static_vector_entries(shp))
+
+
+def reshape_always_fits(x, shp) -> bool:
+    """Whether ``reshape(x, shp)`` cannot raise, whatever ``x`` holds at run
+    time: ``shp`` is ``shape(x)`` itself, or a flattening (one -1 and every
+    other entry 1), or the static shapes of ``x`` and of the result are fully
+    known (``make_node`` then checked the sizes when the graph was built)."""
+    if shp.owner is not None and isinstance(shp.owner.op, Shape) and shp.owner.inputs[0] is x:
+        return True
+    entries = _static_vector_entries(shp)
+    if entries.count(-1) == 1 and all(e in (-1, 1) for e in entries):
+        return True
+    if None in x.type.shape:
+        return False
+    try:
+        return None not in reshape_static_shape(x.type.shape, shp)
+    except ValueError:  # the sizes cannot fit: the reshape always raises
+        return False
+
+
 class Reshape(Op):
     """``x`` reshaped to the ``ndim`` lengths held in an int64 vector input.
 
@@ -377,7 +402,7 @@ class Reshape(Op):
         if shp.type.shape[0] != self.ndim:
             raise TypeError(f"{self}: the shape must have static length {self.ndim}, got "
                             f"{shp} ({shp.type})")
-        out_shape = _reshape_static_shape(x.type.shape, _static_vector_entries(shp))
+        out_shape = reshape_static_shape(x.type.shape, shp)
         return Apply(self, [x, shp], [TensorType(x.dtype, out_shape)()])
 
     def perform(self, node, inputs, output_storage):
