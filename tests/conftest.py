@@ -14,6 +14,7 @@ from tenure.linkers.c import compiler
 from tenure.linkers.cuda import nvrtc
 from tenure.symbolic.device import CudaUnavailable, is_device_array, unavailable_reason
 from tenure.linkers.cuda.linker import emulated_backend
+from tenure.symbolic.emulated_device import emulated_device
 
 #: every linker the contract and op suites run on.  ``TENURE_TEST_LINKERS``
 #: (comma-separated, e.g. ``TENURE_TEST_LINKERS=py,check,c``) overrides it to
@@ -146,6 +147,10 @@ def _on_the_emulated_device(request, monkeypatch):
     monkeypatch.setattr(tn.Function, "__call__", call_with_host_results)
     with tn.config.change_flags(cuda_emulation=mode.cuda_emulation, device="cuda"):
         yield
+    if mode.cuda_emulation:
+        # The emulated device queues launches as a GPU does: what a test left
+        # queued runs (and fails, if it touched freed memory) in that test.
+        emulated_device().synchronize()
 
 
 def _to_host(value):

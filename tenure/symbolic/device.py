@@ -8,7 +8,11 @@ works on CuPy arrays; :class:`EmulatedRuntime` on the emulated device of
 :mod:`tenure.symbolic.emulated_device` (host memory behind arrays that
 refuse implicit conversion exactly as CuPy's do), which
 ``config.cuda_emulation`` makes *the* ``"cuda"`` device: CI, which has no
-GPU, runs the device path on it.  :func:`cuda_runtime` is the runtime of
+GPU, runs the device path on it, asynchronous as a GPU is.
+
+Work goes to the caller's current stream; :class:`CallOrder` (a runtime's
+``calls``) orders tenure's calls, uploads and ``set_value`` copies across
+streams and keeps what a call reads alive until its stream has run it.  :func:`cuda_runtime` is the runtime of
 ``"cuda"``; :func:`runtime_of` the runtime a given array belongs to.
 
 CuPy is imported lazily, only from here (it is the ``[cuda]`` extra, and
@@ -32,7 +36,7 @@ import numpy as np
 from tenure import config
 from tenure.symbolic.emulated_device import EmulatedDeviceArray, emulated_device
 
-__all__ = ["CudaUnavailable", "CupyRuntime", "EmulatedRuntime", "Usage", "counting_hook",
+__all__ = ["CallOrder", "CudaUnavailable", "CupyRuntime", "EmulatedRuntime", "Usage", "counting_hook",
            "cuda_runtime", "import_cupy", "is_device_array", "require_cupy", "require_device",
            "runtime_of", "unavailable_reason", "writeable"]
 
@@ -109,6 +113,7 @@ class CupyRuntime:
 
     def __init__(self, cupy):
         self.cupy = cupy
+        self.calls = CallOrder(self)
 
     def is_device_array(self, value) -> bool:
         return isinstance(value, self.cupy.ndarray)
@@ -117,7 +122,10 @@ class CupyRuntime:
         return self.cupy.empty(shape, dtype)
 
     def from_host(self, array: np.ndarray):
-        return self.cupy.array(array, copy=True, order="C")
+        """A device copy, queued on the current stream (after the last
+        call's work: see :class:`CallOrder`)."""
+        with self.calls.call():
+            return self.cupy.array(array, copy=True, order="C")
 
     def to_host(self, array) -> np.ndarray:
         return self.cupy.asnumpy(array)
@@ -126,12 +134,13 @@ class CupyRuntime:
         """``source`` (a host or device array of ``target``'s shape) written
         into ``target`` (a host array straight into it when it is contiguous
         and of the same dtype, as ``set`` requires; else through a device copy)."""
-        if isinstance(source, np.ndarray):
-            if target.flags.c_contiguous and source.dtype == target.dtype:
-                target.set(source)
-                return
-            source = self.from_host(source)
-        self.cupy.copyto(target, source, casting="unsafe")
+        with self.calls.call():     # after the calls that may still read target
+            if isinstance(source, np.ndarray):
+                if target.flags.c_contiguous and source.dtype == target.dtype:
+                    target.set(source)
+                    return
+                source = self.from_host(source)
+            self.cupy.copyto(target, source, casting="unsafe")
 
     def arange(self, start, stop, step, dtype):
         return self.cupy.arange(start, stop, step, dtype=dtype)
@@ -156,6 +165,14 @@ class CupyRuntime:
 
     def synchronize(self) -> None:
         self.cupy.cuda.get_current_stream().synchronize()
+
+    def current_stream(self):
+        """This thread's current stream, where tenure issues its work."""
+        return self.cupy.cuda.get_current_stream()
+
+    def stream(self, non_blocking: bool = False):
+        """A new CUDA stream (``with runtime.stream():`` makes it current)."""
+        return self.cupy.cuda.Stream(non_blocking=non_blocking)
 
     @contextlib.contextmanager
     def track(self):
@@ -199,6 +216,7 @@ class EmulatedRuntime:
 
     def __init__(self):
         self.device = emulated_device()
+        self.calls = CallOrder(self)
 
     def is_device_array(self, value) -> bool:
         return isinstance(value, EmulatedDeviceArray)
@@ -207,18 +225,20 @@ class EmulatedRuntime:
         return self.device.empty(shape, dtype)
 
     def from_host(self, array: np.ndarray):
-        return self.device.from_host(array)
+        with self.calls.call():
+            return self.device.from_host(array)
 
     def to_host(self, array) -> np.ndarray:
         return array.get()
 
     def copy_into(self, target, source) -> None:
-        if isinstance(source, np.ndarray):
-            if target.flags.c_contiguous and source.dtype == target.dtype:
-                target.set(source)
-                return
-            source = self.from_host(source)
-        np.copyto(target, source, casting="unsafe")
+        with self.calls.call():     # after the calls that may still read target
+            if isinstance(source, np.ndarray):
+                if target.flags.c_contiguous and source.dtype == target.dtype:
+                    target.set(source)
+                    return
+                source = self.from_host(source)
+            np.copyto(target, source, casting="unsafe")
 
     def arange(self, start, stop, step, dtype):
         return self.device.from_host(np.arange(start, stop, step, dtype=dtype))
@@ -241,7 +261,19 @@ class EmulatedRuntime:
         return bool(np.may_share_memory(a, b))
 
     def synchronize(self) -> None:
-        """Nothing runs asynchronously on the emulated device."""
+        """Wait for the current stream: run what is queued on it."""
+        self.device.current_stream().synchronize()
+
+    def current_stream(self):
+        return self.device.current_stream()
+
+    def stream(self, non_blocking: bool = False):
+        """A new stream of the emulated device (``cupy.cuda.Stream``)."""
+        return self.device.stream(non_blocking)
+
+    def launch(self, run, arrays, name: str = "kernel") -> None:
+        """Queue ``run()`` over ``arrays``' memory on the current stream."""
+        self.device.launch(run, arrays, name)
 
     @contextlib.contextmanager
     def track(self):
@@ -256,6 +288,50 @@ class EmulatedRuntime:
             usage.n_allocations = device.n_allocations() - start_count
             usage.allocated_bytes = device.allocated_bytes() - start_bytes
             usage.peak_bytes = max(0, device.peak_bytes() - start_used)
+
+
+class CallOrder:
+    """The order of tenure's work on one device across streams.
+
+    Each call runs on the caller's current stream.  Work on one stream runs
+    in order, and CuPy's pool reuses memory freed on a stream only for
+    allocations on that stream, so within a stream nothing more is needed.
+    Across streams nothing is ordered, so ``with order.call(keep):`` makes
+    the current stream wait (an event, no host wait) for the last call's
+    work when that was issued on another stream -- a call reads what the
+    last one wrote (shared storage, kept buffers, uploaded constants) -- and
+    keeps ``keep`` (the arrays the call used: arguments, shared storage an
+    update may replace) alive until the call's stream has passed them, so
+    that none goes back to its own stream's pool while this one may still
+    read it."""
+
+    def __init__(self, runtime):
+        self.runtime = runtime
+        self._lock = threading.Lock()
+        self._last = None            # (stream ptr, event) of the last call
+        self._retired: list = []     # (event, arrays kept until it is reached)
+
+    @contextlib.contextmanager
+    def call(self, keep=()):
+        stream = self.runtime.current_stream()
+        with self._lock:
+            last = self._last
+            self._retired = [(e, kept) for e, kept in self._retired if not e.done]
+        if last is not None and last[0] != stream.ptr:
+            stream.wait_event(last[1])
+        try:
+            yield
+        finally:
+            event = stream.record()
+            with self._lock:
+                self._last = (stream.ptr, event)
+                if keep:
+                    self._retired.append((event, list(keep)))
+
+    def pending(self) -> int:
+        """How many calls' arrays are still held for their streams."""
+        with self._lock:
+            return len(self._retired)
 
 
 def _blas_operands(x, y, out) -> bool:

@@ -20,13 +20,30 @@ path there, this module provides
   pool would.  Every emulated array whose host memory is a fresh allocation
   counts once, however it was made (``empty``, ``from_host``, ``copy``,
   ``astype``, ufuncs, NumPy functions, operators); views count nothing; the
-  bytes come back when the host memory is garbage-collected.
+  bytes come back when the last device array over the memory is
+  garbage-collected.
+- Asynchrony, as on a GPU (:class:`EmulatedStream`): kernel launches
+  (:meth:`EmulatedDevice.launch`) and copies to the device are queued on the
+  current stream and run at the next synchronisation point that reaches them
+  (a read to the host, ``synchronize``, an event, any operation on device
+  values issued now on that stream, which runs what that stream has queued
+  first).  The null stream is CUDA's legacy default stream; non-blocking
+  streams are ordered only by events.  New memory is garbage (0xFF bytes).
+- CuPy's pool rule: a block freed goes back to the stream it was allocated
+  on.  Queued work on that stream (or one ordered with it) may still use it
+  -- the real pool only reuses it after that work -- but queued work on an
+  unordered stream may find it reused: its bytes are poisoned and that work
+  raises :class:`EmulatedIllegalAddress` when it runs.  A use-after-free
+  across streams fails deterministically, at the synchronisation point, as
+  ``CUDA_ERROR_ILLEGAL_ADDRESS`` does on a GPU.
 
 Never imports CuPy.
 """
 
 from __future__ import annotations
 
+import collections
+import ctypes
 import threading
 import weakref
 from dataclasses import dataclass
@@ -35,7 +52,8 @@ import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
 __all__ = ["CUPY_FUNCTIONS", "IMPLICIT_CONVERSION_MESSAGE", "DeviceArrayFlags",
-           "DevicePointer", "EmulatedDevice", "EmulatedDeviceArray", "emulated_device"]
+           "DevicePointer", "EmulatedDevice", "EmulatedDeviceArray", "EmulatedEvent",
+           "EmulatedIllegalAddress", "EmulatedStream", "emulated_device"]
 
 #: CuPy's words when something tries to turn a device array into a NumPy one
 IMPLICIT_CONVERSION_MESSAGE = ("Implicit conversion to a NumPy array is not allowed. "
@@ -115,6 +133,56 @@ def _unwrap(obj, host_arrays_ok: bool = False):
     if isinstance(obj, dict):
         return {key: _unwrap(value, host_arrays_ok) for key, value in obj.items()}
     return obj
+
+
+def _is_index_array(item) -> bool:
+    """An integer index array as CuPy sees one: a list or tuple, or an array
+    (0-d too: CuPy keeps only true scalars as scalars) of integers."""
+    if isinstance(item, (list, tuple)):
+        item = np.asarray(item)
+    return isinstance(item, np.ndarray) and item.dtype.kind in "iu"
+
+
+def _cupy_key(shape: tuple, key, reading: bool = False):
+    """``key`` (host values) as CuPy applies it to an array of ``shape``,
+    where CuPy and NumPy differ: a zero slice step and a scalar index out of
+    range raise CuPy's errors, index arrays that do not broadcast together
+    raise its ``ValueError``, and integer index arrays -- which CuPy's
+    kernels never check -- wrap around their axis (``% length``) instead of
+    raising ``IndexError`` (``reading`` one from an empty axis raises
+    CuPy's ``IndexError``; a write there is left to NumPy's: CuPy's is
+    undefined).  So a device path that relies on NumPy's checks
+    returns the same wrong result here as on a GPU, and CI sees it."""
+    items = list(key) if isinstance(key, tuple) else [key]
+    arrays = [np.asarray(item) for item in items if _is_index_array(item)]
+    try:
+        np.broadcast_shapes(*(a.shape for a in arrays))
+    except ValueError:
+        raise ValueError("operands could not be broadcast together with shapes"
+                         + " ".join(str(a.shape) for a in arrays)) from None
+    def axes_of(item) -> int:
+        if item is None or item is Ellipsis:
+            return 0
+        return np.ndim(item) if np.asarray(item).dtype.kind == "b" else 1
+    rest = len(shape) - sum(map(axes_of, items))
+    axis = 0
+    for k, item in enumerate(items):
+        if item is Ellipsis:
+            axis += rest
+        elif isinstance(item, slice):
+            if item.step is not None and item.step == 0:
+                raise ValueError("Slice step must be nonzero.")
+        elif isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_)):
+            if axis < len(shape) and not -shape[axis] <= item < shape[axis]:
+                raise IndexError(f"Index {item} is out of bounds for axis {axis} with size "
+                                 f"{shape[axis]}")
+        elif _is_index_array(item) and axis < len(shape):
+            if shape[axis]:
+                items[k] = np.mod(np.asarray(item, dtype=np.int64), shape[axis])
+            elif reading and np.size(item):
+                raise IndexError("cannot do a non-empty take from an empty axes.")
+        axis += axes_of(item)
+    return tuple(items) if isinstance(key, tuple) else items[0]
 
 
 def _emulated_in(obj):
@@ -206,23 +274,32 @@ class EmulatedDeviceArray(NDArrayOperatorsMixin):
     (reflected and in place too) through :meth:`__array_ufunc__`.
     """
 
-    __slots__ = ("_host", "_base", "__weakref__")
+    # ``_mem``: the host array (no synchronisation: metadata and launches);
+    # ``_alloc``: the pool block it lies in (None: not device memory of ours)
+    __slots__ = ("_mem", "_base", "_alloc", "__weakref__")
 
     def __init__(self, host: np.ndarray, *, base: EmulatedDeviceArray | None = None):
         if not isinstance(host, np.ndarray):
             raise TypeError(f"EmulatedDeviceArray wraps a numpy.ndarray, got {type(host)}")
-        self._host = host
+        self._mem = host
         self._base = base
-        emulated_device()._track(host)
+        self._alloc = emulated_device()._track(host)
+
+    @property
+    def _host(self) -> np.ndarray:
+        """The values, for an operation that runs now on the current stream:
+        the work queued on it before runs first (see :class:`EmulatedStream`)."""
+        emulated_device().sync_current()
+        return self._mem
 
     # -- attributes -------------------------------------------------------------
-    shape = property(lambda self: self._host.shape)
-    dtype = property(lambda self: self._host.dtype)
-    strides = property(lambda self: self._host.strides)
-    ndim = property(lambda self: self._host.ndim)
-    size = property(lambda self: self._host.size)
-    nbytes = property(lambda self: self._host.nbytes)
-    itemsize = property(lambda self: self._host.itemsize)
+    shape = property(lambda self: self._mem.shape)
+    dtype = property(lambda self: self._mem.dtype)
+    strides = property(lambda self: self._mem.strides)
+    ndim = property(lambda self: self._mem.ndim)
+    size = property(lambda self: self._mem.size)
+    nbytes = property(lambda self: self._mem.nbytes)
+    itemsize = property(lambda self: self._mem.itemsize)
     base = property(lambda self: self._base, doc="The array whose memory this views, or None.")
     device = property(lambda self: "emulated", doc="Where the memory is (a name).")
     T = property(lambda self: self.transpose())
@@ -232,12 +309,12 @@ class EmulatedDeviceArray(NDArrayOperatorsMixin):
 
     @property
     def flags(self) -> DeviceArrayFlags:
-        flags = self._host.flags
+        flags = self._mem.flags
         return DeviceArrayFlags(flags.c_contiguous, flags.f_contiguous, self._base is None)
 
     @property
     def data(self) -> DevicePointer:
-        return DevicePointer(self._host.ctypes.data)
+        return DevicePointer(self._mem.ctypes.data)
 
     # -- host transfers ---------------------------------------------------------
     def get(self, stream=None, order: str = "C") -> np.ndarray:
@@ -281,11 +358,21 @@ class EmulatedDeviceArray(NDArrayOperatorsMixin):
     sort, argsort, nonzero, dot, clip, conj, conjugate, round, trace = map(
         _host_method,
         ("sort", "argsort", "nonzero", "dot", "clip", "conj", "conjugate", "round", "trace"))
-    take = _host_method("take", host_arrays_ok=True)
+
+    def take(self, indices, axis=None, out=None):
+        """CuPy's ``take``: indices out of range wrap around (CuPy has no
+        ``mode``, and checks nothing)."""
+        indices = np.asarray(_unwrap(indices, host_arrays_ok=True))
+        length = self.size if axis is None else self.shape[axis]
+        if indices.dtype.kind in "iu" and length:
+            indices = np.mod(indices.astype(np.int64), length)
+        result = self._host.take(indices, axis=axis,
+                                 out=None if out is None else _device_out(out))
+        return out if out is not None else _wrap(result, (self,))
 
     # -- indexing ---------------------------------------------------------------
     def __getitem__(self, key):
-        host_key = _unwrap(key, host_arrays_ok=True)
+        host_key = _cupy_key(self.shape, _unwrap(key, host_arrays_ok=True), reading=True)
         result = self._host[host_key]
         if isinstance(result, np.generic):
             # NumPy reads one element out; CuPy returns a 0-d view of it, and
@@ -295,7 +382,8 @@ class EmulatedDeviceArray(NDArrayOperatorsMixin):
         return _wrap(result, (self,))
 
     def __setitem__(self, key, value) -> None:
-        self._host[_unwrap(key, host_arrays_ok=True)] = _kernel_operand(value)
+        self._host[_cupy_key(self.shape, _unwrap(key, host_arrays_ok=True))] = (
+            _kernel_operand(value))
 
     def __len__(self) -> int:
         if self.ndim == 0:
@@ -377,8 +465,9 @@ class EmulatedDeviceArray(NDArrayOperatorsMixin):
         if any(map(_is_foreign, arrays + outputs)):
             return NotImplemented
         operands = [_kernel_operand(x) for x in arrays]
-        if method == "at":
-            operands.insert(1, _unwrap(indices, host_arrays_ok=True))
+        if method == "at":   # CuPy's scatter: index arrays wrap, as for __setitem__
+            operands.insert(1, _cupy_key(np.shape(operands[0]),
+                                         _unwrap(indices, host_arrays_ok=True)))
         if "out" in kwargs:
             kwargs["out"] = tuple(None if o is None else _device_out(o) for o in kwargs["out"])
         if "where" in kwargs:
@@ -391,10 +480,29 @@ class EmulatedDeviceArray(NDArrayOperatorsMixin):
             return NotImplemented   # NumPy raises TypeError, as for a function CuPy lacks
         if not all(issubclass(t, (EmulatedDeviceArray, np.ndarray)) for t in types):
             return NotImplemented
+        if name in _CUPY_DIFFERENCES:     # where CuPy's function behaves otherwise
+            return _CUPY_DIFFERENCES[name](*args, **kwargs)
         result = func(*_unwrap(args), **_unwrap(kwargs))
         if name in _DEVICE_SCALAR_RESULTS:
             result = np.asarray(result)
         return _wrap(result, tuple(_emulated_in((args, kwargs))))
+
+
+def _cupy_take(a, indices, axis=None, out=None, mode=None):
+    return a.take(indices, axis=axis, out=out)
+
+
+def _cupy_tensordot(a, b, axes=2):
+    """CuPy's ``tensordot``: a 0-d operand takes only ``axes`` 0 or
+    ``((), ())`` (tuples: CuPy compares, so lists of nothing are refused)."""
+    if (np.ndim(a) == 0 or np.ndim(b) == 0) and axes != 0 and axes != ((), ()):
+        raise ValueError("An input is zero-dim while axes has dimensions")
+    related = tuple(_emulated_in((a, b)))
+    return _wrap(np.tensordot(*_unwrap((a, b)), axes=axes), related)
+
+
+#: NumPy functions whose CuPy counterparts differ in what they check
+_CUPY_DIFFERENCES = {"take": _cupy_take, "tensordot": _cupy_tensordot}
 
 
 def _device_out(value) -> np.ndarray:
@@ -418,9 +526,112 @@ def _from_pickle(host: np.ndarray) -> EmulatedDeviceArray:
     return emulated_device().from_host(host)
 
 
+class EmulatedIllegalAddress(RuntimeError):
+    """What CUDA reports as ``CUDA_ERROR_ILLEGAL_ADDRESS``: a queued
+    operation touched memory that the pool may have handed to someone else
+    before it ran.  Raised, as on a GPU, at the synchronisation point where
+    the operation runs, not where it was issued."""
+
+
+class _Block:
+    """One allocation from the emulated pool: its bytes, the stream it was
+    allocated on (CuPy's pool reuses a freed block only for allocations on
+    that stream) and the queued operations that use it."""
+
+    __slots__ = ("nbytes", "stream", "pending", "__weakref__")
+
+    def __init__(self, nbytes: int, stream):
+        self.nbytes = nbytes
+        self.stream = stream
+        self.pending: set = set()
+
+
+class _Pending:
+    """An operation queued on a stream: ``run()`` (None for a pure wait),
+    the ``(stream, seq)`` points it waits for first, the host memory it
+    keeps readable (as a GPU keeps the bytes: the pool does not unmap a
+    freed block) and the pool blocks it uses (weakly: queued work does not
+    keep a block from going back to the pool)."""
+
+    __slots__ = ("seq", "stream", "run", "after", "keep", "blocks", "name", "poisoned")
+
+    def __init__(self, seq, stream, run, after, keep, blocks, name):
+        self.seq, self.stream, self.run, self.after = seq, stream, run, after
+        self.keep, self.blocks, self.name = keep, blocks, name
+        self.poisoned = None
+
+
+def _ordered(a, b) -> bool:
+    """Whether work on streams ``a`` and ``b`` is ordered without an event:
+    the same stream, or the legacy null stream and a blocking stream (the
+    null stream waits for them and they wait for it)."""
+    return a is b or (a.null and not b.non_blocking) or (b.null and not a.non_blocking)
+
+
+class EmulatedStream:
+    """A CUDA stream of the emulated device (``cupy.cuda.Stream``'s
+    interface: ``with stream:``, ``synchronize``, ``record``,
+    ``wait_event``, ``done``, ``ptr``).  Work issued to it -- kernel
+    launches (:meth:`EmulatedDevice.launch`), host-to-device copies -- is
+    queued and runs, in issue order, at the next synchronisation point that
+    reaches it: :meth:`synchronize`, an event's, or any operation that reads
+    or writes device values now on this stream (a device-to-host copy,
+    ``item()``, a CuPy-style array operation), which first runs what the
+    current stream has queued.  The null stream is CUDA's legacy default
+    stream: ordered with every blocking stream; a ``non_blocking`` stream
+    is ordered with nothing but itself and the events it waits for."""
+
+    def __init__(self, device, non_blocking: bool = False, *, null: bool = False):
+        self.device = device
+        self.non_blocking = non_blocking
+        self.null = null
+        self._queue: collections.deque = collections.deque()
+        self._issued = 0     # seq of the last operation issued
+        self._done = 0       # seq of the last operation run
+
+    ptr = property(lambda self: 0 if self.null else id(self))
+    done = property(lambda self: self._done >= self._issued,
+                    doc="Whether everything issued to the stream has run.")
+
+    def __enter__(self):
+        self.device._push(self)
+        return self
+
+    def __exit__(self, *exc):
+        self.device._pop(self)
+
+    def synchronize(self) -> None:
+        self.device._run_stream(self, ordered=True)
+
+    def record(self, event=None) -> EmulatedEvent:
+        """An event that is reached once the work issued so far has run."""
+        return EmulatedEvent(self, self._issued)
+
+    def wait_event(self, event: EmulatedEvent) -> None:
+        """Work issued to this stream from now on runs after ``event``."""
+        self.device._enqueue(self, None, [(event.stream, event.seq)], (), "wait_event")
+
+    def __repr__(self):
+        kind = "null" if self.null else "non-blocking" if self.non_blocking else "blocking"
+        return f"<EmulatedStream {kind} {self.ptr:#x}>"
+
+
+class EmulatedEvent:
+    """A point in a stream's work (``cupy.cuda.Event``'s ``done`` and
+    ``synchronize``)."""
+
+    def __init__(self, stream: EmulatedStream, seq: int):
+        self.stream, self.seq = stream, seq
+
+    done = property(lambda self: self.stream._done >= self.seq)
+
+    def synchronize(self) -> None:
+        self.stream.device._run_until(self.stream, self.seq)
+
+
 class EmulatedDevice:
-    """The emulated device's runtime: allocation, host transfers, and a
-    memory pool's counts (see the module doc).  Thread-safe."""
+    """The emulated device's runtime: allocation, host transfers, streams,
+    and a memory pool's counts and rules (see the module doc).  Thread-safe."""
 
     name = "emulated"
 
@@ -428,19 +639,32 @@ class EmulatedDevice:
         # re-entrant: a garbage collection inside a locked section may run a
         # release (a weakref.finalize callback) in the same thread
         self._lock = threading.RLock()
-        self._live: dict[int, int] = {}   # id of a tracked host array -> its bytes
+        self._live: dict[int, weakref.ref] = {}   # id of a tracked host array -> its block
         self._used = self._peak = self._allocated = self._count = 0
+        self.null_stream = EmulatedStream(self, null=True)
+        self._streams: weakref.WeakSet = weakref.WeakSet()   # streams with queued work
+        self._n_pending = 0
+        self._local = threading.local()   # each thread's stack of current streams
 
     # -- allocation and transfers -----------------------------------------------
     def empty(self, shape, dtype=float) -> EmulatedDeviceArray:
-        return EmulatedDeviceArray(np.empty(shape, dtype))
+        """Uninitialised memory, as the pool's is: every byte 0xFF (NaN, -1)."""
+        host = np.empty(shape, dtype)
+        _poison(host)
+        return EmulatedDeviceArray(host)
 
     def zeros(self, shape, dtype=float) -> EmulatedDeviceArray:
         return EmulatedDeviceArray(np.zeros(shape, dtype))
 
     def from_host(self, array) -> EmulatedDeviceArray:
-        """A C-contiguous device copy of host data (always a copy)."""
-        return EmulatedDeviceArray(np.array(array, order="C", copy=True))
+        """A C-contiguous device copy of host data (always a copy).  As
+        CuPy's: the host data is staged at once (the caller may reuse it),
+        the copy to the device is queued on the current stream."""
+        staged = np.array(array, order="C", copy=True)
+        target = self.empty(staged.shape, staged.dtype)
+        memory = target._mem    # (the queue holds memory, never the array)
+        self.launch(lambda: np.copyto(memory, staged), [target], name="memcpy HtoD")
+        return target
 
     def to_host(self, array: EmulatedDeviceArray) -> np.ndarray:
         return array.get()
@@ -452,6 +676,112 @@ class EmulatedDevice:
     @staticmethod
     def is_device_array(value) -> bool:
         return isinstance(value, EmulatedDeviceArray)
+
+    # -- streams and queued work -------------------------------------------------
+    def stream(self, non_blocking: bool = False) -> EmulatedStream:
+        """A new stream (``cupy.cuda.Stream(non_blocking=...)``)."""
+        return EmulatedStream(self, non_blocking)
+
+    def current_stream(self) -> EmulatedStream:
+        """This thread's current stream: the innermost ``with stream:``, else
+        the null stream (CuPy's default in every thread)."""
+        stack = getattr(self._local, "streams", None)
+        return stack[-1] if stack else self.null_stream
+
+    def launch(self, run, arrays, name: str = "kernel") -> None:
+        """Queue ``run()`` (which reads and writes the memory of ``arrays``,
+        emulated device arrays) on the current stream; it runs at the next
+        synchronisation point that reaches it.  Like a GPU, the queue holds
+        the memory, not the arrays: an array dropped meanwhile goes back to
+        the pool (see :meth:`_free`)."""
+        keep = tuple(a._mem for a in arrays)
+        blocks = tuple({id(a._alloc): a._alloc for a in arrays if a._alloc is not None}.values())
+        self._enqueue(self.current_stream(), run, [], keep, name, blocks)
+
+    def sync_current(self) -> None:
+        """Run what the current stream has queued (and what it is ordered
+        after): an operation on device values is about to run on it now."""
+        if self._n_pending:
+            self._run_stream(self.current_stream(), ordered=True)
+
+    def synchronize(self) -> None:
+        """``cudaDeviceSynchronize``: run everything queued on every stream."""
+        while self._n_pending:
+            for stream in list(self._streams) + [self.null_stream]:
+                self._run_stream(stream, ordered=False)
+
+    def _push(self, stream) -> None:
+        self._local.__dict__.setdefault("streams", []).append(stream)
+
+    def _pop(self, stream) -> None:
+        stack = self._local.streams
+        if not stack or stack[-1] is not stream:
+            raise RuntimeError("streams left out of order")
+        stack.pop()
+
+    def _enqueue(self, stream, run, after, keep, name, blocks=()) -> None:
+        with self._lock:
+            after = list(after) + self._implicit_waits(stream)
+            stream._issued += 1
+            op = _Pending(stream._issued, stream, run, after, keep, blocks, name)
+            for block in blocks:
+                block.pending.add(op)
+            op.blocks = tuple(weakref.ref(block) for block in blocks)
+            stream._queue.append(op)
+            self._streams.add(stream)
+            self._n_pending += 1
+
+    def _implicit_waits(self, stream) -> list:
+        """The legacy null stream's ordering: work on it waits for every
+        blocking stream's work issued before, and theirs for its."""
+        if stream.non_blocking:
+            return []
+        if stream.null:
+            return [(s, s._issued) for s in self._streams
+                    if s is not stream and not s.non_blocking and s._queue]
+        null = self.null_stream
+        return [(null, null._issued)] if null._queue else []
+
+    def _run_stream(self, stream, ordered: bool) -> None:
+        """Run all of ``stream``'s queue; ``ordered``: the blocking streams
+        the legacy null stream is ordered with too (an operation issued now)."""
+        if ordered and not stream.non_blocking:
+            others = list(self._streams) if stream.null else [self.null_stream]
+            for other in others:
+                if other is not stream and not other.non_blocking:
+                    self._run_until(other, other._issued)
+        self._run_until(stream, stream._issued)
+
+    def _run_until(self, stream, seq: int) -> None:
+        """Run ``stream``'s queued operations up to ``seq``, each after the
+        points it waits for; the first that touched freed memory raises."""
+        with self._lock:
+            queue = stream._queue
+            while queue and queue[0].seq <= seq:
+                op = queue.popleft()
+                # Counted as pending until it has run: another thread's
+                # sync_current reads the count without the lock, and must
+                # not find 0 (and read memory) while this op still writes it.
+                try:
+                    self._run_op(stream, op)
+                finally:
+                    self._n_pending -= 1
+            stream._done = max(stream._done, min(seq, stream._issued))
+
+    def _run_op(self, stream, op) -> None:
+        """Run one queued ``op`` of ``stream`` after the points it waits for
+        (the caller holds the lock); raise if it touches freed memory."""
+        for ref in op.blocks:
+            block = ref()
+            if block is not None:
+                block.pending.discard(op)
+        for other, other_seq in op.after:
+            self._run_until(other, other_seq)
+        stream._done = op.seq
+        if op.poisoned:
+            raise EmulatedIllegalAddress(op.poisoned)
+        if op.run is not None:
+            op.run()
 
     # -- accounting (reading one int needs no lock; updating several does) ------
     def used_bytes(self) -> int:
@@ -473,28 +803,56 @@ class EmulatedDevice:
         with self._lock:
             self._peak = self._used
 
-    def _track(self, host: np.ndarray) -> None:
-        """Count ``host``'s memory as one allocation, unless it is a view of
-        memory already counted (or empty: CuPy allocates nothing for it)."""
+    def _track(self, host: np.ndarray) -> _Block | None:
+        """The pool block of ``host``'s memory: a new one (counted as one
+        allocation, on the current stream) unless it is a view of memory
+        already counted; None when empty (CuPy allocates nothing for it)."""
         owner = _memory_owner(host)
         if not owner.flags.owndata or owner.nbytes == 0:
-            return
+            return None
         key = id(owner)
         with self._lock:
-            if key in self._live:
-                return
-            self._live[key] = owner.nbytes
+            known = self._live.get(key)
+            block = known() if known is not None else None
+            if block is not None:
+                return block
+            block = _Block(owner.nbytes, self.current_stream())
+            self._live[key] = weakref.ref(block)
             self._used += owner.nbytes
             self._allocated += owner.nbytes
             self._count += 1
             self._peak = max(self._peak, self._used)
-        # the bytes come back when the memory itself goes, not its wrapper:
-        # views keep the owner alive, as they keep CuPy's memory
-        weakref.finalize(owner, self._release, key).atexit = False
+        # the block goes back to the pool when the last device array over it
+        # goes (views keep it, as they keep CuPy's memory), even while queued
+        # work still holds the host bytes
+        weakref.finalize(block, self._free, key, owner, block.nbytes, block.stream,
+                         block.pending).atexit = False
+        return block
 
-    def _release(self, key: int) -> None:
+    def _free(self, key: int, owner: np.ndarray, nbytes: int, stream, pending: set) -> None:
+        """A block back in the pool.  CuPy's pool is stream-ordered: it hands
+        the block again only to allocations on the stream it was allocated
+        on, whose work runs after the work queued there before.  So queued
+        work on that stream (or one ordered with it) may still use it; queued
+        work on any other stream may find it reused: its bytes are poisoned
+        and that work raises :class:`EmulatedIllegalAddress` when it runs."""
         with self._lock:
-            self._used -= self._live.pop(key, 0)
+            if self._live.get(key) is not None and self._live[key]() is None:
+                del self._live[key]
+            self._used -= nbytes
+            unordered = [op for op in pending if not _ordered(op.stream, stream)]
+            for op in unordered:
+                op.poisoned = (f"{op.name} queued on {op.stream!r} uses {nbytes} bytes "
+                               f"allocated on {stream!r} and freed before it ran")
+            if unordered:
+                _poison(owner)
+
+
+def _poison(host: np.ndarray) -> None:
+    """Every byte of ``host``'s memory 0xFF: NaN as a float, -1 as an integer."""
+    owner = _memory_owner(host)
+    if owner.nbytes and owner.flags.owndata:
+        ctypes.memset(owner.ctypes.data, 0xFF, owner.nbytes)
 
 
 _DEVICE: EmulatedDevice | None = None

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from tenure.symbolic.emulated_device import (CUPY_FUNCTIONS, IMPLICIT_CONVERSION_MESSAGE,
-                                             EmulatedDeviceArray, emulated_device)
+                                             EmulatedDeviceArray, EmulatedIllegalAddress,
+                                             emulated_device)
 
 DEVICE = emulated_device()
 UNSUPPORTED_NDARRAY = re.escape("Unsupported type <class 'numpy.ndarray'>")
@@ -485,3 +486,91 @@ def test_the_emulated_device_never_needs_cupy():
             "assert sys.modules['cupy'] is None\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+class TestStreams:
+    """Asynchronous like a GPU (issue 43): launches and copies to the device
+    are queued per stream and run at the next synchronisation point; the pool
+    is stream-ordered as CuPy's is, and poisons a block freed under queued
+    work on an unordered stream."""
+
+    @staticmethod
+    def add_one(out, source, name="add"):
+        memory, values = out._mem, source._mem   # a launch holds memory, not arrays
+        DEVICE.launch(lambda: np.add(values, 1, out=memory), [out, source], name=name)
+
+    def teardown_method(self):
+        DEVICE.synchronize()
+
+    def test_a_launch_runs_at_the_next_synchronisation_point(self):
+        source, out = on_device(np.arange(3.0)), DEVICE.zeros(3)
+        DEVICE.synchronize()
+        self.add_one(out, source)
+        assert out._mem.tolist() == [0.0, 0.0, 0.0]     # queued, not run
+        assert out.get().tolist() == [1.0, 2.0, 3.0]    # a read to the host waits
+
+    def test_new_memory_is_garbage(self):
+        assert np.isnan(DEVICE.empty(4).get()).all()
+        assert (DEVICE.empty(3, np.int32).get() == -1).all()
+
+    def test_a_non_blocking_stream_is_not_ordered_with_the_null_stream(self):
+        source = on_device(np.ones(3))                  # upload queued on the null stream
+        with DEVICE.stream(non_blocking=True):
+            early = (source * 2).get()
+        assert np.isnan(early).all()
+        assert (source * 2).get().tolist() == [2.0, 2.0, 2.0]
+
+    def test_wait_event_orders_two_streams(self):
+        source = on_device(np.ones(3))
+        event = DEVICE.null_stream.record()
+        stream = DEVICE.stream(non_blocking=True)
+        stream.wait_event(event)
+        with stream:
+            assert (source * 2).get().tolist() == [2.0, 2.0, 2.0]
+        assert event.done
+
+    def test_a_blocking_stream_is_ordered_with_the_null_stream(self):
+        source = on_device(np.ones(3))
+        with DEVICE.stream():
+            assert (source * 2).get().tolist() == [2.0, 2.0, 2.0]
+
+    def test_freeing_under_a_launch_on_the_same_stream_is_safe(self):
+        # CuPy's pool hands a freed block again only to its own stream,
+        # after the work queued there: not a use-after-free.
+        out = DEVICE.zeros(3)
+        source = on_device(np.arange(3.0))
+        self.add_one(out, source)
+        del source
+        gc.collect()
+        assert out.get().tolist() == [1.0, 2.0, 3.0]
+
+    def test_freeing_under_a_launch_on_a_blocking_stream_is_safe(self):
+        out, source = DEVICE.zeros(3), on_device(np.arange(3.0))
+        with DEVICE.stream() as stream:
+            self.add_one(out, source)
+        del source
+        gc.collect()
+        stream.synchronize()
+        assert out.get().tolist() == [1.0, 2.0, 3.0]
+
+    def test_freeing_under_a_launch_on_an_unordered_stream_is_caught(self):
+        out, source = DEVICE.zeros(3), on_device(np.arange(3.0))
+        DEVICE.synchronize()
+        stream = DEVICE.stream(non_blocking=True)
+        with stream:
+            self.add_one(out, source, name="my_kernel")
+        del source
+        gc.collect()
+        with pytest.raises(EmulatedIllegalAddress, match="my_kernel queued on .*non-blocking"
+                                                         ".* freed before it ran"):
+            stream.synchronize()
+        assert out.get().tolist() == [0.0, 0.0, 0.0]   # it never ran
+
+    def test_the_pool_counts_a_block_freed_while_queued_work_holds_it(self):
+        used = DEVICE.used_bytes()
+        out, source = DEVICE.zeros(3), on_device(np.arange(3.0))
+        self.add_one(out, source)
+        del source
+        gc.collect()
+        assert DEVICE.used_bytes() == used + 24        # back in the pool: only out is held
+        del out

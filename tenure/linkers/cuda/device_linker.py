@@ -122,6 +122,10 @@ class DeviceThunk(CudaThunk):
         #: result positions holding host values: copied to the device after a call
         self._host_results = [k for k, v in enumerate(fgraph.outputs)
                               if isinstance(v, Constant) or v in self.host_values]
+        # the constants' uploads (queued on this stream) come before any call's
+        # kernels, whichever stream a call runs on
+        with runtime.calls.call():
+            pass
 
     def _perform_of(self, node):
         if node in self.host:
@@ -157,9 +161,14 @@ class DeviceThunk(CudaThunk):
                 for v in values]
 
     def __call__(self, input_values: list) -> list:
-        results = super().__call__(input_values)
-        for k in self._host_results:
-            results[k] = self.runtime.from_host(np.asarray(results[k]))
+        """One call, on the caller's current stream, ordered after the last
+        call on the device (:class:`~tenure.symbolic.device.CallOrder`); the
+        arguments and shared storage it reads stay alive until that stream
+        has run it (an update may drop the old storage at the commit)."""
+        with self.runtime.calls.call(keep=input_values):
+            results = super().__call__(input_values)
+            for k in self._host_results:
+                results[k] = self.runtime.from_host(np.asarray(results[k]))
         return results
 
 

@@ -26,6 +26,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from tenure.linkers.cuda.index_checks import check_advanced_index, check_basic_index
 from tenure.symbolic.grad import StopGradient
 from tenure.symbolic.ops.blas import Dot, MatMul, Outer, TensorDot
 from tenure.symbolic.ops.composite import Composite, FusedReduce
@@ -53,6 +54,22 @@ class DeviceOp(NamedTuple):
 
 
 def _perform(node, inputs, cells, runtime):
+    node.op.perform(node, inputs, cells)
+
+
+def _subtensor(node, inputs, cells, runtime):
+    """Basic indexing: a view, once the index is checked on the host (CuPy
+    raises in its own words for a zero step or an integer out of range)."""
+    x, *scalars = inputs
+    check_basic_index(node.op, x.shape, x.dtype, scalars)
+    node.op.perform(node, inputs, cells)
+
+
+def _advanced_subtensor(node, inputs, cells, runtime):
+    """Advanced indexing by CuPy, once the index is checked (CuPy wraps
+    index arrays out of range around instead of raising: see
+    :mod:`.index_checks`)."""
+    check_advanced_index(node, inputs, runtime, first=1)
     node.op.perform(node, inputs, cells)
 
 
@@ -107,7 +124,9 @@ def _product(node, inputs, cells, runtime):
     op, dtype, cell = node.op, node.outputs[0].type.numpy_dtype, cells[0]
     if isinstance(op, TensorDot):
         op.check_aligned(tuple(a.shape), tuple(b.shape))
-        result = np.tensordot(a, b, axes=op.numpy_axes())
+        # Tuples: CuPy takes a 0-d operand only with axes ((), ()), and
+        # compares -- the op's lists of nothing would be refused.
+        result = np.tensordot(a, b, axes=tuple(map(tuple, op.numpy_axes())))
     elif isinstance(op, Outer):
         result = np.multiply(a.reshape(-1, 1), b.reshape(1, -1))
     else:
@@ -304,6 +323,7 @@ def _basic_update(node, inputs, cells, runtime):
     kernel does it (a dtype the kernels lack): through a view of the region."""
     op = node.op
     x, v, *values = inputs
+    check_basic_index(op.index_op, x.shape, x.dtype, values)
     out = x if op.inplace else x.copy()
     region = out[op.index_op.index(values)]
     op.check_value_shape(tuple(v.shape), tuple(region.shape))
@@ -331,6 +351,7 @@ def _advanced_update(node, inputs, cells, runtime):
     a write of each position's last value (the GPU writes repeats in no
     order)."""
     op = node.op
+    check_advanced_index(node, inputs, runtime, first=2)   # before any write
     x, v, *values = inputs
     out = x if op.inplace else x.copy()
     if op.inplace:
@@ -358,8 +379,8 @@ def _advanced_update(node, inputs, cells, runtime):
 #: op class -> how its nodes run on device arrays (see the module doc)
 DEVICE_OPS: dict[type, DeviceOp] = {
     # views and shape checks: the perform is array-generic
-    Subtensor: DeviceOp(_perform, _all_but_first),
-    AdvancedSubtensor: DeviceOp(_perform, _scalar_indices),
+    Subtensor: DeviceOp(_subtensor, _all_but_first),
+    AdvancedSubtensor: DeviceOp(_advanced_subtensor, _scalar_indices),
     DimShuffle: DeviceOp(_perform),
     Reshape: DeviceOp(_perform, _all_but_first),
     ExpandTo: DeviceOp(_perform, _all_but_first),

@@ -45,7 +45,7 @@ import numpy as np
 from tenure.linkers.c import elemwise as c_elemwise
 from tenure.linkers.c import scalar_code as sc
 from tenure.linkers.c.cgen import comment
-from tenure.linkers.cuda.kernel_source import add_offsets, host_launcher
+from tenure.linkers.cuda.kernel_source import add_offsets, at, host_launcher
 from tenure.symbolic.graph import Apply
 
 __all__ = ["ElemwiseKernel", "MATH_ULPS", "elemwise_kernel", "has_cuda_code",
@@ -133,10 +133,11 @@ def _variant(name: str, ndim: int, read: tuple[int, ...], dtypes: tuple, body: t
     for j, (i, dtype) in enumerate(zip(read, dtypes[1:]), 1):
         ctype = sc.c_type(dtype)
         normal = " != 0" if dtype.kind == "b" else ""
-        lines.append(f"        const {ctype} v{i} = *(const {ctype} *)(tn_p{j} + tn_o{j}){normal};"
+        lines.append(f"        const {ctype} v{i} = {at('const ' + ctype, f'tn_p{j}', f'tn_o{j}')}"
+                     f"{normal};"
                      f" (void)v{i};")
     lines += [f"        {statement}" for statement in body]
-    lines.append(f"        *({sc.c_type(dtypes[0])} *)(tn_p0 + tn_o0) = r;")
+    lines.append(f"        {at(sc.c_type(dtypes[0]), 'tn_p0', 'tn_o0')} = r;")
     signature = ",\n    ".join(params)
     loop = "\n".join(lines)
     host = host_launcher(variant_name(name, ndim), params, synchronizes=False)

@@ -16,6 +16,13 @@ threads never wait for each other (elementwise) runs thread after thread; one
 that synchronises (reductions, softmax) runs each block's threads as
 coroutines, a round between barriers (see the header).
 :class:`EmulatedBackend` is the :class:`.launch.Backend` over all this.
+
+Every operand access of an emulated kernel is checked against the bytes of
+the array it belongs to (``TN_AT`` in the header, :func:`span`): an access
+outside them is not made, and the launch raises :class:`KernelBoundsError`
+naming the kernel, the operand and the bytes -- so a kernel that would
+read or write outside its buffers on a device (an empty or zero-length
+part, a wrong stride, a length off by one) fails in CI.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from tenure.linkers.cuda import nvrtc
 from tenure.linkers.cuda.kernel_source import INCLUDE, module_source
 
 __all__ = ["EMULATED_BLOCKS", "EMULATED_REDUCTION_THREADS", "EMULATED_THREADS", "EmulatedBackend",
-           "EmulatedDeviceBackend", "HostModule", "load"]
+           "EmulatedDeviceBackend", "HostModule", "KernelBoundsError", "load", "span"]
 
 #: the emulated grid: a few blocks of an odd number of threads, so the
 #: grid-stride loops wrap and threads end on different elements; a block
@@ -52,6 +59,22 @@ HOST_FLAGS = ("-x", "c++", "-std=c++17", "-O0", "-ffp-contract=off",
               "-DTN_HOST_EMULATION", "-include", str(INCLUDE / "host_emulation.h"))
 
 _LIBRARY = "kernels.so"
+
+
+class KernelBoundsError(RuntimeError):
+    """An emulated kernel accessed bytes outside an operand's array: a bug
+    of the kernel or of its launch, never of the caller's input."""
+
+
+def span(array) -> tuple[int, int]:
+    """The bytes ``array`` (NumPy's or the emulated device's) spans around
+    its data pointer, ``[lo, hi)``: ``lo`` negative under negative strides,
+    nothing (``(0, 0)``) when it is empty."""
+    if array.size == 0:
+        return (0, 0)
+    lo = sum((n - 1) * s for n, s in zip(array.shape, array.strides) if s < 0)
+    hi = sum((n - 1) * s for n, s in zip(array.shape, array.strides) if s > 0)
+    return (lo, hi + array.dtype.itemsize)
 _loaded: dict[str, "HostModule"] = {}
 _lock = threading.Lock()
 
@@ -68,14 +91,16 @@ class HostModule:
         self._failed = ctypes.c_int.in_dll(self.library, "tn_emulation_failed")
 
     def launch(self, variant: str, grid: int, block: int, addresses: list[int],
-               integers: list[int]) -> int:
+               integers: list[int], spans: list[tuple[int, int]] | None = None) -> int:
         """Run the kernel function ``variant`` as a launch of ``grid`` blocks
         of ``block`` threads over the arrays at ``addresses`` (the output
         first, then the inputs it reads) and ``integers``; returns the error
-        bits it set."""
+        bits it set.  ``spans``: each array's bytes (:func:`span`), which
+        every access is checked against (None: unchecked)."""
         status = ctypes.c_int(0)
         function = getattr(self.library, variant + "_host")
         pointers = [ctypes.c_void_p(a) for a in addresses]
+        self._set_spans(addresses, spans)
         self._failed.value = 0
         function(ctypes.c_uint(grid), ctypes.c_uint(block), *pointers, ctypes.byref(status),
                  *[ctypes.c_longlong(v) for v in integers])
@@ -83,7 +108,24 @@ class HostModule:
             raise RuntimeError(f"host emulation could not run {variant} on blocks of {block} "
                                f"threads (at most {EMULATED_MAX_THREADS}, and memory for their "
                                f"stacks)")
+        fault = (ctypes.c_longlong * 3)()
+        if self.library.tn_emulation_fault(fault):
+            operand, offset, size = fault
+            where = ("an unknown pointer" if operand < 0 else
+                     f"operand {operand} ({'the output' if operand == 0 else 'an input'}), "
+                     f"whose bytes are [{spans[operand][0]}, {spans[operand][1]})")
+            raise KernelBoundsError(
+                f"{variant} (a launch of {grid} block(s) of {block} thread(s), integers "
+                f"{list(integers)}) accessed bytes [{offset}, {offset + size}) of {where}")
         return status.value
+
+    def _set_spans(self, addresses: list[int], spans) -> None:
+        n = len(addresses) if spans is not None else -1
+        spans = spans or []
+        array = ctypes.c_longlong * max(1, len(addresses))
+        self.library.tn_emulation_set_spans(
+            ctypes.c_int(n), array(*addresses), array(*(lo for lo, _ in spans)),
+            array(*(hi for _, hi in spans)))
 
 
 class EmulatedBackend:
@@ -138,7 +180,8 @@ class EmulatedBackend:
                integers: list[int]) -> int:
         self.prepare([kernel])
         return self._modules[kernel.name].launch(variant, grid, block,
-                                                 [self.pointer(a) for a in arrays], integers)
+                                                 [self.pointer(a) for a in arrays], integers,
+                                                 [span(a) for a in arrays])
 
 
 class EmulatedDeviceBackend(EmulatedBackend):
@@ -173,6 +216,26 @@ class EmulatedDeviceBackend(EmulatedBackend):
 
     def to_host(self, array) -> np.ndarray:
         return self.runtime.to_host(array)
+
+    def launch(self, kernel, variant: str, grid: int, block: int, arrays: list,
+               integers: list[int]) -> int:
+        """Queued on the current stream of the emulated device, as a GPU
+        queues it (the queue holds the arrays' memory, not the arrays); a
+        kernel that may set error bits is waited for, as
+        :class:`~.cupy_backend.CupyBackend` waits to read them back."""
+        self.prepare([kernel])
+        module = self._modules[kernel.name]
+        addresses = [self.pointer(a) for a in arrays]
+        spans = [span(a) for a in arrays]      # metadata: no synchronisation
+        status = [0]
+
+        def run():
+            status[0] = module.launch(variant, grid, block, addresses, integers, spans)
+
+        self.runtime.launch(run, arrays, name=variant)
+        if kernel.uses_status:
+            self.runtime.synchronize()
+        return status[0]
 
 
 def load(kernels: list) -> HostModule:

@@ -10,7 +10,7 @@ from pathlib import Path
 from tenure.linkers.c import scalar_code as sc
 from tenure.linkers.c.elemwise import __file__ as _c_elemwise_file
 
-__all__ = ["INCLUDE", "NVRTC_OPTIONS", "add_offsets", "host_launcher", "module_source",
+__all__ = ["INCLUDE", "NVRTC_OPTIONS", "add_offsets", "at", "host_launcher", "module_source",
            "prelude"]
 
 #: the CUDA headers (tenure_cuda.h, host_emulation.h)
@@ -36,6 +36,14 @@ def module_source(kernels) -> str:
     kernel's source -- the text NVRTC compiles for the device and host
     emulation compiles for the CPU."""
     return "\n".join([prelude()] + [k.source for k in kernels])
+
+
+def at(ctype: str, pointer: str, offset: str) -> str:
+    """The C lvalue of the ``ctype`` at byte ``offset`` from the operand
+    ``pointer``: every operand access of a kernel goes through ``TN_AT``,
+    which host emulation checks against the operand's bytes (see
+    ``include/host_emulation.h``)."""
+    return f"TN_AT({ctype}, {pointer}, {offset})"
 
 
 def add_offsets(index: str, lengths: str, strides: str, operands, axes: int,

@@ -34,7 +34,7 @@ import numpy as np
 
 from tenure.linkers.c import nnet as c_nnet
 from tenure.linkers.c import scalar_code as sc
-from tenure.linkers.cuda.kernel_source import add_offsets, host_launcher
+from tenure.linkers.cuda.kernel_source import add_offsets, at, host_launcher
 from tenure.linkers.cuda.reduce import MAX_THREADS
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
@@ -100,15 +100,15 @@ def _variant(name: str, kind: str, dtype: np.dtype, kept: int, reduced: int) -> 
     params = ",\n    ".join(nnet_parameters(kept, reduced))
     element = (f"long long tn_o0 = tn_row0, tn_o1 = tn_row1; "
                f"{' '.join(add_offsets('tn_r', 'tn_r', 'tn_rs', range(2), reduced, 'tn_rr'))} "
-               f"const {t} tn_x = *(const {t} *)(tn_p1 + tn_o1);")
+               f"const {t} tn_x = {at('const ' + t, 'tn_p1', 'tn_o1')};")
     if kind == "softmax":
-        write = f"*({t} *)(tn_p0 + tn_o0) = ({t})(exp{f}(tn_x - tn_m) / tn_s);"
+        write = f"{at(t, 'tn_p0', 'tn_o0')} = ({t})(exp{f}(tn_x - tn_m) / tn_s);"
     elif kind == "log_softmax":
-        write = f"*({t} *)(tn_p0 + tn_o0) = ({t})((tn_x - tn_m) - log{f}(tn_s));"
+        write = f"{at(t, 'tn_p0', 'tn_o0')} = ({t})((tn_x - tn_m) - log{f}(tn_s));"
     else:
         write = None
     if write is None:
-        final = (f"if (threadIdx.x == 0) *({t} *)(tn_p0 + tn_row0) = "
+        final = (f"if (threadIdx.x == 0) {at(t, 'tn_p0', 'tn_row0')} = "
                  f"({t})(log{f}(tn_s) + tn_m);")
     else:
         final = (f"for (long long tn_r = threadIdx.x; tn_r < tn_n_red; tn_r += blockDim.x) "

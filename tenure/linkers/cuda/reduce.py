@@ -56,7 +56,7 @@ import numpy as np
 from tenure.linkers.c import scalar_code as sc
 from tenure.linkers.c.cgen import comment
 from tenure.linkers.c.reduce import ReductionPlan
-from tenure.linkers.cuda.kernel_source import add_offsets, host_launcher
+from tenure.linkers.cuda.kernel_source import add_offsets, at, host_launcher
 from tenure.symbolic.graph import Apply
 
 __all__ = ["MAX_THREADS", "STRATEGIES", "ReduceKernel", "has_cuda_code", "reduce_kernel",
@@ -139,7 +139,8 @@ def _value(plan: ReductionPlan) -> list[str]:
     for j, dtype in enumerate(plan.in_dtypes, 1):
         ctype = sc.c_type(dtype)
         normal = " != 0" if dtype.kind == "b" else ""
-        lines.append(f"const {ctype} v{j - 1} = *(const {ctype} *)(tn_p{j} + tn_o{j}){normal}; "
+        lines.append(f"const {ctype} v{j - 1} = {at('const ' + ctype, f'tn_p{j}', f'tn_o{j}')}"
+                     f"{normal}; "
                      f"(void)v{j - 1};")
     lines += list(plan.body)
     lines.append(f"const {plan.atype} tn_v = {plan.value};")
@@ -151,7 +152,7 @@ def _store(plan: ReductionPlan, acc: str) -> str:
     value = acc
     if plan.fn == "mean":
         value = f"({plan.atype})((double)({acc}) / (double)tn_n_red)"
-    return f"*({plan.atype} *)(tn_p0 + tn_out) = {value};"
+    return f"{at(plan.atype, 'tn_p0', 'tn_out')} = {value};"
 
 
 def _variant(plan: ReductionPlan, strategy: str, kept: int, reduced: int) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tenure.linkers.cuda.elemwise import ElemwiseKernel, elemwise_kernel, has_cuda_code
+from tenure.linkers.cuda.index_checks import check_basic_index
 from tenure.linkers.cuda.launch import run_elemwise
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops import scalar as ps
@@ -78,6 +79,9 @@ class RegionUpdateStep:
     def __call__(self, node, inputs, cells):
         op = node.op
         x, v, *values = inputs
+        # NumPy's errors for a zero step or an integer out of range (CuPy's
+        # differ), before anything is copied or written
+        check_basic_index(op.index_op, x.shape, x.dtype, values)
         backend = self.backend
         out = x if op.inplace and backend.writeable(x) else backend.copy(x)
         region = out[op.index_op.index(values)]

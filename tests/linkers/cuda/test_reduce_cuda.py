@@ -66,6 +66,36 @@ def test_reduce_every_dtype_and_axes(backend, kind, strategy):
                                np.random.default_rng(sum(map(ord, kind))))
 
 
+def _block_order_product(threads: int):
+    """A float32 product of everything in the order of a ``block`` launch
+    of ``threads`` threads (each thread's elements ``t, t + threads, ...``,
+    then the tree): the device's order, which emulation's small blocks do
+    not reach."""
+    def fn(x):
+        flat = np.ascontiguousarray(x).reshape(-1)
+        partial = [np.float32(1)] * threads
+        for t in range(threads):
+            for value in flat[t::threads]:
+                partial[t] = np.float32(partial[t] * value)
+        step = threads // 2
+        while step:
+            for t in range(step):
+                partial[t] = np.float32(partial[t] * partial[t + step])
+            step //= 2
+        return np.asarray(partial[0])
+    return fn
+
+
+def test_prod_tolerance_admits_the_device_block_order():
+    """Issue 30: float32 prod over (2, 1, 300) of two repeated values (a
+    broadcast layout), 256 threads a block on the H100: 116 eps from NumPy,
+    within the rigorous bound ((n - 1) eps), beyond the old sqrt(n) one."""
+    node = REDUCE_CASES["prod__float32__all"]
+    x = np.broadcast_to(np.array([1.1771604, 0.9471782], np.float32).reshape(2, 1, 1),
+                        (2, 1, 300))
+    check(node, _block_order_product(cuda_reduce.MAX_THREADS), [x])
+
+
 @pytest.mark.parametrize("strategy", cuda_reduce.STRATEGIES)
 def test_empty_reductions(backend, strategy):
     def run(key, x):

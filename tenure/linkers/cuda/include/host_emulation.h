@@ -164,4 +164,68 @@ static void tn_emulate_threads(unsigned int grid, unsigned int block, Body body)
 #define TN_EMULATE_THREADS(kernel, grid, block, ...) \
     tn_emulate_threads((grid), (block), [&]() { kernel(__VA_ARGS__); })
 
+/* Checked operand access.  Before a launch, the caller (emulation.py)
+ * registers each operand's pointer and the bytes it spans around that
+ * pointer, [lo, hi) (lo < 0 under negative strides; an empty array spans
+ * nothing).  Every TN_AT of a kernel then checks its bytes lie in the span
+ * of the operand whose pointer it starts from: an access outside is not
+ * made (it goes to a scratch cell), and the first one is recorded for the
+ * caller to raise -- so a kernel that would read or write outside its
+ * buffers on a device (an empty or zero-length part, a wrong stride) fails
+ * in CI instead of reading garbage.  No spans registered: unchecked. */
+#define TN_MAX_SPANS 64
+
+struct tn_span {
+    const char *base;
+    long long lo, hi;
+};
+static thread_local tn_span tn_spans[TN_MAX_SPANS];
+static thread_local int tn_n_spans = -1;
+static thread_local long long tn_fault[4];   /* operand (-1: none), offset, bytes, 0 */
+static thread_local int tn_faulted;
+alignas(16) static thread_local char tn_scratch[64];
+
+extern "C" void tn_emulation_set_spans(int n, const long long *bases, const long long *lo,
+                                       const long long *hi)
+{
+    tn_n_spans = n < TN_MAX_SPANS ? n : TN_MAX_SPANS;
+    for (int k = 0; k < tn_n_spans; k++) {
+        tn_spans[k].base = (const char *)bases[k];
+        tn_spans[k].lo = lo[k];
+        tn_spans[k].hi = hi[k];
+    }
+    tn_faulted = 0;
+}
+
+/* Whether an access fell outside; then `out` gets operand, offset, bytes. */
+extern "C" int tn_emulation_fault(long long *out)
+{
+    for (int k = 0; k < 3; k++) out[k] = tn_fault[k];
+    return tn_faulted;
+}
+
+template <typename T>
+static inline T *tn_checked(const char *p, long long offset)
+{
+    long long size = (long long)sizeof(T);
+    int operand = -1;
+    if (tn_n_spans < 0) return (T *)(p + offset);
+    for (int k = 0; k < tn_n_spans; k++) {
+        if (tn_spans[k].base != p) continue;
+        if (offset >= tn_spans[k].lo && offset + size <= tn_spans[k].hi)
+            return (T *)(p + offset);
+        if (operand < 0) operand = k;
+    }
+    if (!tn_faulted) {
+        tn_faulted = 1;
+        tn_fault[0] = operand;
+        tn_fault[1] = offset;
+        tn_fault[2] = size;
+    }
+    memset(tn_scratch, 0, sizeof tn_scratch);
+    return (T *)(void *)tn_scratch;
+}
+
+#define TN_AT(T, p, offset) (*tn_checked<T>((const char *)(p), (offset)))
+
 #endif /* TENURE_HOST_EMULATION_H */

@@ -27,6 +27,14 @@ typedef long long npy_intp;
 #define NPY_MIN_INT32 (-2147483647 - 1)
 #define NPY_MIN_INT64 (-9223372036854775807LL - 1)
 
+/* TN_AT(T, p, offset): the T at byte `offset` from operand pointer `p`, how
+ * every generated kernel reads and writes its operands.  On the device a
+ * plain access; host emulation defines it first, as an access checked
+ * against the operand's bytes (host_emulation.h). */
+#ifndef TN_AT
+#define TN_AT(T, p, offset) (*(T *)((p) + (offset)))
+#endif
+
 /* The scalar helpers are device functions (host ones under emulation). */
 #define TN_SCALAR_FN static __device__ __forceinline__
 
