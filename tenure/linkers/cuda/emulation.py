@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 import threading
 from pathlib import Path
 
@@ -75,8 +76,21 @@ def span(array) -> tuple[int, int]:
     lo = sum((n - 1) * s for n, s in zip(array.shape, array.strides) if s < 0)
     hi = sum((n - 1) * s for n, s in zip(array.shape, array.strides) if s > 0)
     return (lo, hi + array.dtype.itemsize)
+
+
 _loaded: dict[str, "HostModule"] = {}
 _lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A child forked while another thread of the parent was building a
+    module would find ``_lock`` held forever (that thread is not in the
+    child): it gets a new one."""
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class HostModule:
