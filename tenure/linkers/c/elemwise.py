@@ -9,15 +9,29 @@ What the C linker uses:
   loop library for every graph that needs it; :data:`SUPPORT_CODE` (the
   scalar helpers) and :data:`COMPILE_FLAGS` (speed only, see below) go with it.
 - :func:`description` ``(node)``: what the C runtime's loop driver,
-  ``tn_ew_run`` (``src/elemwise.c``), needs to know of the operands; the
-  schedule interpreter hands it over with the loops.
+  ``tn_ew_run`` (``src/elemwise.c``), needs to know of the operands, and the
+  values of the node's constants; the schedule interpreter hands it over
+  with the loops.
+
+Constants are data, not code: the node's Python numbers (its weak inputs,
+the constants of a Composite) are the loops' *parameters*, converted to
+their computation dtypes when the graph is compiled and passed in the
+description as bytes (``ScalarKernel.param_bytes``), which the loops read
+once per block before their loop (``TN_PARAM``: loop invariants, as literals
+were).  So ``x * 1.5`` and ``x * 2.5`` run the same compiled loops, and a
+graph compiled again with other numbers builds no new loop library.  A
+number stays a literal only where its value changes the code
+(:func:`.scalar_code.c_weak_in_code`: float powers the compiler folds or
+NumPy computes as a square root, integer divisors; and comparisons
+:func:`.scalar_code.c_fold` decides alone).  Either way the value is
+converted exactly as NumPy converts it, so the results are the same bits.
 
 The kernel (``tn_ew_run`` with a node's description and loops) -- its
 contract with the caller:
 
 - operand 0 is the output, then the inputs read from memory; positions
   holding a Python number (a weakly typed constant, ``Elemwise.weak_inputs``)
-  are compiled into the loops as literals and are not operands.
+  are not operands: the loops read them from the description's constants.
 - The output has the output's full shape and dtype (any strides, including
   negative ones).  For an in-place op (``destroy_map``) it may be the
   destroyed input itself when that has the output's shape: computing element
@@ -84,7 +98,7 @@ from tenure.linkers.c.cgen import comment, input_label, no_contract
 from tenure.linkers.c import scalar_code as sc
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops import scalar as ps
-from tenure.symbolic.ops.composite import Composite
+from tenure.symbolic.ops.composite import Composite, format_steps
 from tenure.symbolic.ops.elemwise import Elemwise
 
 __all__ = ["BLOCK", "COMPILE_FLAGS", "SUPPORT_CODE", "Description", "Parallel", "description",
@@ -109,11 +123,13 @@ BLOCK = 4096
 
 @dataclass
 class _Value:
-    """An operand of a scalar step: a C variable of ``dtype``, or a Python number."""
+    """An operand of a scalar step: a C variable of ``dtype``, or a Python
+    number (``shown``: how the loop's comment shows it, once it is C)."""
 
     ident: str | None = None
     dtype: np.dtype | None = None
     number: object = None
+    shown: str | None = None
 
     @property
     def probe(self):
@@ -121,22 +137,77 @@ class _Value:
         return self.number if self.ident is None else np.empty((0,), self.dtype)
 
 
+class _Shown:
+    """A constant of a Composite as a loop's comment prints it (its repr)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
 @dataclass
 class ScalarKernel:
-    """What one elementwise node computes, ready to print as C."""
+    """What one elementwise node computes, ready to print as C.
+
+    ``statements`` compute ``r`` from the inputs ``v<i>`` and the parameters
+    ``tn_c<k>``: the node's Python numbers, converted to their computation
+    dtypes (``params``, one 0-d array each), which the loops read from the
+    node's description (:func:`param_bytes`) -- so the statements, hence the
+    loops, do not depend on the numbers' values.  ``body`` is the same with
+    the parameters defined as literals first (for code that takes no
+    parameters: the CUDA linker's kernels)."""
 
     in_dtypes: list            # per node input: np.dtype, or None when it is a Python number
     in_ndims: list[int]
     out_dtype: np.dtype
     out_ndim: int
-    body: list[str] = field(default_factory=list)   # statements from v<i> to `r`
+    statements: list[str] = field(default_factory=list)
+    params: list = field(default_factory=list)
+    label: str = ""            # the scalar op as the loop's comment shows it
     _count: int = 0
 
     def temp(self, dtype: np.dtype, expr: str) -> str:
         name = f"t{self._count}"
         self._count += 1
-        self.body.append(f"const {sc.c_type(dtype)} {name} = {expr};")
+        self.statements.append(f"const {sc.c_type(dtype)} {name} = {expr};")
         return name
+
+    def param(self, value: np.ndarray) -> str:
+        """A new parameter holding ``value`` (0-d, of its C dtype): its C name."""
+        self.params.append(value)
+        return f"tn_c{len(self.params) - 1}"
+
+    @property
+    def body(self) -> list[str]:
+        """The statements, after the parameters' definitions as literals."""
+        return [f"const {sc.c_type(v.dtype)} tn_c{k} = {sc.c_literal(v, v.dtype)};"
+                for k, v in enumerate(self.params)] + self.statements
+
+    def param_loads(self) -> list[str]:
+        """C statements defining each parameter ``tn_c<k>`` from ``params`` (the
+        bytes of :func:`param_bytes`; a loop's ``const char *params``)."""
+        return [f"TN_PARAM({sc.c_type(v.dtype)}, tn_c{k}, params, {offset});"
+                for k, (v, offset) in enumerate(zip(self.params, _param_offsets(self.params)))]
+
+    def param_bytes(self) -> bytes:
+        """The parameters' values as the loops read them: each at an offset
+        that is a multiple of its itemsize, in native byte order."""
+        offsets = _param_offsets(self.params)
+        data = bytearray(offsets[-1] + self.params[-1].itemsize if self.params else 0)
+        for v, offset in zip(self.params, offsets):
+            data[offset:offset + v.itemsize] = v.tobytes()
+        return bytes(data)
+
+
+def _param_offsets(params: list) -> list[int]:
+    offsets, end = [], 0
+    for v in params:
+        end = -(-end // v.itemsize) * v.itemsize
+        offsets.append(end)
+        end += v.itemsize
+    return offsets
 
 
 def scalar_kernel(node: Apply) -> ScalarKernel:
@@ -175,11 +246,23 @@ def _scalar_kernel(op: Elemwise, weak_inputs: tuple, exact: tuple, inputs: tuple
     by_a_scalar = (op.scalar_op.name == "power" and 1 not in weak and inputs[1][1] == 0)
     result = _emit(op.scalar_op, args, kernel, by_a_scalar)
     value = (result.ident if result.ident is not None
-             else sc.c_weak_literal(op.scalar_op, 0, result.number, kernel.out_dtype))
+             else _constant(kernel, op.scalar_op, 0, result.number, kernel.out_dtype)[0])
     src = result.dtype if result.ident is not None else kernel.out_dtype
-    kernel.body.append(f"const {sc.c_type(kernel.out_dtype)} r = "
-                       f"{sc.c_convert(value, src, kernel.out_dtype)};")
+    kernel.statements.append(f"const {sc.c_type(kernel.out_dtype)} r = "
+                             f"{sc.c_convert(value, src, kernel.out_dtype)};")
+    if not kernel.label:
+        kernel.label = str(op.scalar_op)
     return kernel
+
+
+def _constant(kernel: ScalarKernel, op: ps.ScalarOp, position: int, number,
+              dtype) -> tuple[str, bool]:
+    """``(C, is_param)`` for the Python number ``number``, input ``position``
+    of ``op``, in its computation dtype: a literal where the value changes
+    the code (:func:`.scalar_code.c_weak_in_code`), else a new parameter."""
+    if sc.c_weak_in_code(op, position, number, dtype):
+        return sc.c_weak_literal(op, position, number, dtype), False
+    return kernel.param(sc.c_weak_value(op, position, number, dtype)), True
 
 
 def _emit(op: ps.ScalarOp, args: list[_Value], kernel: ScalarKernel,
@@ -188,10 +271,16 @@ def _emit(op: ps.ScalarOp, args: list[_Value], kernel: ScalarKernel,
     ``power_by_a_scalar``: ``op`` is a power whose exponent is 0-d)."""
     if isinstance(op, Composite):
         temps: list[_Value] = []
+        shown = []    # the steps, each constant shown as its C (a parameter's name)
         for step_op, refs in op.steps:
             step_args = [args[v] if k == "i" else temps[v] if k == "t" else _Value(number=v)
                          for k, v in refs]
             temps.append(_emit(step_op, step_args, kernel))
+            shown.append((step_op, tuple(
+                ("c", _Shown(a.shown or repr(a.number))) if k == "c" else (k, v)
+                for (k, v), a in zip(refs, step_args))))
+        if not kernel.label:
+            kernel.label = f"Composite{{{format_steps(op.nin, tuple(shown))}}}"
         return temps[-1]
     probes = [a.probe for a in args]
     out_dtype = np.dtype(op.output_dtype(probes))
@@ -202,7 +291,9 @@ def _emit(op: ps.ScalarOp, args: list[_Value], kernel: ScalarKernel,
     names = []
     for position, (arg, dtype) in enumerate(zip(args, dtypes)):
         if arg.ident is None:
-            names.append(sc.c_weak_literal(op, position, arg.number, dtype))
+            code, is_param = _constant(kernel, op, position, arg.number, dtype)
+            arg.shown = code if is_param else None
+            names.append(code)
             continue
         converted = sc.c_convert(arg.ident, arg.dtype, dtype)
         # Templates may repeat an argument: give a conversion a name of its own.
@@ -238,33 +329,38 @@ def loop_code(node: Apply, name: str) -> str:
     """C defining ``name_typed`` and ``name_strided``: ``node``'s arithmetic
     over one block (the runtime's ``tn_ew_typed_fn`` and ``tn_ew_strided_fn``).
     It depends only on the scalar expression and the dtypes, never on the
-    graph: :mod:`.kernels` compiles it once for every graph that needs it.
-    Needs :data:`SUPPORT_CODE` earlier; ``NotImplementedError`` when the node
-    has no C code."""
+    graph, nor on the values of the node's Python numbers (parameters, read
+    from ``params`` before the loop; see :class:`ScalarKernel`): :mod:`.kernels`
+    compiles it once for every graph that needs it.  Needs
+    :data:`SUPPORT_CODE` earlier; ``NotImplementedError`` when the node has
+    no C code."""
     kernel = scalar_kernel(node)
     read, dtypes = _operands(kernel)
     # One typed loop serves contiguous rows and filled ones (rows[j] is at[j]
     # when contiguous): each copy of a vectorized loop costs compile time.
     typed, strided = _inner_loops(kernel, read, dtypes)
     inner_strides = " ".join(f"const npy_intp s{j} = strides[{j}];" for j in range(len(dtypes)))
+    # Loaded once per block, outside the loops: loop invariants, as literals were.
+    params = "".join(f"\n    {load}" for load in kernel.param_loads()) or "\n    (void)params;"
     return no_contract(f"""
-/* {comment(str(node.op.scalar_op))} on {", ".join(d.name for d in dtypes[1:])} */
-static int {name}_typed(char *const *at, char *const *rows, npy_intp m)
+/* {comment(kernel.label)} on {", ".join(d.name for d in dtypes[1:])} */
+static int {name}_typed(char *const *at, char *const *rows, npy_intp m, const char *params)
 {{
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
-    int tn_status = 0;
+    int tn_status = 0;{params}
 {typed}
     return tn_status;
 }}
 
-static int {name}_strided(char *const *at, const npy_intp *strides, npy_intp m)
+static int {name}_strided(char *const *at, const npy_intp *strides, npy_intp m,
+                          const char *params)
 {{
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
-    int tn_status = 0;
+    int tn_status = 0;{params}
     {inner_strides}
 {strided}
     return tn_status;
@@ -282,8 +378,9 @@ def loop_kernel(node: Apply) -> "kernels.LoopKernel":
 class Description:
     """What the runtime's ``tn_ew_kernel`` says of a node's loop: the inputs
     read from memory (operand ``j + 1`` is input ``read[j]``), per operand
-    (the output first) its dtype, ndim and label, the widest itemsize, and
-    when the loop takes threads (``minsize`` -1: never)."""
+    (the output first) its dtype, ndim and label, the widest itemsize, when
+    the loop takes threads (``minsize`` -1: never), and ``constants``: the
+    values of the loops' parameters (:meth:`ScalarKernel.param_bytes`)."""
 
     read: tuple[int, ...]
     dtypes: tuple[np.dtype, ...]
@@ -292,6 +389,7 @@ class Description:
     width: int
     minsize: int
     threads: int
+    constants: bytes = b""
 
 
 def description(node: Apply) -> Description:
@@ -304,7 +402,8 @@ def description(node: Apply) -> Description:
     return Description(tuple(read), tuple(dtypes),
                        (kernel.out_ndim,) + tuple(kernel.in_ndims[i] for i in read),
                        ("output 0",) + tuple(input_label(node, i) for i in read),
-                       max(d.itemsize for d in dtypes), minsize, threads)
+                       max(d.itemsize for d in dtypes), minsize, threads,
+                       kernel.param_bytes())
 
 
 def row_operands(node: Apply) -> tuple[tuple[int, ...], int]:
@@ -419,12 +518,12 @@ def _inner_loops(kernel: ScalarKernel, read: list[int], dtypes: list) -> tuple[s
            for j in range(1, len(dtypes))],
         [load_element(v, d, f"p{j}[k]")
          for j, (v, d) in enumerate(zip(names, dtypes[1:]), 1)],
-        names, kernel.body, "o0[k] = r;", vectorize=True)
+        names, kernel.statements, "o0[k] = r;", vectorize=True)
     strided = _loop(
         [f"char *q{j} = at[{j}];" for j in range(len(dtypes))],
         [load_element(v, d, f"q{j}", strided=True)
          for j, (v, d) in enumerate(zip(names, dtypes[1:]), 1)],
-        names, kernel.body, "memcpy(q0, &r, sizeof r);", vectorize=False,
+        names, kernel.statements, "memcpy(q0, &r, sizeof r);", vectorize=False,
         step=", ".join(f"q{j} += s{j}" for j in range(len(dtypes))))
     return contiguous, strided
 

@@ -188,6 +188,7 @@ class ElemwiseParams(NamedTuple):
     width: int                     # the widest itemsize
     minsize: int                   # threads for at least this many elements; -1: never
     threads: int
+    constants: bytes               # the values of the loops' parameters (its Python numbers)
     loop: int                      # index into the loops
 
 
@@ -201,6 +202,7 @@ class ReduceParams(NamedTuple):
     no_identity: str | None        # the ufunc named when an empty reduction has no identity
     minsize: int
     threads: int
+    constants: bytes               # the values of the loops' parameters (a composite's numbers)
     loop: int
 
 
@@ -314,7 +316,7 @@ def _kernel_step(k: int, step, kind: str, offset: int, label: str, loops: list) 
         loops.append(elemwise.loop_kernel(node))
         return ELEMWISE, _head(k, step, offset, label, weak=weak), ElemwiseParams(
             d.read, _operands(d.dtypes, d.ndims, d.labels), d.width, d.minsize, d.threads,
-            len(loops) - 1)
+            d.constants, len(loops) - 1)
     if kind == "reduce":
         d = _reduce.description(node)
         axes = {a for a, r in enumerate(d.reduced) if r}
@@ -322,7 +324,7 @@ def _kernel_step(k: int, step, kind: str, offset: int, label: str, loops: list) 
         return REDUCE, _head(k, step, offset, label), ReduceParams(
             d.full_nd, _reduced_shape(d.full_nd, axes, d.keepdims),
             _operands(d.dtypes, d.ndims, d.labels), d.reduced, int(d.keepdims), d.identity,
-            d.no_identity, d.minsize, d.threads, len(loops) - 1)
+            d.no_identity, d.minsize, d.threads, d.constants, len(loops) - 1)
     if kind == "blas":
         ax = blas.product_axes(node)
         axes = Axes(len(ax["bo"]), tuple(ax["ba"]), tuple(ax["bb"]), tuple(ax["bo"]), ax["am"],

@@ -19,7 +19,9 @@ The kernel (``tn_rd_run`` with a node's description and loops) -- its
 contract with the caller:
 
 - operand 0 is the output, then node input ``i`` (a ``FusedReduce`` takes no Python-number
-  inputs: its constants are inside the composite).  Inputs broadcast against
+  inputs: its constants are inside the composite, and parameters of the
+  loops as an elementwise node's are, read from the description's
+  ``constants``: one compiled loop serves every value).  Inputs broadcast against
   each other with NumPy's rules; the reduction runs over the broadcast shape.
 - The output is allocated by the caller with the output's full shape (the
   reduced shape, length 1 on reduced axes with keepdims) and dtype, any strides
@@ -119,8 +121,11 @@ _KINDS = ("sum", "prod", "mean", "max", "min", "any", "all")
 class ReductionPlan:
     """What one reduction node computes, ready to print as C (the C linker's
     loops and the CUDA linker's kernels): the inputs' dtypes, the scalar body
-    of a fused composite, the value each element contributes (``value``,
-    converted to the accumulator), :meth:`combine`, :meth:`identity`."""
+    of a fused composite (``body``, its constants as literals; ``statements``,
+    reading them as parameters: ``param_loads`` defines them from the
+    loops' ``params``, whose bytes are ``constants``), the value each element
+    contributes (``value``, converted to the accumulator), :meth:`combine`,
+    :meth:`identity`."""
 
     def __init__(self, node: Apply):
         op = node.op
@@ -128,7 +133,7 @@ class ReductionPlan:
             fn, axes, keepdims = op.fn_name, op.axis, op.keepdims
             x = node.inputs[0]
             self.in_dtypes = [np.dtype(x.dtype)]
-            self.body = []
+            self.body, self.statements, self.param_loads, self.constants = [], [], [], b""
             value, value_dtype = "v0", self.in_dtypes[0]
         elif isinstance(op, FusedReduce):
             fn, axes, keepdims = op.fn_name, op.axis, op.keepdims
@@ -136,7 +141,12 @@ class ReductionPlan:
             if any(d is None for d in kernel.in_dtypes):
                 raise NotImplementedError("FusedReduce with Python-number inputs")
             self.in_dtypes = list(kernel.in_dtypes)
+            # the composite's constants are parameters of the C loops (see
+            # elemwise.ScalarKernel); `body` defines them as literals
             self.body = list(kernel.body)
+            self.statements = list(kernel.statements)
+            self.param_loads = kernel.param_loads()
+            self.constants = kernel.param_bytes()
             value, value_dtype = "r", kernel.out_dtype
         else:
             raise NotImplementedError(f"{op} is not a reduction with C code")
@@ -223,8 +233,14 @@ def _broadcast_pointers(plan: ReductionPlan, pad: str, n: str, start: str) -> li
     return lines
 
 
+def _params(plan: ReductionPlan) -> str:
+    """C defining the parameters (a fused composite's constants) from
+    ``params``, once per call: loop invariants for the loops after it."""
+    return "".join(f"\n    {load}" for load in plan.param_loads) or "\n    (void)params;"
+
+
 def _values(plan: ReductionPlan, fname: str) -> str:
-    """``fname_values(buf, ptr, s, n, contiguous, status)``: the values of ``n``
+    """``fname_values(buf, ptr, s, n, contiguous, status, params)``: the values of ``n``
     elements (inputs at ``ptr[1..]`` with strides ``s[1..]``) into ``buf``."""
     nin = len(plan.in_dtypes)
     names = [f"v{i}" for i in range(nin)]
@@ -234,21 +250,21 @@ def _values(plan: ReductionPlan, fname: str) -> str:
     cont += [pad + "TN_IVDEP", pad + "for (npy_intp k = 0; k < n; k++) {"]
     cont += [pad + "    " + load_element(n, d, f"p{i}[k]") for i, (n, d) in
              enumerate(zip(names, plan.in_dtypes))]
-    cont += [pad + "    " + voids] + [pad + "    " + s for s in plan.body]
+    cont += [pad + "    " + voids] + [pad + "    " + s for s in plan.statements]
     cont += [pad + f"    buf[k] = {plan.value};", pad + "}"]
     strided = [pad + f"const char *q{i} = ptr[{i + 1}];" for i in range(nin)]
     step = "".join(f", q{i} += s[{i + 1}]" for i in range(nin))
     strided += [pad + f"for (npy_intp k = 0; k < n; k++{step}) {{"]
     strided += [pad + "    " + load_element(n, d, f"q{i}", strided=True) for i, (n, d) in
                 enumerate(zip(names, plan.in_dtypes))]
-    strided += [pad + "    " + voids] + [pad + "    " + s for s in plan.body]
+    strided += [pad + "    " + voids] + [pad + "    " + s for s in plan.statements]
     strided += [pad + f"    buf[k] = {plan.value};", pad + "}"]
     nl = "\n"
     return f"""
 static void {fname}_values({plan.atype} *restrict buf, char *const *ptr, const npy_intp *s,
-                           npy_intp n, int contiguous, int *status)
+                           npy_intp n, int contiguous, int *status, const char *params)
 {{
-    int tn_status = 0;
+    int tn_status = 0;{_params(plan)}
     if (contiguous) {{
 {nl.join(cont)}
     }} else {{
@@ -260,19 +276,19 @@ static void {fname}_values({plan.atype} *restrict buf, char *const *ptr, const n
 
 
 def _row_reducer(plan: ReductionPlan, fname: str, nops: int) -> str:
-    """``fname_row(ptr, s, n, contiguous, status)``: the reduction of ``n``
+    """``fname_row(ptr, s, n, contiguous, status, params)``: the reduction of ``n``
     values, combined into the output element at ``ptr[0]``."""
     t = plan.atype
     if plan.pairwise:
         fold = f"""
 /* NumPy's pairwise_sum over the values of n elements */
 static {t} {fname}_pairwise(char *const *ptr, const npy_intp *s, npy_intp n, int contiguous,
-                            int *status)
+                            int *status, const char *params)
 {{
     if (n <= {BLOCK}) {{
         {t} buf[{BLOCK}], res;
         npy_intp i;
-        {fname}_values(buf, ptr, s, n, contiguous, status);
+        {fname}_values(buf, ptr, s, n, contiguous, status, params);
         if (n < 8) {{
             res = -0.0;
             for (i = 0; i < n; i++)
@@ -296,12 +312,13 @@ static {t} {fname}_pairwise(char *const *ptr, const npy_intp *s, npy_intp n, int
         n2 -= n2 % 8;
         for (int j = 0; j < {nops}; j++)
             half[j] = ptr[j] + n2 * s[j];
-        return {fname}_pairwise(ptr, s, n2, contiguous, status)
-               + {fname}_pairwise(half, s, n - n2, contiguous, status);
+        return {fname}_pairwise(ptr, s, n2, contiguous, status, params)
+               + {fname}_pairwise(half, s, n - n2, contiguous, status, params);
     }}
 }}
 """
-        call = f"acc = {plan.combine('acc', f'{fname}_pairwise(ptr, s, n, contiguous, status)')};"
+        pairwise = f"{fname}_pairwise(ptr, s, n, contiguous, status, params)"
+        call = f"acc = {plan.combine('acc', pairwise)};"
     else:
         fold = ""
         if plan.fn in ("max", "min"):
@@ -326,7 +343,7 @@ static {t} {fname}_pairwise(char *const *ptr, const npy_intp *s, npy_intp n, int
             q[j] = ptr[j];
         for (npy_intp start = 0; start < n; start += {BLOCK}) {{
             const npy_intp m = n - start < {BLOCK} ? n - start : {BLOCK};
-            {fname}_values(buf, q, s, m, contiguous, status);
+            {fname}_values(buf, q, s, m, contiguous, status, params);
             {fold_buffer}
             for (int j = 1; j < {nops}; j++)
                 q[j] += m * s[j];
@@ -334,7 +351,7 @@ static {t} {fname}_pairwise(char *const *ptr, const npy_intp *s, npy_intp n, int
     }}"""
     return fold + f"""
 static void {fname}_row(char *const *ptr, const npy_intp *s, npy_intp n,
-                                       int contiguous, int *status)
+                                       int contiguous, int *status, const char *params)
 {{
     {t} acc;
     memcpy(&acc, ptr[0], sizeof acc);
@@ -345,7 +362,7 @@ static void {fname}_row(char *const *ptr, const npy_intp *s, npy_intp n,
 
 
 def _kept(plan: ReductionPlan, fname: str) -> str:
-    """``fname_kept(ptr, s, n, contiguous, status)``: ``out[k] = combine(out[k],
+    """``fname_kept(ptr, s, n, contiguous, status, params)``: ``out[k] = combine(out[k],
     value[k])`` along a kept innermost axis."""
     nin = len(plan.in_dtypes)
     names = [f"v{i}" for i in range(nin)]
@@ -360,7 +377,7 @@ def _kept(plan: ReductionPlan, fname: str) -> str:
     cont += [pad + "TN_IVDEP", pad + "for (npy_intp k = 0; k < m; k++) {"]
     cont += [pad + "    " + load_element(n, d, f"p{i}[k]") for i, (n, d) in
              enumerate(zip(names, plan.in_dtypes))]
-    cont += [pad + "    " + voids] + [pad + "    " + s for s in plan.body]
+    cont += [pad + "    " + voids] + [pad + "    " + s for s in plan.statements]
     cont += [pad + f"    const {t} val = {plan.value};", pad + f"    const {t} a = o[k];",
              pad + f"    o[k] = {plan.combine('a', 'val')};", pad + "}"]
     cont += [" " * 8 + "}"]
@@ -371,7 +388,7 @@ def _kept(plan: ReductionPlan, fname: str) -> str:
     strided += [pad + f"for (npy_intp k = 0; k < n; k++{step}) {{"]
     strided += [pad + "    " + load_element(n, d, f"q{i}", strided=True) for i, (n, d) in
                 enumerate(zip(names, plan.in_dtypes))]
-    strided += [pad + "    " + voids] + [pad + "    " + s for s in plan.body]
+    strided += [pad + "    " + voids] + [pad + "    " + s for s in plan.statements]
     strided += [pad + f"    const {t} val = {plan.value};",
                 pad + f"    {t} a; memcpy(&a, q, sizeof a);",
                 pad + f"    a = {plan.combine('a', 'val')};",
@@ -379,9 +396,9 @@ def _kept(plan: ReductionPlan, fname: str) -> str:
     nl = "\n"
     return f"""
 static void {fname}_kept(char *const *ptr, const npy_intp *s, npy_intp n,
-                                        int contiguous, int *status)
+                                        int contiguous, int *status, const char *params)
 {{
-    int tn_status = 0;
+    int tn_status = 0;{_params(plan)}
     if (contiguous) {{
 {nl.join(cont)}
     }} else {{
@@ -431,7 +448,9 @@ class Description:
     (the output, then the inputs) its dtype, ndim and label; the inputs'
     broadcast ndim and which of its axes are reduced; ``keepdims``; the
     identity as the output dtype's bytes; the ufunc named when an empty
-    reduction has no identity (max, min); when loops take threads."""
+    reduction has no identity (max, min); when loops take threads;
+    ``constants``: the values of the loops' parameters (a fused composite's
+    numbers)."""
 
     dtypes: tuple[np.dtype, ...]
     ndims: tuple[int, ...]
@@ -443,6 +462,7 @@ class Description:
     no_identity: str | None
     minsize: int
     threads: int
+    constants: bytes = b""
 
 
 def description(node: Apply) -> Description:
@@ -455,7 +475,8 @@ def description(node: Apply) -> Description:
                        ("output 0", *(input_label(node, i) for i in range(nin))),
                        plan.full_nd, tuple(plan.reduced), bool(plan.keepdims),
                        np.array(plan.identity_value(), dtype=plan.acc).tobytes(),
-                       {"max": "maximum", "min": "minimum"}.get(plan.fn), minsize, threads)
+                       {"max": "maximum", "min": "minimum"}.get(plan.fn), minsize, threads,
+                       plan.constants)
 
 
 # --------------------------------------------------------------------------

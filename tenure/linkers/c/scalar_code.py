@@ -13,6 +13,11 @@ for bit, except transcendental functions (exp, sin, ...: NumPy's own SIMD
 code, the C library's and its vector version agree within a few ulps) and
 the documented platform choices of float-to-int casts.
 
+A Python-number input reaches the C as its value converted to the
+computation dtype (:func:`c_weak_value`): a loop parameter, or a literal
+(:func:`c_weak_literal`) where the value changes the code
+(:func:`c_weak_in_code`).
+
 The helpers the expressions call (``tn_floor_divide_int8``, ...) are a real
 header, ``include/scalar_ops.h.src`` (one family per dtype kind, through
 :mod:`.ctemplate`): :func:`support_code` is its text, which a loop library
@@ -34,8 +39,8 @@ from tenure.linkers.c.cgen import C_DTYPES, C_TYPES
 from tenure.symbolic.ops.scalar import TABLE, Cast, ScalarOp
 
 __all__ = ["EXPRESSIONS", "Expression", "c_code", "c_convert", "c_fold", "c_input_dtypes",
-           "c_literal", "c_type", "c_weak_literal", "check_c_dtypes", "has_c_code",
-           "support_code"]
+           "c_literal", "c_type", "c_weak_in_code", "c_weak_literal", "c_weak_value",
+           "check_c_dtypes", "has_c_code", "support_code"]
 
 #: the helpers' header (see the module doc)
 SUPPORT_HEADER = Path(__file__).parent / "include" / "scalar_ops.h.src"
@@ -237,6 +242,14 @@ def c_weak_literal(op: ScalarOp, position: int, value, dtype) -> str:
     """The Python number ``value`` (input ``position``) as a C literal of its
     computation dtype, converted the way NumPy converts it for this op.
     Raises ``OverflowError`` for an integer NumPy would reject."""
+    return c_literal(c_weak_value(op, position, value, dtype), dtype)
+
+
+def c_weak_value(op: ScalarOp, position: int, value, dtype) -> np.ndarray:
+    """The Python number ``value`` (input ``position``) converted to its
+    computation dtype the way NumPy converts it for this op (a 0-d array:
+    its bytes are what C reads, as a literal or a loop parameter).  Raises
+    ``OverflowError`` for an integer NumPy would reject."""
     dtype = np.dtype(dtype)
     weak = expression(op).weak
     if weak == "wrap":
@@ -250,7 +263,43 @@ def c_weak_literal(op: ScalarOp, position: int, value, dtype) -> str:
         converted = np.asarray(min(max(value, int(info.min)), int(info.max)), dtype=dtype)
     else:
         converted = np.asarray(value, dtype=dtype)
-    return c_literal(converted, dtype)
+    return converted
+
+
+#: float powers whose constant operand the C compiler computes without calling
+#: ``pow`` -- (position, value): x**2 is x*x, x**-1 is 1/x, x**1, x**0, 1**x;
+#: 0.5 is NumPy's sqrt (:class:`_Power`)
+_POWERS_IN_CODE = {(1, 2.0), (1, -1.0), (1, 1.0), (1, 0.0), (1, 0.5), (0, 1.0)}
+
+#: integer exponents up to this are literals: the compiler unrolls the power
+#: into a few multiplications (about 2.5 times faster for ``x ** 3``)
+SMALL_INT_EXPONENT = 8
+
+
+def c_weak_in_code(op: ScalarOp, position: int, value, dtype) -> bool:
+    """Whether the Python number ``value`` (input ``position`` of ``op``,
+    computation dtype ``dtype``) changes the C code, so that it must be a
+    literal in it; else it is a loop parameter, read at run time (one loop
+    serves every value).  The value is code where it selects other
+    arithmetic, and only there:
+
+    - a float power by 2, -1, 1, 0 or 0.5, or of 1: the compiler folds these,
+      or NumPy takes the square root, and the results differ from ``pow``'s
+      (:data:`_POWERS_IN_CODE`);
+    - an integer power by 0 to :data:`SMALL_INT_EXPONENT`: a few
+      multiplications instead of a loop;
+    - an integer divisor of ``floor_divide`` or ``mod``: division by a
+      constant is a multiplication, and vectorizes (4 to 15 times faster
+      than dividing).
+
+    Comparisons that :func:`c_fold` decides never read the number."""
+    dtype = np.dtype(dtype)
+    if op.name == "power" and position == 1 and dtype.kind in "iu":
+        return 0 <= int(c_weak_value(op, position, value, dtype)) <= SMALL_INT_EXPONENT
+    if op.name == "power" and dtype.kind == "f":
+        converted = float(c_weak_value(op, position, value, dtype))
+        return (position, converted) in _POWERS_IN_CODE
+    return op.name in ("floor_divide", "mod") and position == 1 and dtype.kind in "iu"
 
 
 def c_fold(op: ScalarOp, probes: list):

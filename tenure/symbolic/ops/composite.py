@@ -68,7 +68,7 @@ _UNARY = {"neg": "-", "invert": "~"}
 _ATOM, _UNARY_PREC = 9, 6
 
 
-def _format_steps(nin: int, steps: tuple) -> str:
+def format_steps(nin: int, steps: tuple) -> str:
     """``exp(i0) * 2 + i1``; a step used more than once is named once (``t0 = ...;``)."""
     uses = [0] * len(steps)
     for _, refs in steps:
@@ -145,7 +145,7 @@ class Composite(ps.ScalarOp):
         self.steps = steps
         self._key = tuple((op, tuple(_constant_key(r[1]) if r[0] == "c" else r for r in refs))
                           for op, refs in steps)
-        super().__init__(f"Composite{{{_format_steps(nin, steps)}}}", nin, self._impl,
+        super().__init__(f"Composite{{{format_steps(nin, steps)}}}", nin, self._impl,
                          doc="fused elementwise expression")
         # Step j's temporary is dead after step last_use[j].
         last_use = list(range(len(steps)))

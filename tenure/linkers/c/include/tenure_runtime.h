@@ -47,14 +47,26 @@
  * (checks, layout, blocks, threads, row buffers, Ctrl-C).  Operand 0 is the
  * output, then the inputs read from memory.
  *
- * typed(at, rows, m): `at[0]` the output block, `rows[j]` input j's block,
- *   aligned and contiguous (a repeated input was copied out into a row).
- * strided(at, strides, m): `at[j]` operand j's first element, `strides[j]`
- *   its byte stride (any alignment: the loop reads with memcpy).
+ * typed(at, rows, m, params): `at[0]` the output block, `rows[j]` input j's
+ *   block, aligned and contiguous (a repeated input was copied out into a row).
+ * strided(at, strides, m, params): `at[j]` operand j's first element,
+ *   `strides[j]` its byte stride (any alignment: the loop reads with memcpy).
+ * `params`: the values of the node's constants (the description's bytes),
+ *   which the loops read with TN_PARAM before their loop: one compiled loop
+ *   serves every value (tenure/linkers/c/elemwise.py, ScalarKernel).
  * Both return error bits (TN_ERR_* of the scalar code), 0 when all is well.
  */
-typedef int (*tn_ew_typed_fn)(char *const *at, char *const *rows, npy_intp m);
-typedef int (*tn_ew_strided_fn)(char *const *at, const npy_intp *strides, npy_intp m);
+typedef int (*tn_ew_typed_fn)(char *const *at, char *const *rows, npy_intp m,
+                              const char *params);
+typedef int (*tn_ew_strided_fn)(char *const *at, const npy_intp *strides, npy_intp m,
+                                const char *params);
+
+/* Define `type name` from the bytes at params + offset (memcpy: the bytes
+ * need no alignment, and a local copy is a loop invariant the vectorizer
+ * keeps in a register, as it would a literal). */
+#define TN_PARAM(type, name, params, offset) \
+    type name;                                \
+    memcpy(&name, (params) + (offset), sizeof name)
 
 typedef struct {
     const char *name;              /* for error messages */
@@ -66,6 +78,7 @@ typedef struct {
     int width;                     /* the widest itemsize: an element of a row buffer */
     npy_intp minsize;              /* threads for loops of at least this many elements; -1: never */
     int threads;                   /* how many (0: OpenMP's default) */
+    const char *params;            /* the loops' parameters (see TN_PARAM) */
     tn_ew_typed_fn typed;
     tn_ew_strided_fn strided;
 } tn_ew_kernel;
@@ -112,15 +125,16 @@ typedef struct {
  *
  * A generated reduction is its loops and a description; the runtime's
  * tn_rd_run does the rest (checks, layout, identity, threads, Ctrl-C).
- * row(ptr, s, n, contiguous, status): the n values at ptr[1..] (byte strides
- *   s[1..]) combined into the output element at ptr[0];
- * kept(ptr, s, n, contiguous, status): out[k] combined with value k along a
- *   kept innermost axis of n elements;
+ * row(ptr, s, n, contiguous, status, params): the n values at ptr[1..] (byte
+ *   strides s[1..]) combined into the output element at ptr[0];
+ * kept(ptr, s, n, contiguous, status, params): out[k] combined with value k
+ *   along a kept innermost axis of n elements;
  * divide(p, count): for a mean, the output element at p divided by count
  *   (NULL for the other reductions).
+ * `params`: the values of a fused composite's constants, as for tn_ew_kernel.
  */
 typedef void (*tn_rd_row_fn)(char *const *ptr, const npy_intp *s, npy_intp n, int contiguous,
-                             int *status);
+                             int *status, const char *params);
 typedef void (*tn_rd_divide_fn)(char *p, double count);
 
 typedef struct {
@@ -144,6 +158,7 @@ typedef struct {
     const char *no_identity;       /* max, min: the ufunc named in the empty error; else NULL */
     npy_intp minsize;              /* threads for at least this many visits; -1: never */
     int threads;                   /* how many (0: OpenMP's default) */
+    const char *params;            /* the loops' parameters (see TN_PARAM) */
     tn_rd_loops loops;
 } tn_rd_kernel;
 
@@ -162,8 +177,9 @@ typedef struct {
 } tn_step_table;
 #define TN_STEP_TABLE_CAPSULE "tenure.linkers.c.module.steps"
 
-/* The table a runtime hands out; TN_RUNTIME_ABI changes with its layout. */
-#define TN_RUNTIME_ABI 2
+/* The table a runtime hands out; TN_RUNTIME_ABI changes with its layout (and
+ * with the loops' signatures above). */
+#define TN_RUNTIME_ABI 3
 
 typedef struct {
     int abi;

@@ -382,9 +382,9 @@ static int tn_ew_run(const tn_ew_kernel *kernel, PyArrayObject **ops)
                             rows[j] = at[j];
                         }
                     }
-                    status |= kernel->typed(at, rows, m);
+                    status |= kernel->typed(at, rows, m, kernel->params);
                 } else {
-                    status |= kernel->strided(at, inner, m);
+                    status |= kernel->strided(at, inner, m, kernel->params);
                 }
                 if (++b == per_row) {
                     b = 0;

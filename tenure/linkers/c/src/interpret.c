@@ -233,16 +233,19 @@ static int tn_sc_operands(tn_schedule *sc, PyObject *obj, int nops, const int **
            && (*labels = tn_sc_strings(sc, l, "labels", nops)) != NULL ? 0 : -1;
 }
 
-/* elementwise: (read, operands, width, minsize, threads, loop) */
+/* elementwise: (read, operands, width, minsize, threads, constants, loop); the
+ * loops read the constants (bytes) as their `params`: the description keeps
+ * them alive */
 static int tn_sc_ew(tn_schedule *sc, tn_istep *st, PyObject *p, PyObject *loops)
 {
-    PyObject *read, *operands;
+    PyObject *read, *operands, *params;
     const tn_ew_loops *l;
     long loop;
     tn_ew_kernel *k = &st->ew;
-    if (!PyArg_ParseTuple(p, "O!OinIl:Schedule elementwise", &PyTuple_Type, &read, &operands,
-                          &k->width, &k->minsize, &k->threads, &loop))
+    if (!PyArg_ParseTuple(p, "O!OinIO!l:Schedule elementwise", &PyTuple_Type, &read, &operands,
+                          &k->width, &k->minsize, &k->threads, &PyBytes_Type, &params, &loop))
         return -1;
+    k->params = PyBytes_AS_STRING(params);
     st->nread = (int)PyTuple_GET_SIZE(read);
     st->read = tn_sc_ints(sc, read, "read", -1);
     if (st->read == NULL)
@@ -288,17 +291,19 @@ static int tn_sc_shape_src(tn_schedule *sc, tn_istep *st, PyObject *src)
 }
 
 /* reductions: (full_nd, shape_src, operands, reduced, keepdims, identity, no_identity,
- *              minsize, threads, loop) */
+ *              minsize, threads, constants, loop) */
 static int tn_sc_rd(tn_schedule *sc, tn_istep *st, PyObject *p, PyObject *loops)
 {
-    PyObject *src, *operands, *reduced, *identity, *no_identity;
+    PyObject *src, *operands, *reduced, *identity, *no_identity, *params;
     const tn_rd_loops *l;
     long loop;
     tn_rd_kernel *k = &st->rd;
-    if (!PyArg_ParseTuple(p, "iO!OO!iO!OnIl:Schedule reduction", &st->full_nd, &PyTuple_Type,
+    if (!PyArg_ParseTuple(p, "iO!OO!iO!OnIO!l:Schedule reduction", &st->full_nd, &PyTuple_Type,
                           &src, &operands, &PyTuple_Type, &reduced, &k->keepdims, &PyBytes_Type,
-                          &identity, &no_identity, &k->minsize, &k->threads, &loop))
+                          &identity, &no_identity, &k->minsize, &k->threads, &PyBytes_Type,
+                          &params, &loop))
         return -1;
+    k->params = PyBytes_AS_STRING(params);
     if (tn_sc_shape_src(sc, st, src) < 0)
         return -1;
     k->name = st->name;

@@ -280,7 +280,7 @@ static int tn_rd_run(const tn_rd_kernel *kernel, PyArrayObject **ops)
                 tn_rd_box(nops, ops, nd, shape, strides, split, unit, first, last, box, index,
                           ptr);
                 do {
-                    loop(ptr, s, box[nd - 1], contiguous, &status);
+                    loop(ptr, s, box[nd - 1], contiguous, &status, kernel->params);
                     if (interruptible && tid == 0 && ++visits % TN_CHECK_BLOCKS == 0
                             && PyErr_CheckSignals() < 0)
                         stop = 1;
