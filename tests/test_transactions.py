@@ -7,6 +7,7 @@ linker (``mode``)."""
 
 import _thread
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -65,7 +66,30 @@ def _raise_keyboard_interrupt():
 
 def _ctrl_c():
     """What a SIGINT arriving now does: Python's handler runs at its next check."""
-    _thread.interrupt_main(2)
+    _thread.interrupt_main(signal.SIGINT)
+
+
+@pytest.fixture
+def ctrl_c_raises():
+    """Python's own SIGINT handler (Ctrl-C raises KeyboardInterrupt) for the
+    test, whatever the process started with: pytest run in the background,
+    under ``nohup`` or by some CI runners starts with SIGINT ignored, and
+    then no Ctrl-C reaches Python at all.  The handler before is put back."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _users_handler(signum, frame):
+    raise RuntimeError("the user's own SIGINT handler")
+
+
+#: the SIGINT handlers a process may have when it calls a function: Python's
+#: default, ignored (started in the background), the OS default, its own
+HANDLERS = {"python": signal.default_int_handler, "ignored": signal.SIG_IGN,
+            "os_default": signal.SIG_DFL, "users": _users_handler}
 
 
 def _two_updates(mode, between):
@@ -135,7 +159,7 @@ def test_an_error_inside_an_op_after_an_in_place_update_changes_nothing(mode, ac
     _assert_unchanged_then_working(f, a, b, (np.ones(3),), 3.0)
 
 
-def test_ctrl_c_before_any_shared_write_stops_the_call(mode):
+def test_ctrl_c_before_any_shared_write_stops_the_call(mode, ctrl_c_raises):
     trip = Trip("before", _ctrl_c)
     a = tn.shared(np.zeros(3), name="a")
     x = tn.vector("x")
@@ -148,7 +172,7 @@ def test_ctrl_c_before_any_shared_write_stops_the_call(mode):
     np.testing.assert_array_equal(a.get_value(), np.ones(3))
 
 
-def test_ctrl_c_after_a_shared_write_lets_the_call_complete(mode):
+def test_ctrl_c_after_a_shared_write_lets_the_call_complete(mode, ctrl_c_raises):
     """The call completes (every update assigned) and the KeyboardInterrupt
     arrives in the caller right after it returned."""
     trip = Trip("after", _ctrl_c)
@@ -163,15 +187,33 @@ def test_ctrl_c_after_a_shared_write_lets_the_call_complete(mode):
     assert b.get_value() == 3.0
 
 
-def test_the_default_sigint_handler_is_back_after_calls(mode):
-    import signal
-    trip = Trip("after", _raise_runtime_error)
+@pytest.mark.parametrize("handler", sorted(HANDLERS))
+def test_the_sigint_handler_before_a_call_is_back_after_it(mode, handler):
+    """Whatever handled SIGINT before a call handles it after the call,
+    returned or failed; one that is not Python's default (which a call
+    replaces until it ends, to hold a Ctrl-C after its commit point) is
+    left in place during the call too."""
+    during = []
+    trip = Trip("after", lambda: during.append(signal.getsignal(signal.SIGINT)))
     f, a, b = _two_updates(mode, lambda a1, x: trip(a1) * x)
-    f(np.ones(3))
-    trip.armed = True
-    with pytest.raises(RuntimeError):
+    failing = Trip("after", _raise_runtime_error)
+    g, _, _ = _two_updates(mode, lambda a1, x: failing(a1) * x)
+    before = signal.signal(signal.SIGINT, HANDLERS[handler])
+    try:
+        trip.armed = True
         f(np.ones(3))
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        after_a_call = signal.getsignal(signal.SIGINT)
+        failing.armed = True
+        with pytest.raises(RuntimeError, match="boom"):
+            g(np.ones(3))
+        after_a_failed_call = signal.getsignal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert after_a_call is HANDLERS[handler]
+    assert after_a_failed_call is HANDLERS[handler]
+    assert len(during) == 1
+    if handler != "python":
+        assert during[0] is HANDLERS[handler]
 
 
 def _peak_bytes(mode, call) -> int:
@@ -359,7 +401,7 @@ def test_get_value_waits_for_a_call_in_progress(mode):
 
 
 @pytest.mark.host_buffers
-def test_ctrl_c_stops_the_call_at_the_next_step(mode):
+def test_ctrl_c_stops_the_call_at_the_next_step(mode, ctrl_c_raises):
     """A SIGINT arriving during a step is acted on before the next one runs:
     here the next step would overwrite a buffer the caller gave away."""
     trip = Trip("before", _ctrl_c)
@@ -374,7 +416,7 @@ def test_ctrl_c_stops_the_call_at_the_next_step(mode):
     np.testing.assert_array_equal(workspace, np.zeros(3))
 
 
-def test_ctrl_c_stops_a_long_compiled_loop_part_way(mode):
+def test_ctrl_c_stops_a_long_compiled_loop_part_way(mode, ctrl_c_raises):
     """A SIGINT during one long elementwise loop stops it at a coarse grain
     (every 64 blocks): the loop, writing in place into a buffer the
     caller gave away, is left part-way done."""
@@ -408,13 +450,13 @@ def _interrupted_part_way(f) -> bool:
     return len(np.unique(work[::997])) == 2
 
 
-def test_ctrl_c_works_as_usual_after_a_memory_report(mode):
+def test_ctrl_c_works_as_usual_after_a_memory_report(mode, ctrl_c_raises):
     """A report runs the thunk on its own, outside any call: it must leave no
     call's Ctrl-C handling behind."""
-    import signal
     f, a, b = _two_updates(mode, lambda a1, x: a1 * x)
+    before = signal.getsignal(signal.SIGINT)
     f.memory_report(np.ones(3), print_report=False)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before
     with pytest.raises(KeyboardInterrupt):
         _ctrl_c()
         time.sleep(1)
@@ -438,7 +480,7 @@ def test_an_update_keeps_the_static_shape_of_its_shared_variable(mode):
     np.testing.assert_array_equal(a.get_value(), np.ones(3))
 
 
-def test_ctrl_c_stops_a_long_compiled_reduction_part_way(mode):
+def test_ctrl_c_stops_a_long_compiled_reduction_part_way(mode, ctrl_c_raises):
     """The same for a reduction, which checks every 64 rows: stopped, it has
     written part of its borrowed output (last call's buffer, which the test
     still holds) and not the rest."""

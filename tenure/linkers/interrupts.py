@@ -15,8 +15,11 @@ KeyboardInterrupt just as the default handler does; after it (a linker calls
 the updates), it records the SIGINT instead, and :func:`end_call` delivers it
 again once the call has returned (:func:`deliver_interrupt_later`): the call
 completes, returns its results, and the KeyboardInterrupt arrives in the
-caller's code a moment later.  A handler of the user's own stays in place
-(it decides what Ctrl-C does).  A thunk called on its own (a memory report's
+caller's code a moment later.  Any other handler stays in place, during the
+call and after it: the user's own (it decides what Ctrl-C does), ``SIG_IGN``
+(a process started in the background, under ``nohup`` or by a CI runner
+that ignores SIGINT: no Ctrl-C reaches the call) or ``SIG_DFL``.  So after a
+call, SIGINT is handled by whatever handled it before.  A thunk called on its own (a memory report's
 measured run) marks nothing: :func:`mark_committed` outside a call is a no-op.
 
 Before the commit point the executors let the handler act between steps

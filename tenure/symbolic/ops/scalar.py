@@ -98,7 +98,29 @@ def _relu(x, out=None):
     return np.maximum(x, 0, out=out)
 
 
+def _check_python_ints_fit(*values) -> None:
+    """NumPy 2.5's rule for Python integers among ``where``'s values: the
+    result's dtype is decided without them (weakly typed, NEP 50), and each
+    must then fit it, else ``OverflowError`` ("Python integer 1000 out of
+    bounds for int8", as NumPy's ufuncs say for ``int8 + 1000``).  NumPy 2.4's
+    ``np.where`` wrapped such a value silently; tenure follows 2.5 whichever
+    is installed."""
+    ints = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    if not ints:
+        return
+    dtype = np.result_type(*(v if isinstance(v, (int, float, complex)) else
+                             v.dtype if hasattr(v, "dtype") else np.asarray(v).dtype
+                             for v in values))
+    if dtype.kind not in "iu":
+        return
+    info = np.iinfo(dtype)
+    for v in ints:
+        if not info.min <= v <= info.max:
+            raise OverflowError(f"Python integer {v} out of bounds for {dtype}")
+
+
 def _where(cond, a, b, out=None):
+    _check_python_ints_fit(a, b)
     if out is None:
         return np.where(cond, a, b)
     cond = np.asarray(cond, dtype=bool)

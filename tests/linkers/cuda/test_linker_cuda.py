@@ -97,16 +97,19 @@ def test_the_memory_report_counts_no_kernel_workspace(rng):
 def test_a_kernel_the_device_compiler_refuses_fails_the_emulated_build():
     """With ``check_device_compile`` (the test suite's setting wherever NVRTC
     or nvcc is installed), a kernel is compiled for the device as well as
-    for the CPU: code that only the host compiler takes fails."""
+    for the CPU: code that only the host compiler takes fails.  The code is
+    refused by both device compilers (a kernel calling a host function),
+    not only by NVRTC (a host header such as <stdio.h>, which nvcc takes)."""
     try:
         nvrtc.compiler_name()
     except CudaUnavailable as exc:
         need(False, str(exc))
-    host_only = SimpleNamespace(name="tn_host_only", uses_status=False,
-                                source='#include <stdio.h>\nextern "C" int tn_host_only(void) '
-                                       '{ return (int)sizeof(FILE); }\n')
+    host_only = SimpleNamespace(
+        name="tn_host_only", uses_status=False,
+        source='static int tn_host_helper(void) { return 1; }\n'
+               'extern "C" __global__ void tn_host_only(int *out) { *out = tn_host_helper(); }\n')
     EmulatedBackend().prepare([host_only])            # the CPU's compiler takes it
-    with pytest.raises(nvrtc.KernelCompileError, match="stdio.h"):
+    with pytest.raises(nvrtc.KernelCompileError, match="tn_host_helper"):
         EmulatedBackend(check_device_compile=True).prepare([host_only])
 
 

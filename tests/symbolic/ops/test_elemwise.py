@@ -368,6 +368,27 @@ def test_python_int_out_of_range_is_a_value_error_naming_the_op(dtype, value):
         value * x
 
 
+@pytest.mark.parametrize("dtype, value, result", [
+    ("int8", 1000, "int8"), ("int8", -129, "int8"), ("uint8", -1, "uint8"),
+    ("uint16", 70000, "uint16"), ("int64", 2**63, "int64"), ("bool", 2**63, "int64")])
+def test_where_with_a_python_int_out_of_range_is_a_value_error(dtype, value, result):
+    """NumPy 2.5's rule, whichever NumPy is installed: where's result dtype is
+    decided without the Python int (weakly typed), which must then fit it
+    (NumPy 2.4's np.where wrapped 1000 to -24 in int8 silently)."""
+    c, x = tn.vector("c", dtype="bool"), tn.vector("x", dtype=dtype)
+    if np.lib.NumpyVersion(np.__version__) >= "2.5.0":   # the reference, where installed
+        with pytest.raises(OverflowError):
+            np.where(np.ones(2, bool), np.zeros(2, dtype), value)
+    for args in [(c, x, value), (c, value, x)]:
+        with pytest.raises(ValueError, match=f"where.*{value} out of bounds for {result}"):
+            tn.where(*args)
+    fits = np.iinfo(result).max if value > 0 else np.iinfo(result).min
+    out = tn.where(c, x, fits)
+    assert out.dtype == result
+    got = tn.function([c, x], out)(np.array([True, False]), np.zeros(2, dtype))
+    np.testing.assert_array_equal(got, np.array([0, fits], result))
+
+
 @pytest.mark.parametrize("name", sorted(NO_CAST_TO_DTYPE))
 @pytest.mark.parametrize("dtype, value", [("int8", 1000), ("uint8", -1)])
 def test_out_of_range_python_int_where_numpy_does_not_cast_it(name, dtype, value, mode):
