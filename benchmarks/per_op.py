@@ -82,7 +82,7 @@ def node_values(f, args) -> dict:
 def single_node(node):
     """``(thunk, argument variables)``: ``node`` compiled alone by the C linker."""
     from tenure.linkers.c.linker import CLinker
-    from tenure.rewrites.fgraph import FunctionGraph
+    from tenure.symbolic.fgraph import FunctionGraph
     from tenure.symbolic.graph import Constant
     args = [v.type() for v in node.inputs if not isinstance(v, Constant)]
     it = iter(args)

@@ -31,8 +31,29 @@ import os
 import pathlib
 import shutil
 import sys
+from typing import Protocol, runtime_checkable
 
+from tenure.symbolic.fgraph import FunctionGraph
 from tenure.symbolic.graph import Constant, Variable, io_toposort
+from tenure.symbolic.ops.composite import Composite
+from tenure.symbolic.shared import SharedVariable
+
+
+@runtime_checkable
+class CompiledGraph(Protocol):
+    """What printing needs of a compiled function (a
+    :class:`tenure.function.Function` is one): printing sits below the
+    function layer, so it recognises one by these attributes instead of
+    importing it.  ``fgraph``'s inputs are the ``inputs`` specs' variables,
+    then ``shared_vars``; its outputs are the ``outputs`` specs' variables,
+    then the update values, the ``k``-th assigning
+    ``shared_vars[update_shared_index[k]]``."""
+
+    fgraph: FunctionGraph
+    inputs: list
+    outputs: list
+    shared_vars: list
+    update_shared_index: list
 
 
 def _id_letters(n: int) -> str:
@@ -102,16 +123,15 @@ def debugprint(obj, file=None) -> str | None:
     ``···`` afterwards.  For a function, update expressions are labelled with
     the shared variable they assign.
     """
-    from tenure.function import Function
     stream = io.StringIO() if file == "str" else (file or sys.stdout)
     stop_at: set = set()
-    if isinstance(obj, Function):
+    if isinstance(obj, CompiledGraph):
         fgraph = obj.fgraph
         roots = list(fgraph.outputs)
         stop_at = set(fgraph.inputs)
         n_out = len(obj.outputs)
         labels = [""] * n_out + [f" -> update of {obj.shared_vars[j]}"
-                                 for j in obj._update_shared_index]
+                                 for j in obj.update_shared_index]
     elif isinstance(obj, Variable):
         roots, labels = [obj], [""]
     elif isinstance(obj, (list, tuple)) and all(isinstance(v, Variable) for v in obj):
@@ -213,13 +233,12 @@ def _function_scene(f) -> _Scene:
     results = [(var, f"output {k}", spec.borrow)
                for k, (var, spec) in enumerate(zip(fg.outputs[:n_out], f.outputs))]
     updates = [(fg.outputs[n_out + k], fg.inputs[n_in + j])
-               for k, j in enumerate(f._update_shared_index)]
+               for k, j in enumerate(f.update_shared_index)]
     return _Scene(roots, results, updates, stop_at=fg.inputs)
 
 
 def _scene_of(obj) -> _Scene:
-    from tenure.function import Function
-    if isinstance(obj, Function):
+    if isinstance(obj, CompiledGraph):
         return _function_scene(obj)
     if isinstance(obj, Variable):
         obj = [obj]
@@ -282,7 +301,6 @@ def _type_text(var: Variable) -> str:
 def _fused_composite(op):
     """The :class:`Composite` fused into ``op`` (an elementwise op or a fused
     reduction), or None."""
-    from tenure.symbolic.ops.composite import Composite
     inner = getattr(op, "composite", None) or getattr(op, "scalar_op", None)
     return inner if isinstance(inner, Composite) else None
 
@@ -298,7 +316,6 @@ def _mapped_inputs(mapping: dict) -> set[int]:
 
 
 def _is_shared(var: Variable) -> bool:
-    from tenure.symbolic.shared import SharedVariable
     return isinstance(var, SharedVariable)
 
 

@@ -32,6 +32,7 @@ returns: nothing is kept aside between calls.
 
 from __future__ import annotations
 
+import copy
 import sys
 from collections import OrderedDict
 from typing import NamedTuple
@@ -41,6 +42,7 @@ import numpy as np
 from tenure.linkers.commit import BACKUP, CommitPoint, commit_point
 from tenure.linkers.interrupts import mark_committed
 from tenure.linkers.plan import Plan, make_plan, reuse_possible, step_workspace
+from tenure.linkers.thunk import Thunk
 from tenure.rewrites.destroy import view_root
 from tenure.symbolic.device import writeable
 
@@ -176,7 +178,7 @@ _NO_SIGNATURE = object()
 MIN_REUSE_BYTES = 1 << 16
 
 
-class PythonThunk:
+class PythonThunk(Thunk):
     """Runs one compiled graph.  ``thunk(input_values) -> output values``.
 
     ``plan``: the plan made without sizes (its slots are every plan's slots).
@@ -242,6 +244,14 @@ class PythonThunk:
         """Release every buffer held between calls."""
         for slot in self.kept_slots:
             self.storage[slot] = None
+
+    def private_copy(self) -> PythonThunk:
+        """A shallow copy with its own storage list (holding the same
+        buffers: constants, kept outputs): see
+        :func:`tenure.linkers.report.private_thunk`."""
+        private = copy.copy(self)
+        private.storage = list(self.storage)
+        return private
 
     # -- plans per input-shape signature ---------------------------------------
     def plan_for(self, input_values: list) -> Plan:

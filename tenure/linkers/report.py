@@ -21,7 +21,6 @@ CuPy's memory pool, or the emulated device's count).
 
 from __future__ import annotations
 
-import copy
 import tracemalloc
 from dataclasses import dataclass, field
 
@@ -197,7 +196,7 @@ def _measured_peak(thunk, input_values: list) -> tuple[int, str]:
     """The most memory a call of ``thunk`` held above what it began with, and
     how it was measured: device memory for a thunk that computes on a device
     (its runtime's count), else host memory (tracemalloc)."""
-    runtime = getattr(thunk, "runtime", None)
+    runtime = thunk.runtime
     if runtime is not None:
         with runtime.track() as usage:
             thunk(input_values)
@@ -212,18 +211,15 @@ def _measured_peak(thunk, input_values: list) -> tuple[int, str]:
 
 
 def private_thunk(thunk):
-    """A shallow copy of ``thunk`` with its own storage list (holding the same
-    buffers: constants, kept outputs), for the report to run.  The caller
+    """``thunk.private_copy()``: a shallow copy with its own storage list
+    (holding the same buffers: constants, kept outputs), for the report to run.  The caller
     holds the function's locks, which keep the Python call path out; the C
     call path of a function without Python steps or shared variables takes
     no lock (it runs whole while holding the GIL), and its calls -- which
     may come between any two steps of the report -- keep using the thunk's
     own list (and clear it when they fail), so neither run clears or
     replaces a slot the other is using."""
-    private = copy.copy(thunk)
-    if getattr(thunk, "storage", None) is not None:
-        private.storage = list(thunk.storage)
-    return private
+    return thunk.private_copy()
 
 
 def memory_report(function, input_values: list) -> MemoryReport:

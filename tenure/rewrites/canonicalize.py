@@ -70,7 +70,7 @@ import warnings
 import numpy as np
 
 from tenure.rewrites.engine import register_graph_rewrite, register_node_rewrite
-from tenure.rewrites.fgraph import FunctionGraph
+from tenure.symbolic.fgraph import FunctionGraph
 from tenure.symbolic.graph import Apply, Constant, Variable
 from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops import elemwise as ew

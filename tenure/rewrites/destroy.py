@@ -19,7 +19,7 @@ that gets overwritten, and the "readers first" orderings have no cycle.
 
 from __future__ import annotations
 
-from tenure.rewrites.fgraph import Feature, InconsistencyError
+from tenure.symbolic.fgraph import Feature, InconsistencyError
 from tenure.symbolic.graph import Apply, Constant, Variable
 
 

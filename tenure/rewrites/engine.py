@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from tenure.rewrites.fgraph import FunctionGraph
+from tenure.symbolic.fgraph import FunctionGraph
 
 #: the phases, in the order they run
 PHASES = ("canonicalize", "stabilize", "specialize", "fuse", "inplace", "memory")

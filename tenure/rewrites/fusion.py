@@ -29,7 +29,7 @@ from __future__ import annotations
 import heapq
 
 from tenure.rewrites.engine import register_graph_rewrite
-from tenure.rewrites.fgraph import OUTPUT
+from tenure.symbolic.fgraph import OUTPUT
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops.composite import Composite, FusedReduce
 from tenure.symbolic.ops.elemwise import Elemwise

@@ -9,7 +9,7 @@ import numpy as np
 
 from tenure.rewrites.canonicalize import _fully_static, same_dtype
 from tenure.rewrites.engine import register_node_rewrite
-from tenure.rewrites.fgraph import OUTPUT
+from tenure.symbolic.fgraph import OUTPUT
 from tenure.symbolic.graph import Apply, Variable, ancestors
 from tenure.symbolic.ops import elemwise as ew
 from tenure.symbolic.ops.indexing import Subtensor

@@ -22,6 +22,19 @@ def _ops():
     return ops
 
 
+#: ``compile(inputs, output) -> callable``, used by :meth:`TensorMethods.eval`.
+#: The function layer registers it (:func:`register_eval_compiler`) when
+#: :mod:`tenure.function` is imported, which ``import tenure`` always does:
+#: symbolic sits below that layer and never imports it.
+_eval_compiler = None
+
+
+def register_eval_compiler(compile) -> None:
+    """Make ``compile(inputs, output)`` what :meth:`TensorMethods.eval` compiles with."""
+    global _eval_compiler
+    _eval_compiler = compile
+
+
 class TensorMethods:
     """Operators and methods shared by tensor variables, constants and shared variables."""
 
@@ -150,9 +163,10 @@ class TensorMethods:
 
         ``inputs_to_values`` maps the root variables it depends on to values.
         """
-        from tenure.function import function
+        if _eval_compiler is None:
+            raise RuntimeError("eval() needs the function layer: import tenure first")
         inputs_to_values = dict(inputs_to_values or {})
-        fn = function(list(inputs_to_values), self, on_unused_input="ignore")
+        fn = _eval_compiler(list(inputs_to_values), self)
         return fn(*inputs_to_values.values())
 
 

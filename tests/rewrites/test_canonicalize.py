@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import tenure as tn
 from tenure.rewrites import canonicalize as canon
-from tenure.rewrites.fgraph import FunctionGraph
+from tenure.symbolic.fgraph import FunctionGraph
 from tenure.symbolic.graph import Apply, Constant, Op
 from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.creation import Alloc, ExpandTo
@@ -923,24 +923,11 @@ CHECKED_BY_THE_REMOVED_NODE = {
 }
 
 
-#: cases whose graph does not raise on a linker even without rewrites: the
-#: linker's bug, not a rewrite's (strict: these fail loudly once it is fixed)
-LINKER_MISSES_THE_CHECK = {
-    ("dimshuffle_chain", "dask"): "the Dask lowering of DimShuffle does not check that a "
-                                  "dropped axis has length 1 (dask/lower.py, lower_dimshuffle)",
-    ("mul_by_filled_ones, static x", "dask"): "the Dask lowering of an elementwise op trusts "
-                                              "a static length against an unknown one",
-}
-
-
 @pytest.mark.parametrize("linker", EVERY_LINKER)
 @pytest.mark.parametrize("case", sorted(CHECKED_BY_THE_REMOVED_NODE))
 def test_rewrites_keep_the_shape_checks_the_static_shapes_rely_on(case, linker, request):
     """What raises without rewrites raises with them, on every linker, with a
     ValueError naming the op and the shapes; what runs gives the same result."""
-    if (case, linker) in LINKER_MISSES_THE_CHECK:
-        request.applymarker(pytest.mark.xfail(strict=True, raises=pytest.fail.Exception,
-                                              reason=LINKER_MISSES_THE_CHECK[case, linker]))
     inputs, out, good, bad, op_word, shapes = CHECKED_BY_THE_REMOVED_NODE[case]()
     reference = tn.function(inputs, out, mode=tn.Mode(linker="py", rewrites="none"))
     f = tn.function(inputs, out, mode=_linker_mode(linker))

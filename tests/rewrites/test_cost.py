@@ -8,7 +8,7 @@ import pytest
 
 import tenure as tn
 from tenure.rewrites import cost
-from tenure.rewrites.fgraph import FunctionGraph
+from tenure.symbolic.fgraph import FunctionGraph
 from tenure.rewrites.sizes import SizeModel
 from tenure.symbolic.ops.composite import Composite
 from tenure.symbolic.ops.elemwise import Elemwise

@@ -7,7 +7,7 @@ import pytest
 import tenure as tn
 from tenure.rewrites import engine
 from tenure.rewrites.engine import Query, register_node_rewrite, rewrite_graph
-from tenure.rewrites.fgraph import OUTPUT, Feature, FunctionGraph, InconsistencyError
+from tenure.symbolic.fgraph import OUTPUT, Feature, FunctionGraph, InconsistencyError
 
 
 def small_graph():

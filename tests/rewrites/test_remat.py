@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import tenure as tn
 from tenure.linkers.cuda.device_ops import register_device_op
-from tenure.rewrites.fgraph import Feature, InconsistencyError
+from tenure.symbolic.fgraph import Feature, InconsistencyError
 from tenure.rewrites.knapsack import SOLVERS
 from tenure.rewrites.remat import NOMINAL_DIM, MemoryBudget, remat
 from tenure.rewrites.schedule import memory_profile, memory_schedule

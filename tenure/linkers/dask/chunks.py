@@ -34,7 +34,7 @@ import numpy as np
 from tenure.linkers.c.linker import CLinker
 from tenure.linkers.python import PythonLinker
 from tenure.rewrites.engine import Query, rewrite_graph
-from tenure.rewrites.fgraph import FunctionGraph
+from tenure.symbolic.fgraph import FunctionGraph
 from tenure.symbolic.graph import Constant
 from tenure.symbolic.types import TensorType
 

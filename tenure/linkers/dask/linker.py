@@ -60,6 +60,7 @@ from tenure.linkers.dask.lower import (LoweringError, chunked, is_lazy, lower_gr
                                        unsupported)
 from tenure.linkers.dask.regions import lowering_order
 from tenure.linkers.dask.specialize import CallGraphs, out_of_place
+from tenure.linkers.thunk import Thunk
 from tenure.symbolic.graph import Constant
 from tenure.symbolic.shared import SharedVariable
 
@@ -126,7 +127,7 @@ class _Context:
         return found
 
 
-class DaskThunk:
+class DaskThunk(Thunk):
     """Calls lower the graph over their arguments; see the module notes."""
 
     #: no output buffer is kept between calls
@@ -136,9 +137,13 @@ class DaskThunk:
     #: function copies nothing after a call
     fresh_results = True
 
-    def __init__(self, fgraph, n_outputs: int, input_specs, compute: bool, chunk_linker: str):
+    def __init__(self, fgraph, n_outputs: int, input_specs, compute: bool, chunk_linker: str,
+                 borrowed_outputs=frozenset()):
         self.fgraph = fgraph
         self.n_outputs = n_outputs
+        #: the outputs the caller borrows (``Out(borrow=True)``): two of them
+        #: may be one array; any other pair of results may not
+        self.borrowed_outputs = frozenset(borrowed_outputs)
         self.compute = compute
         self.context = _Context(chunk_linker)
         self.graphs = CallGraphs(fgraph)
@@ -201,7 +206,33 @@ class DaskThunk:
             results[k] = value
         for k in todo:
             results[k] = self._result(k, results[k], values, results)
+        self._keep_apart(results)
         return results
+
+    def _may_alias(self, j: int, k: int) -> bool:
+        """Whether results ``j`` and ``k`` may be one array: two borrowed
+        outputs, or a borrowed output and an update (the output may be the
+        shared storage then); never two updates, nor a non-borrowed output
+        and anything else."""
+        borrowed = [i < self.n_outputs and i in self.borrowed_outputs for i in (j, k)]
+        updates = [i >= self.n_outputs for i in (j, k)]
+        return all(borrowed) or (any(borrowed) and any(updates))
+
+    def _keep_apart(self, results: list) -> None:
+        """Copy each result that aliases an earlier one it may not alias (the
+        same input handed back twice, a computed result and a view of it) —
+        or, lazily, is the same Dask array object (writing one with
+        ``__setitem__`` would change the other)."""
+        for k, result in enumerate(results):
+            for j in range(k):
+                if self._may_alias(j, k):
+                    continue
+                if is_lazy(result):
+                    if result is results[j]:
+                        result = results[k] = result.copy()
+                elif isinstance(result, np.ndarray) and isinstance(results[j], np.ndarray) \
+                        and np.may_share_memory(result, results[j]):
+                    result = results[k] = result.copy()
 
     def _given(self, k: int) -> int | None:
         """The input result ``k`` may be handed back as the caller passed it
@@ -227,7 +258,6 @@ class DaskThunk:
             return array.astype(dtype)
         lent = self.mutable if k >= self.n_outputs else self.borrowed
         held = [v for i, v in enumerate(values) if isinstance(v, np.ndarray) and not lent[i]]
-        held += [r for j, r in enumerate(results) if j != k and isinstance(r, np.ndarray)]
         if not array.flags.writeable or any(np.may_share_memory(array, h)
                                             for h in held + self.constants):
             array = array.copy()
@@ -290,5 +320,7 @@ class DaskLinker:
                                 "dask linker lowers: elementwise and fused loops, reductions, "
                                 "softmax and other ops along axes, products, shape ops and "
                                 "indexing)")
+        # ``keep_outputs``: the borrowed outputs (less those the function keeps
+        # from an update's buffer: treating them as not borrowed only copies more)
         return DaskThunk(fgraph, len(fgraph.outputs) if n_outputs is None else n_outputs,
-                         input_specs, self.compute, self.chunk_linker)
+                         input_specs, self.compute, self.chunk_linker, keep_outputs)

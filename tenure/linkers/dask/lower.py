@@ -46,11 +46,12 @@ from tenure.symbolic.ops.creation import Alloc, ExpandTo
 from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.gemm import Gemm
 from tenure.symbolic.ops.indexing import AdvancedSubtensor, Subtensor, index_tuple
-from tenure.symbolic.ops.join import Join, Stack
+from tenure.symbolic.ops.join import Join, Split, Stack
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
 from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, SumTo, Var
 from tenure.symbolic.ops.shape import DimShuffle, Reshape, Shape, SpecifyShape
 from tenure.symbolic.ops.sorting import ArgSort, Sort
+from tenure.symbolic.ops.subtensor_update import IncSubtensor
 from tenure.symbolic.types import TensorType
 
 __all__ = ["LOWERINGS", "LoweringError", "lower_graph", "unsupported"]
@@ -135,21 +136,26 @@ def _run_kernel(kernel, arguments, env, ndim: int, outputs, indices=None) -> lis
     for var in arguments:
         pairs += [as_lazy(_value(var, env)), indices.get(var) or _right_aligned(ndim, var)]
     name = _task_name(kernel)
+    # New axes get indices no argument uses: an index an argument has and the
+    # output lacks is an axis the kernel reads whole (contracted), and one the
+    # output shares would be taken as the argument's axis instead of a new one.
+    first_new = 1 + max((i for index in pairs[1::2] for i in index), default=ndim - 1)
 
-    def layout(out: KernelOutput) -> dict:
-        new = {ndim + i: n for i, n in enumerate(out.new_axes)}
-        return {"adjust_chunks": out.adjust or None, "new_axes": new or None,
-                "dtype": out.var.type.numpy_dtype, "meta": _meta(out.var)}
+    def layout(out: KernelOutput) -> tuple[tuple[int, ...], dict]:
+        kept = out.var.ndim - len(out.new_axes)
+        new = {first_new + i: n for i, n in enumerate(out.new_axes)}
+        out_ind = tuple(range(kept)) + tuple(new)
+        return out_ind, {"adjust_chunks": out.adjust or None, "new_axes": new or None,
+                         "dtype": out.var.type.numpy_dtype, "meta": _meta(out.var)}
 
     if len(outputs) == 1:
-        (out,) = outputs
-        return [da.blockwise(kernel, tuple(range(out.var.ndim)), *pairs, name=name,
-                             **layout(out))]
+        out_ind, options = layout(outputs[0])
+        return [da.blockwise(kernel, out_ind, *pairs, name=name, **options)]
     tuples = da.blockwise(kernel, ind, *pairs, name=name, dtype=object,
                           meta=np.empty((0,) * ndim, dtype=object))
-    return [da.blockwise(operator.getitem, tuple(range(out.var.ndim)), tuples, ind, k, None,
-                         name=f"{name}-{k}", **layout(out))
-            for k, out in enumerate(outputs)]
+    return [da.blockwise(operator.getitem, out_ind, tuples, ind, k, None,
+                         name=f"{name}-{k}", **options)
+            for k, (out_ind, options) in enumerate(map(layout, outputs))]
 
 
 # ----------------------------------------------------------------------------
@@ -159,10 +165,27 @@ def _run_kernel(kernel, arguments, env, ndim: int, outputs, indices=None) -> lis
 def lower_elemwise(node, values, ctx) -> list:
     """One ``blockwise`` (an elementwise node has one output); broadcasting as
     NumPy's (length-1 axes)."""
+    _check_broadcast(node, values)
     kernel, arguments = ctx.kernel(node, lambda: ([node], node.outputs, {}))
     out = node.outputs[0]
     return _run_kernel(kernel, arguments, dict(zip(node.inputs, values)), out.ndim,
                        [KernelOutput(out)])
+
+
+def _check_broadcast(node, values) -> None:
+    """NumPy's broadcast error for operands whose known lengths do not fit.
+
+    ``blockwise`` lines chunks up by index and would take a length-2 axis
+    beside a length-4 one without a word (a static length, e.g. of a
+    shared variable, against an unknown one the graph could not check)."""
+    shapes = [tuple(np.shape(v)) for v in values]
+    if any(isinstance(n, float) and math.isnan(n) for shape in shapes for n in shape):
+        return   # lengths Dask learns only when it computes: its own checks apply
+    try:
+        np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise ValueError(f"{node.op}: operands could not be broadcast together with shapes "
+                         f"{' '.join(str(shape) for shape in shapes)}") from None
 
 
 # ----------------------------------------------------------------------------
@@ -364,10 +387,31 @@ def lower_region(region: Region, env, ctx) -> None:
                                         columns + (1,) * (sink.outputs[0].ndim - 1)))
         else:
             outputs.append(KernelOutput(partial.var, {a: 1 for a in sink.op.axis}))
-    results = _run_kernel(kernel, arguments, env, len(shape), outputs, indices)
+    reads = _whole_inner_axis(region, arguments, env, indices, len(shape))
+    results = _run_kernel(kernel, arguments, reads, len(shape), outputs, indices)
     env.update(zip(region.outputs, results))
     for sink, result in zip(region.sinks, results[len(region.outputs):]):
         env[sink.outputs[0]] = _combine(sink, result, shape)
+
+
+def _whole_inner_axis(region, arguments, env, indices: dict, ndim: int) -> dict:
+    """``env``, or a copy in which the region's arguments are one chunk along
+    its axis 1, when a product of the region reads a matrix the region
+    computes: that matrix's axis 1 is the product's inner axis, which the
+    kernel needs whole, but it is made chunk by chunk along the region's axis
+    1 (the product's columns, of the same length)."""
+    computed = {out for node in region.nodes for out in node.outputs}
+    if not any(is_rows_product(node) and node.inputs[0] in computed for node in region.nodes):
+        return env
+    reads = dict(env)
+    for var in arguments:
+        value = _value(var, env)
+        index = indices.get(var) or _right_aligned(ndim, var)
+        split = {axis: -1 for axis, i in enumerate(index)
+                 if i == 1 and is_lazy(value) and len(value.chunks[axis]) > 1}
+        if split:
+            reads[var] = value.rechunk(split)
+    return reads
 
 
 def lower_sum_to(node, values, ctx) -> list:
@@ -460,6 +504,8 @@ def _rows_product(node, values, ctx) -> list | None:
     a_var, b_var = node.inputs
     if a_var is b_var:   # a product of a matrix with itself: one argument, two indices
         return None
+    if isinstance(a_var, Constant) or isinstance(b_var, Constant):
+        return None   # a kernel holds its constants: it would take one argument, not two
     kernel, _ = ctx.kernel(node, lambda: ([node], node.outputs, {a_var: (1,), b_var: (0,)}))
     out = node.outputs[0]
     b_ind, out_ind = ((1,), (0,)) if b.ndim == 1 else ((1, 2), (0, 2))
@@ -498,6 +544,7 @@ def lower_gemm(node, values, ctx) -> list:
 
 def lower_dimshuffle(node, values, ctx) -> list:
     op, x = node.op, as_lazy(values[0])
+    op.check_shapes(node, [x.shape], None)   # a dropped axis has length 1, or ValueError
     x = x[tuple(0 if a in op.drop else slice(None) for a in range(x.ndim))]
     kept = [e for e in op.new_order if e != "x"]
     remaining = [a for a in range(op.input_ndim) if a not in op.drop]
@@ -545,6 +592,61 @@ def lower_subtensor(node, values, ctx) -> list:
 
 def lower_advanced_subtensor(node, values, ctx) -> list:
     return [as_lazy(values[0])[index_tuple(node.op.pattern, values[1:])]]
+
+
+def lower_inc_subtensor(node, values, ctx) -> list:
+    """``x`` with its region ``x[index]`` set to or incremented by ``v``: Dask's
+    index assignment on a new array object (``x``'s graph is not changed).
+    A ``None`` of the index is a length-1 axis of the region, not of ``x``:
+    ``v`` is broadcast to the region and those axes are dropped."""
+    op = node.op
+    x, v, *scalars = values
+    x = as_lazy(x)
+    index = op.index_op.index(scalars)
+    region = x[index]
+    op.check_value_shape(np.shape(v), region.shape)
+    v = da.broadcast_to(as_lazy(v), region.shape)
+    new_axes = _new_axes_of(index, x.ndim)
+    if new_axes:
+        v = v.squeeze(axis=new_axes)
+    index = tuple(i for i in index if i is not None)
+    dtype = node.outputs[0].type.numpy_dtype
+    value = v if op.set_instead_of_inc else x[index] + v
+    out = x.copy()
+    out[index] = value.astype(dtype, copy=False)
+    return [out]
+
+
+def _new_axes_of(index: tuple, ndim: int) -> tuple[int, ...]:
+    """The axes of ``array[index]`` that the ``None`` entries of a basic index make."""
+    found, position = [], 0
+    named = sum(1 for i in index if i is not None and i is not Ellipsis)
+    for entry in index:
+        if entry is None:
+            found.append(position)
+            position += 1
+        elif entry is Ellipsis:
+            position += ndim - named
+        elif isinstance(entry, slice):
+            position += 1
+    return tuple(found)
+
+
+def lower_split(node, values, ctx) -> list:
+    """Slices of ``x`` along the axis, as ``np.split`` cuts them."""
+    op, x = node.op, as_lazy(values[0])
+    length = x.shape[op.axis]
+    if op.equal:
+        if length % op.n_outputs:
+            raise ValueError(f"split: an axis of length {length} (axis {op.axis} of an array "
+                             f"of shape {x.shape}) cannot be split into {op.n_outputs} equal "
+                             "sections")
+        step = length // op.n_outputs
+        bounds = [None] + [step * i for i in range(1, op.n_outputs)] + [None]
+    else:
+        bounds = [None] + [int(p) for p in values[1:]] + [None]
+    lead = (slice(None),) * op.axis
+    return [x[lead + (slice(a, b),)] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def lower_join(node, values, ctx) -> list:
@@ -611,6 +713,8 @@ LOWERINGS: dict[type, Callable] = {
     Alloc: lower_alloc,
     ExpandTo: lower_expand_to,
     Join: lower_join,
+    Split: lower_split,
+    IncSubtensor: lower_inc_subtensor,
     Stack: lower_stack,
 }
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from tenure.rewrites.fgraph import OUTPUT
+from tenure.symbolic.fgraph import OUTPUT
 from tenure.symbolic.graph import Apply, Variable
 from tenure.symbolic.ops.blas import Dot, MatMul
 from tenure.symbolic.ops.composite import FusedReduce

@@ -18,7 +18,9 @@ the ops' ``infer_shape`` through :class:`~tenure.rewrites.sizes.SizeModel`).
 - the fusion rewrites then merge the elementwise pieces those nodes split;
 - an ``alloc`` every reader of which is an elementwise op that gets the
   allocated shape from another input is replaced by its value (broadcasting
-  inside the kernel gives the same result, and nothing chunk-sized is made).
+  inside the kernel gives the same result, and nothing chunk-sized is made);
+  only where the allocated shape broadcasts to the reader's, so that the
+  broadcast error the alloc would raise is not lost.
 
 Exact: each replacement stands for a value equal to the original's, for
 these shapes.  Rebuilt graphs are kept per set of replacements, so calls
@@ -34,7 +36,7 @@ import numpy as np
 
 from tenure.linkers.dask.chunks import FUSION
 from tenure.rewrites.engine import rewrite_graph
-from tenure.rewrites.fgraph import FunctionGraph
+from tenure.symbolic.fgraph import FunctionGraph
 from tenure.rewrites.sizes import SizeModel, placeholder
 from tenure.symbolic.ops.creation import Alloc
 from tenure.symbolic.ops.elemwise import Elemwise
@@ -122,12 +124,25 @@ def spread_allocs(fgraph, shapes: dict) -> dict:
 
 
 def _gets_shape_elsewhere(reader, allocated, shapes: dict, replaced: dict) -> bool:
+    """Whether ``reader`` is elementwise, another of its inputs has its
+    output's shape, and the allocated shape broadcasts to that shape: the
+    alloc then adds nothing, and dropping it drops no check (an output
+    shape taken from a static length must not hide an alloc of another)."""
     if not isinstance(getattr(reader, "op", None), Elemwise):
         return False
     want = shapes.get(reader.outputs[0])
-    return want is not None and any(
+    return want is not None and _broadcasts_to(shapes.get(allocated), want) and any(
         v is not allocated and v not in replaced and shapes.get(v) == want
         for v in reader.inputs)
+
+
+def _broadcasts_to(shape, want) -> bool:
+    if shape is None:
+        return False
+    try:
+        return np.broadcast_shapes(tuple(shape), tuple(want)) == tuple(want)
+    except ValueError:
+        return False
 
 
 def out_of_place(fgraph):

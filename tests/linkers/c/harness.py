@@ -26,7 +26,7 @@ from tenure.linkers.c import elemwise, kernels
 from tenure.linkers.c import reduce as creduce
 from tenure.linkers.c.linker import CLinker, CThunk
 from tenure.linkers.c.module import step_kind
-from tenure.rewrites.fgraph import FunctionGraph
+from tenure.symbolic.fgraph import FunctionGraph
 from tenure.symbolic.graph import Apply, Constant
 
 #: loops per library: small enough that the pool's two threads share the work

@@ -7,13 +7,18 @@ through :meth:`FunctionGraph.replace` / :meth:`replace_all`, which keep the
 clients consistent, check types and tell the attached *features* what
 changed.  :meth:`replace_all_validate` asks every feature to validate the
 result and undoes the change when one refuses it.
+
+It lives in ``symbolic`` because it depends on nothing but
+:mod:`tenure.symbolic.graph`: rewrites change it, linkers read it, and an op
+with inner graphs (:class:`~tenure.symbolic.inner_graph.OpWithInnerGraphs`) owns some,
+so it sits below all of them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from tenure.symbolic.graph import Apply, Constant, Variable, io_toposort
+from tenure.symbolic.graph import Apply, Constant, Variable, clone, io_toposort
 
 #: the client that stands for "returned as output i"
 OUTPUT = "output"
@@ -159,6 +164,13 @@ class FunctionGraph:
 
     def __str__(self) -> str:
         return f"FunctionGraph({', '.join(map(str, self.outputs))})"
+
+    def clone(self) -> FunctionGraph:
+        """A graph over a copy of this one (new inputs, nodes and outputs;
+        constants shared), with no features: features belong to the
+        compilation that attached them, not to the graph's structure."""
+        inputs, outputs = clone(self.inputs, self.outputs)
+        return FunctionGraph(inputs, outputs)
 
     # -- changes -------------------------------------------------------------
     def change_input(self, client, i: int, new: Variable, reason: str = "") -> None:

@@ -1,0 +1,389 @@
+""":class:`Function`: a compiled function, and what its calls do.
+
+Compiling: :func:`~tenure.compile.prepare.build_graph` clones the graph into
+a :class:`~tenure.symbolic.fgraph.FunctionGraph` (inputs first, then the
+shared variables it reads), the DestroyHandler guards the mode's rewrites,
+:func:`~tenure.compile.aliasing.analyse_aliasing` works out once which
+results could alias memory they must not, and the mode's linker makes the
+thunk (:class:`~tenure.linkers.thunk.Thunk`), which the function drives
+through that interface alone.  Calling: the C path when the thunk offers one
+and nothing needs Python (:mod:`.fast_call`), else binding, the input gate,
+the thunk and exactly the copies the contract needs, as one transaction
+(:mod:`.calls`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from tenure.compile.aliasing import (
+    analyse_aliasing, copy_inputs_over_destroyed_shared, copy_where_needed,
+    separate_destroyed_inputs)
+from tenure.compile.calls import call_locks, holding, reentered_error, run_transaction
+from tenure.compile.fast_call import make_fast_call
+from tenure.compile.io import In, Out
+from tenure.compile.mode import Mode, check_budget_can_free
+from tenure.compile.prepare import (
+    apply_swap, build_graph, check_storage, check_swap, check_updates)
+from tenure.compile.signature import CallSignature
+from tenure.linkers.interrupts import mark_committed
+from tenure.linkers.report import MemoryReport, memory_report
+from tenure.linkers.timeline import Timeline
+from tenure.printing import debugprint
+from tenure.rewrites.destroy import DestroyHandler
+from tenure.rewrites.engine import rewrite_graph
+from tenure.rewrites.remat import MemoryBudget
+from tenure.symbolic.device import writeable
+from tenure.symbolic.graph import Variable
+from tenure.symbolic.shared import SharedVariable, register_lender
+from tenure.symbolic.types import is_same_memory
+
+
+class FunctionSpec(NamedTuple):
+    """What a :class:`Function` was compiled from: :meth:`Function.copy` and
+    unpickling compile it again from this (never from its runtime state)."""
+    inputs: list
+    outputs: list
+    single_output: bool
+    updates: list           # explicit and default updates, checked
+    givens: object
+    mode: Mode
+    allow_input_downcast: bool
+    name: str | None
+
+
+class Function:
+    """A compiled function.  Call it with positional or keyword arguments.
+
+    Attributes: ``fgraph`` (the compiled graph), ``trust_input`` (skip the
+    input gate: the caller promises arrays of exactly the right type),
+    ``inputs`` / ``outputs`` (the In / Out specs), ``name``,
+    ``shared_vars`` (the shared variables it reads or updates: the inputs of
+    ``fgraph`` after the explicit ones) and ``update_shared_index`` (for
+    each update, in the order of ``fgraph``'s outputs after the function's
+    own, the position of its shared variable in ``shared_vars``).
+
+    A function pickles (and ``copy.deepcopy`` copies it) on every linker:
+    what is stored is the symbolic graph it was compiled from, with its mode
+    and flags, and loading compiles it again (the C linker loads the module
+    from its disk cache when it is there, without running the compiler).
+    Shared variables pickled in the same ``pickle.dumps`` call stay
+    connected to it.  Loading a pickle executes code (and compiles and
+    loads native code): never unpickle untrusted data.
+    """
+
+    def __init__(self, inputs: list[In], outputs: list[Out], single_output: bool,
+                 updates: list[tuple[SharedVariable, Variable]], givens, mode: Mode,
+                 allow_input_downcast: bool, on_unused_input: str, name: str | None):
+        self._spec = FunctionSpec(list(inputs), list(outputs), single_output, list(updates), givens,
+                           mode, allow_input_downcast, name)
+        self.inputs = inputs
+        self.outputs = outputs
+        self.name = name
+        self.mode = mode
+        self.trust_input = False
+        self.allow_input_downcast = allow_input_downcast
+        self._single = single_output
+        self._call_signature = CallSignature(inputs)
+        self._n_out = len(outputs)
+        self.fgraph, self.shared_vars, self.update_shared_index = build_graph(
+            inputs, outputs, updates, givens, on_unused_input)
+        self._containers = [v.container for v in self.shared_vars]
+        self._update_containers = [var.container for var, _ in updates]
+        #: ``_lock`` is held for the whole of every call (one call at a time
+        #: uses the compiled storage); then the shared variables' locks
+        self._lock, self._shared_locks = call_locks(self._containers)
+        self._locks = (self._lock,) + self._shared_locks
+        self._guard_and_rewrite()
+        self._take_aliasing(analyse_aliasing(self.fgraph, inputs, outputs,
+                                             self.update_shared_index))
+        self._thunk = mode.make_thunk(self.fgraph, self._kept_outputs(), inputs, self._n_out)
+        self._adopt_thunk()
+        self._defaults = [None if spec.value is None else self._own_default(spec)
+                          for spec in inputs]
+        check_storage(self.shared_vars, self._thunk.runtime, mode.linker)
+
+    # -- compilation ----------------------------------------------------------
+    def _guard_and_rewrite(self) -> None:
+        """Attach the DestroyHandler (refusing a graph that overwrites protected
+        memory), then run the mode's rewrites under its watch."""
+        fg = self.fgraph
+        n_in = len(self.inputs)
+        mutable = [var for var, spec in zip(fg.inputs[:n_in], self.inputs) if spec.mutable]
+        updated = [self.shared_vars[j] for j in self.update_shared_index]
+        fg.attach_feature(DestroyHandler(mutable=mutable, updated=updated))
+        fg.validate()
+        if self.mode.activation_memory_budget is not None:
+            check_budget_can_free(self.mode.activation_memory_budget)
+            fg.memory_budget = MemoryBudget(self.mode.activation_memory_budget,
+                                            self.mode.activation_memory_budget_solver)
+        #: the names of the rewrites that changed the graph, in order
+        self.rewrites_applied = rewrite_graph(fg, self.mode.query)
+
+    def _take_aliasing(self, aliasing) -> None:
+        """Keep what each call needs of the aliasing analysis as attributes
+        (read on every call)."""
+        self._aliasing = aliasing
+        self._destroyed_inputs = aliasing.destroyed_inputs
+        self._destroyed_shared = aliasing.destroyed_shared
+        self._output_hazards = aliasing.output_hazards
+        self._any_hazard = aliasing.any_hazard
+        self._writable_inputs = aliasing.writable_inputs
+
+    def _kept_outputs(self) -> set[int]:
+        """The borrowed outputs whose buffer the thunk may keep for the next call."""
+        return {i for i, spec in enumerate(self.outputs)
+                if spec.borrow and i not in self._aliasing.no_reuse}
+
+    def _adopt_thunk(self) -> None:
+        """Read what the thunk offers (see :mod:`tenure.linkers.thunk`)."""
+        thunk = self._thunk
+        if thunk.fresh_results:
+            # The linker returns results that alias nothing (or lazy ones that
+            # cannot be checked without computing them): nothing to copy.
+            self._any_hazard = False
+            self._writable_inputs = []
+        #: the input gate (the linker's: its own kind of array, on its device)
+        self._filter = thunk.filter_input
+        #: the move of trusted arguments to where the thunk computes
+        #: (``trust_input`` skips the gate, not the move)
+        self._place = thunk.place_inputs
+        n_in = len(self.inputs)
+        thunk.set_call_layout(n_in, self._n_out, [n_in + j for j in self.update_shared_index])
+        #: the compiled call path (C linker), or None: calls go through :meth:`_call`
+        self._fast_call = self._make_fast_call()
+        if thunk.kept_slots:
+            # Its borrowed outputs' buffers are written again next call: a
+            # shared variable must copy them rather than adopt them.
+            register_lender(self)
+
+    def _own_default(self, spec: In):
+        """The default value of ``spec``, as the function's own copy (a caller's
+        array changed after compiling must not change the default)."""
+        what = f"default value of input {spec.name}"
+        value = self._filter(spec.variable.type, spec.value, self.allow_input_downcast, what)
+        return value.copy() if is_same_memory(value, spec.value) else value
+
+    def _make_fast_call(self, fallback=None):
+        """The C call path (:mod:`tenure.linkers.c.call`) when every call of this
+        function can take it: arguments the C gate accepts as they are need no
+        conversion, and the call needs none of the Python path's extra work --
+        no result that might have to be copied to keep the contract, no
+        mutable input to separate from the others it overlaps or to copy
+        when read-only (one the graph overwrites or an update adopts), and kept
+        buffers only where the compiled code itself refuses to write into one
+        that an argument overlaps.  Any other call falls back to :meth:`_call`.
+        """
+        if self._writable_inputs or self._any_hazard:
+            return None
+        return make_fast_call(
+            self._thunk, fallback=fallback or self._call, lock=self._lock,
+            shared_locks=self._shared_locks,
+            types=[spec.variable.type for spec in self.inputs],
+            containers=self._containers, update_containers=self._update_containers,
+            n_out=self._n_out, single=self._single,
+            destroyed_containers=tuple(self._containers[j] for j in self._destroyed_shared),
+            reentered=self._reentered)
+
+    # -- calling ----------------------------------------------------------------
+    def _bind(self, args, kwargs) -> tuple[list, list[bool]]:
+        """Arguments in input order; also which ones came from a default value."""
+        return self._call_signature.bind(args, kwargs, self._defaults, self._label)
+
+    def __call__(self, *args, **kwargs):
+        fast = self._fast_call
+        if fast is not None:
+            return fast(*args, **kwargs)
+        return self._call(*args, **kwargs)
+
+    def _call(self, *args, **kwargs):
+        """A call through Python: binding, the input gate, the contract's copies,
+        as one transaction (see :mod:`tenure.compile.calls`)."""
+        if self._lock._is_owned():
+            raise self._reentered("call")
+        if not self._shared_locks:
+            # No shared variable, so no update and no commit point: only the
+            # function's own buffers to guard.
+            with self._lock:
+                return self._call_holding_locks(args, kwargs)
+        return run_transaction(self._locks, bool(self._update_containers),
+                               lambda: self._call_holding_locks(args, kwargs))
+
+    def _call_holding_locks(self, args, kwargs):
+        if self.trust_input and not kwargs and len(args) == len(self.inputs):
+            values, from_default = self._place(list(args)), None
+        else:
+            values, from_default = self._bind(args, kwargs)
+            allow = self.allow_input_downcast
+            for i, spec in enumerate(self.inputs):
+                if not from_default[i]:
+                    values[i] = self._filter(spec.variable.type, values[i], allow,
+                                             f"input {self._input_label(i)}")
+        if from_default is not None and any(from_default):
+            # A default is the function's own data: never hand it out to be written.
+            values = [v.copy() if d and self.inputs[i].mutable else v
+                      for i, (v, d) in enumerate(zip(values, from_default))]
+        for i in self._writable_inputs:
+            if not writeable(values[i]):
+                values[i] = values[i].copy()
+        shared_values = [c.value for c in self._containers]
+        if self._destroyed_shared:
+            copy_inputs_over_destroyed_shared(self._aliasing, values, shared_values)
+        if self._destroyed_inputs:
+            separate_destroyed_inputs(self._aliasing, values, shared_values)
+        if self._thunk.kept_slots:
+            self._release_kept_aliasing(values, shared_values)
+        results = self._thunk(values + shared_values)
+        if self._update_containers:
+            # From here to the last assignment the call must complete (the
+            # thunk marked this already if it wrote shared storage in place).
+            mark_committed()
+        outputs, updates = results[:self._n_out], results[self._n_out:]
+        if self._any_hazard:
+            copy_where_needed(self._aliasing, self.update_shared_index, outputs, updates,
+                              values, shared_values, from_default)
+        for container, value in zip(self._update_containers, updates):
+            container.value = value
+        if self._single:
+            return outputs[0]
+        return outputs
+
+    def _reentered(self, what: str):
+        """The error for a call (or report) made inside a running call of this
+        function, in the same thread (from one of its steps)."""
+        return reentered_error(f"{self._label()} {self._signature()}", what)
+
+    def _release_kept_aliasing(self, values, shared_values) -> None:
+        """Stop reusing a kept output buffer that the caller passed back in (or
+        made shared storage): the next result must not be written over it."""
+        for slot, buf in self._thunk.kept_buffers():
+            if any(np.may_share_memory(buf, v) for v in values + shared_values):
+                self._thunk.drop_kept(slot)
+
+    # -- copying and pickling ----------------------------------------------------
+    def copy(self, share_memory: bool = False, swap=None, delete_updates: bool = False,
+             name: str | None = None) -> Function:
+        """A new function computing the same, compiled again from the same graph.
+
+        It uses the same shared variables unless ``swap`` (``{old: new}``, both
+        shared variables of the same type, ``old`` one this function uses)
+        replaces them: the copy reads and updates ``new`` where this one reads
+        and updates ``old``.  ``delete_updates=True``: the copy has no updates
+        (explicit or default) and writes no shared variable.  ``name``: the
+        copy's name (default: this one's with ``" copy"`` added).  The copy
+        keeps ``trust_input``.  ``share_memory`` is accepted for PyTensor's
+        sake and has no effect: a copy always has its own intermediate and
+        output storage, so that a call of one never overwrites what the
+        other returned or is computing.
+        """
+        if not isinstance(share_memory, (bool, np.bool_)):
+            raise TypeError(f"{self._label()}.copy(): share_memory must be a bool, got "
+                            f"{type(share_memory).__name__}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"{self._label()}.copy(): name must be a string or None, got "
+                            f"{type(name).__name__} {name!r}")
+        spec = self._spec
+        out_vars = [o.variable for o in spec.outputs]
+        updates = [] if delete_updates else list(spec.updates)
+        givens = spec.givens
+        if swap:
+            swap = check_swap(swap, self.shared_vars, self._label())
+            out_vars, updates = apply_swap(out_vars, updates, givens,
+                                           [i.variable for i in spec.inputs], swap)
+            givens = None   # applied by apply_swap
+        outputs = [o if o.variable is v else Out(v, borrow=o.borrow)
+                   for o, v in zip(spec.outputs, out_vars)]
+        if name is None and self.name:
+            name = self.name + " copy"
+        copied = Function(list(spec.inputs), outputs, spec.single_output,
+                          check_updates(updates), givens, spec.mode,
+                          spec.allow_input_downcast, "ignore", name)
+        copied.trust_input = self.trust_input
+        return copied
+
+    def __copy__(self) -> Function:
+        return self.copy()
+
+    def __reduce__(self):
+        # The symbolic specs, the mode and the flags: never the compiled state
+        # (thunks, C modules, buffers, locks), which loading builds again.
+        return (restore_function, (self._spec, self.trust_input))
+
+    # -- buffers and reports ------------------------------------------------------
+    def dprint(self, **kwargs):
+        """Print the compiled graph: :func:`tenure.printing.debugprint` of this
+        function (same keywords)."""
+        return debugprint(self, **kwargs)
+
+    def free(self) -> None:
+        """Release the buffers this function keeps between calls (borrowed outputs)."""
+        with self._lock:   # not while a call or a report uses them
+            self._thunk.free()
+
+    def lent_buffers(self) -> list:
+        """The buffers this function lends as borrowed outputs and will write
+        again next call (read by :func:`~tenure.symbolic.shared.shared` and
+        ``set_value``, which copy a value overlapping one instead of adopting it)."""
+        return [buf for _, buf in self._thunk.kept_buffers()]
+
+    def memory_report(self, *args, print_report: bool = True, **kwargs) -> MemoryReport:
+        """Run the function on these arguments and report its memory, node by node.
+
+        Prints (unless ``print_report=False``) and returns a
+        :class:`~tenure.linkers.report.MemoryReport`: for every output of every
+        step (in schedule order) its shape, dtype, bytes and whether its buffer
+        is new, a view or an in-place write of an input, or reused (the dead
+        buffer of an earlier variable, named, or last call's); then the peak
+        the plan predicts for these input shapes, the measured peak
+        (tracemalloc) and the bytes held between calls.  The runs use private
+        copies of the arguments and of shared values and assign no updates:
+        nothing visible changes.
+        """
+        values, _ = self._bind(args, kwargs)
+        values = [self._filter(spec.variable.type, v, self.allow_input_downcast,
+                               f"input {self._input_label(i)}")
+                  for i, (spec, v) in enumerate(zip(self.inputs, values))]
+        # The report runs the thunk: as a call, never beside another call's run.
+        if self._lock._is_owned():
+            raise self._reentered("memory report")
+        with holding(self._locks):
+            report = memory_report(self, values + [c.value for c in self._containers])
+        if print_report:
+            print(report)
+        return report
+
+    def memory_timeline(self, *args, **kwargs) -> Timeline:
+        """Run the function on these arguments (as :meth:`memory_report` does:
+        nothing visible changes) and return its memory timeline: every buffer
+        as a band over the schedule, coloured by how it is held (see
+        :mod:`tenure.linkers.timeline`).  :func:`tenure.plot_memory` and
+        :func:`tenure.memory_html` draw it."""
+        report = self.memory_report(*args, print_report=False, **kwargs)
+        input_kinds = ["borrowed input" if spec.borrow else "input" for spec in self.inputs]
+        input_kinds += ["shared variable"] * len(self._containers)
+        output_kinds = ["lent output" if spec.borrow else "output" for spec in self.outputs]
+        output_kinds += [""] * (len(self.fgraph.outputs) - len(output_kinds))
+        return report.timeline(input_kinds, output_kinds, self.name or "")
+
+    # -- naming -------------------------------------------------------------
+    def _label(self) -> str:
+        return f"function {self.name!r}" if self.name else "function"
+
+    def _input_label(self, i: int) -> str:
+        return self._call_signature.input_label(i)
+
+    def _signature(self) -> str:
+        return self._call_signature.text
+
+    def __repr__(self):
+        return f"<Function {self.name or ''}{self._signature()} mode={self.mode}>"
+
+
+def restore_function(spec: FunctionSpec, trust_input: bool) -> Function:
+    """A pickled :class:`Function`, compiled again (see :meth:`Function.__reduce__`)."""
+    f = Function(list(spec.inputs), list(spec.outputs), spec.single_output, list(spec.updates),
+                 spec.givens, spec.mode, spec.allow_input_downcast, "ignore", spec.name)
+    f.trust_input = trust_input
+    return f

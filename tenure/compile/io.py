@@ -1,0 +1,96 @@
+"""How a function treats each input and output: :class:`In` and :class:`Out`.
+
+``In`` says whether outputs may alias the caller's array (``borrow``) and
+whether tenure may overwrite it (``mutable``); ``Out`` whether a returned
+array may be an internal buffer.  :func:`as_in` and :func:`as_out` turn the
+items of ``function(inputs, outputs)`` into specs, refusing what cannot be one.
+"""
+
+from __future__ import annotations
+
+from tenure.symbolic.graph import Constant, Variable
+from tenure.symbolic.shared import SharedVariable
+
+
+class In:
+    """How a function treats one input.
+
+    ``borrow=True``: outputs may alias the caller's array (no defensive copy).
+    ``mutable=True``: the caller gives the buffer away; tenure may overwrite
+    it as workspace.  ``borrow`` defaults to ``mutable`` (as in PyTensor), and
+    ``mutable=True, borrow=False`` is a ValueError.  ``value``: the default used when
+    the argument is not given.  ``name``: the keyword to pass it by (defaults
+    to the variable's name).  ``chunks``: for the dask linker only, how a
+    NumPy argument is cut into chunks (anything ``dask.array.from_array``
+    takes: ``"auto"`` when not given); a Dask array argument keeps its own.
+    """
+
+    def __init__(self, variable: Variable, name: str | None = None, value=None,
+                 borrow: bool | None = None, mutable: bool = False, chunks=None):
+        if not isinstance(variable, Variable):
+            raise TypeError(f"In(): expected a symbolic variable, got "
+                            f"{type(variable).__name__}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"In({variable}): name must be a string (the keyword to pass the "
+                            f"input by) or None, got {type(name).__name__} {name!r}")
+        if borrow is None:  # as in PyTensor: a buffer given away is necessarily lent
+            borrow = mutable
+        if mutable and not borrow:
+            raise ValueError(f"In({variable}): mutable=True requires borrow=True (a buffer "
+                             "tenure may overwrite is necessarily lent to it)")
+        self.variable = variable
+        self.name = name if name is not None else variable.name
+        self.value = value
+        self.borrow = bool(borrow)
+        self.mutable = bool(mutable)
+        self.chunks = chunks
+
+    def __repr__(self):
+        chunks = "" if self.chunks is None else f", chunks={self.chunks!r}"
+        return (f"In({self.variable}, name={self.name!r}, borrow={self.borrow}, "
+                f"mutable={self.mutable}{chunks})")
+
+
+class Out:
+    """How a function returns one output.
+
+    ``borrow=False`` (default): a fresh array the caller owns.  ``borrow=True``:
+    possibly an internal buffer that the next call overwrites (and that may
+    alias shared storage or borrowed inputs); in steady state it costs no
+    allocation per call.
+    """
+
+    def __init__(self, variable: Variable, borrow: bool = False):
+        if not isinstance(variable, Variable):
+            raise TypeError(f"Out(): expected a symbolic variable, got "
+                            f"{type(variable).__name__}")
+        self.variable = variable
+        self.borrow = bool(borrow)
+
+    def __repr__(self):
+        return f"Out({self.variable}, borrow={self.borrow})"
+
+
+def as_in(item, i: int) -> In:
+    """``inputs[i]`` of ``function`` as an :class:`In` (a variable gets the defaults)."""
+    spec = item if isinstance(item, In) else In(item) if isinstance(item, Variable) else None
+    if spec is None:
+        raise TypeError(f"inputs[{i}]: expected a symbolic variable or In(...), got "
+                        f"{type(item).__name__}")
+    var = spec.variable
+    if isinstance(var, SharedVariable):
+        raise TypeError(f"inputs[{i}]: {var} is a shared variable; shared variables are "
+                        "implicit inputs (leave it out, or use givens to replace it)")
+    if isinstance(var, Constant):
+        raise TypeError(f"inputs[{i}]: {var} is a constant and cannot be an input")
+    return spec
+
+
+def as_out(item, i: int) -> Out:
+    """``outputs[i]`` of ``function`` as an :class:`Out`."""
+    if isinstance(item, Out):
+        return item
+    if isinstance(item, Variable):
+        return Out(item)
+    raise TypeError(f"outputs[{i}]: expected a symbolic variable or Out(...), got "
+                    f"{type(item).__name__}")
