@@ -208,6 +208,12 @@ _FLAGS = {
               "compiled as host C++ (for testing the GPU path without a GPU; "
               "tenure.symbolic.device)",
               _parse_bool, _check_bool),
+        _Flag("cuda_graphs", True,
+              "Mode(linker='cuda') functions capture their kernel sequence as a CUDA "
+              "graph once per input-shape signature and replay it on later calls (one "
+              "launch instead of one per node); functions that cannot be captured run as "
+              "before, and say why (tenure.linkers.cuda.graphs.graph_status)",
+              _parse_bool, _check_bool),
         _Flag("openmp_threads", 0,
               "with openmp, the threads a parallel C loop uses; 0: OpenMP's default "
               "($OMP_NUM_THREADS, else one per core).  Compiled into the code",

@@ -16,7 +16,7 @@ DEFAULTS = {"floatX": "float64", "linker": "c", "allow_gc": True,
             "compiledir": tn.config._default_compiledir(), "compiledir_max_size": 2**30,
             "cxx": "", "openmp": None,
             "openmp_elemwise_minsize": 200_000, "openmp_threads": 0, "cuda_emulation": False,
-            "device": "cpu"}
+            "device": "cpu", "cuda_graphs": True}
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,17 @@ GPU, runs the device path on it, asynchronous as a GPU is.
 
 Work goes to the caller's current stream; :class:`CallOrder` (a runtime's
 ``calls``) orders tenure's calls, uploads and ``set_value`` copies across
-streams and keeps what a call reads alive until its stream has run it.  :func:`cuda_runtime` is the runtime of
+streams and keeps what a call reads alive until its stream has run it.
+
+CUDA graphs (:mod:`tenure.linkers.cuda.graphs`) need three more operations
+of a runtime: ``capturing(stream)`` (a ``with`` block whose work on
+``stream`` is captured into a graph rather than run; anything a capture
+cannot hold -- an allocation from the memory pool, which is not
+graph-safe, a synchronisation with the host, a copy from host memory --
+raises, :class:`CaptureUnsupported` or the device's own error, and ends the
+capture), ``launch_graph(graph)`` (on the current stream) and
+``copy_async(target, source)`` (a device-to-device copy queued on the
+current stream, allocating nothing).  :func:`cuda_runtime` is the runtime of
 ``"cuda"``; :func:`runtime_of` the runtime a given array belongs to.
 
 CuPy is imported lazily, only from here (it is the ``[cuda]`` extra, and
@@ -36,14 +46,30 @@ import numpy as np
 from tenure import config
 from tenure.symbolic.emulated_device import EmulatedDeviceArray, emulated_device
 
-__all__ = ["CallOrder", "CudaUnavailable", "CupyRuntime", "EmulatedRuntime", "Usage", "counting_hook",
-           "cuda_runtime", "import_cupy", "is_device_array", "require_cupy", "require_device",
+__all__ = ["CallOrder", "CaptureUnsupported", "CapturedGraph", "CudaUnavailable", "CupyRuntime",
+           "EmulatedRuntime", "Usage", "counting_hook", "cuda_runtime", "import_cupy", "is_device_array", "require_cupy", "require_device",
            "runtime_of", "unavailable_reason", "writeable"]
 
 
 class CudaUnavailable(RuntimeError):
     """The CUDA linker cannot run here: CuPy, NVRTC or a device is missing
     (the message says which)."""
+
+
+class CaptureUnsupported(RuntimeError):
+    """Work a CUDA graph cannot capture was issued during a capture (an
+    allocation from CuPy's memory pool, which is not graph-safe: its blocks
+    go back to the pool while the graph still writes them)."""
+
+
+class CapturedGraph:
+    """What ``with runtime.capturing(stream) as captured:`` leaves:
+    ``captured.graph`` once the block has ended without an error."""
+
+    __slots__ = ("graph",)
+
+    def __init__(self):
+        self.graph = None
 
 
 def import_cupy():
@@ -184,6 +210,57 @@ class CupyRuntime:
         with hook:
             yield usage
 
+    # -- CUDA graphs -------------------------------------------------------------
+    @contextlib.contextmanager
+    def capturing(self, stream):
+        """Capture the block's work on ``stream`` (not the null stream) into
+        ``captured.graph``; an allocation from the pool in this thread raises
+        :class:`CaptureUnsupported` (a memory hook), and CUDA refuses host
+        synchronisations and copies itself.  On any error the capture is
+        ended and its graph dropped."""
+        captured = CapturedGraph()
+        with stream:
+            stream.begin_capture()
+            try:
+                with refusing_allocations(self.cupy):
+                    yield captured
+            except BaseException:
+                _end_quietly(stream)
+                raise
+            captured.graph = stream.end_capture()
+
+    def launch_graph(self, graph) -> None:
+        graph.launch(self.cupy.cuda.get_current_stream())
+
+    def copy_async(self, target, source) -> None:
+        """``source`` copied into ``target`` (device arrays of one shape and
+        dtype) on the current stream, allocating nothing."""
+        self.cupy.copyto(target, source)
+
+
+def refusing_allocations(cupy):
+    """A CuPy memory hook (``with hook:``, this thread) raising
+    :class:`CaptureUnsupported` for any allocation from the pool: a block
+    allocated during a capture goes back to the pool while the graph still
+    uses it, so a captured function must allocate nothing."""
+    class RefusingHook(cupy.cuda.MemoryHook):
+        name = "tenure-capture"
+
+        def malloc_preprocess(self, **kwargs):
+            raise CaptureUnsupported(
+                f"an allocation of {kwargs['mem_size']} bytes from CuPy's memory pool during "
+                f"a CUDA graph capture (the pool is not graph-safe)")
+
+    return RefusingHook()
+
+
+def _end_quietly(stream) -> None:
+    """End a capture that failed (its graph, or CUDA's invalidation error, dropped)."""
+    try:
+        stream.end_capture()
+    except Exception:   # noqa: BLE001 -- the capture's own error is the one raised
+        pass
+
 
 def counting_hook(cupy, usage: Usage):
     """A CuPy memory hook adding every allocation from the pool to ``usage``
@@ -258,7 +335,8 @@ class EmulatedRuntime:
         return True
 
     def may_share_memory(self, a, b) -> bool:
-        return bool(np.may_share_memory(a, b))
+        """Bounds of the memory, as CuPy's: metadata, no synchronisation."""
+        return bool(np.may_share_memory(getattr(a, "_mem", a), getattr(b, "_mem", b)))
 
     def synchronize(self) -> None:
         """Wait for the current stream: run what is queued on it."""
@@ -274,6 +352,28 @@ class EmulatedRuntime:
     def launch(self, run, arrays, name: str = "kernel") -> None:
         """Queue ``run()`` over ``arrays``' memory on the current stream."""
         self.device.launch(run, arrays, name)
+
+    # -- CUDA graphs (the emulated device's capture: see its module doc) ---------
+    @contextlib.contextmanager
+    def capturing(self, stream):
+        captured = CapturedGraph()
+        with stream:
+            stream.begin_capture()
+            try:
+                yield captured
+            except BaseException:
+                _end_quietly(stream)
+                raise
+            captured.graph = stream.end_capture()
+
+    def launch_graph(self, graph) -> None:
+        graph.launch(self.device.current_stream())
+
+    def copy_async(self, target, source) -> None:
+        """Queued on the current stream, as a device-to-device copy is."""
+        target_mem, source_mem = target._mem, source._mem
+        self.device.launch(lambda: np.copyto(target_mem, source_mem, casting="unsafe"),
+                           [target, source], name="memcpy DtoD")
 
     @contextlib.contextmanager
     def track(self):

@@ -36,6 +36,21 @@ path there, this module provides
   raises :class:`EmulatedIllegalAddress` when it runs.  A use-after-free
   across streams fails deterministically, at the synchronisation point, as
   ``CUDA_ERROR_ILLEGAL_ADDRESS`` does on a GPU.
+- CUDA graphs (``stream.begin_capture()``, ``stream.end_capture()`` ->
+  :class:`EmulatedGraph`, ``graph.launch(stream)``), under CUDA's rules:
+  a capture (never on the null stream) records the launches and copies
+  issued to the stream instead of queueing them, and a launch of the graph
+  queues them again, with the pointers they were captured with.  An
+  allocation, a synchronisation with the host (a device-to-host copy, a read
+  of a value, a copy from host memory) or a wait for an event from outside
+  the capture, issued on a capturing stream, raises
+  :class:`EmulatedCaptureUnsupported` (CUDA's
+  ``cudaErrorStreamCaptureUnsupported``) and invalidates the capture.  A
+  graph launched after memory it uses went back to the pool is a
+  use-after-free: :class:`EmulatedIllegalAddress` when it runs.  The
+  emulated device runs CuPy-style array operations (ufuncs, NumPy
+  functions) at once rather than queueing them, so it cannot capture them:
+  on a capturing stream they raise too (views are metadata and do not).
 
 Never imports CuPy.
 """
@@ -52,8 +67,9 @@ import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
 __all__ = ["CUPY_FUNCTIONS", "IMPLICIT_CONVERSION_MESSAGE", "DeviceArrayFlags",
-           "DevicePointer", "EmulatedDevice", "EmulatedDeviceArray", "EmulatedEvent",
-           "EmulatedIllegalAddress", "EmulatedStream", "emulated_device"]
+           "DevicePointer", "EmulatedCaptureUnsupported", "EmulatedDevice",
+           "EmulatedDeviceArray", "EmulatedEvent", "EmulatedGraph", "EmulatedIllegalAddress",
+           "EmulatedStream", "emulated_device"]
 
 #: CuPy's words when something tries to turn a device array into a NumPy one
 IMPLICIT_CONVERSION_MESSAGE = ("Implicit conversion to a NumPy array is not allowed. "
@@ -220,10 +236,10 @@ def _wrap(result, related=()):
     if not isinstance(result, np.ndarray):
         return result
     for array in related:
-        if array._host is result:
+        if array._mem is result:      # (an identity: no synchronisation)
             return array
     owner = _memory_owner(result)
-    source = next((array for array in related if _memory_owner(array._host) is owner), None)
+    source = next((array for array in related if _memory_owner(array._mem) is owner), None)
     base = source if source is None or source.base is None else source.base
     return EmulatedDeviceArray(result, base=base)
 
@@ -232,6 +248,28 @@ def _qualified_name(func) -> str:
     """``"sum"`` for ``np.sum``, ``"linalg.inv"`` for ``np.linalg.inv``."""
     submodule = getattr(func, "__module__", "").removeprefix("numpy").lstrip(".")
     return f"{submodule}.{func.__name__}" if submodule else func.__name__
+
+
+def _view_or_synced(array, compute):
+    """``compute(host array)``: on the memory as it is, without running the
+    stream's queued work, when the result is a view of it (metadata, as on
+    CuPy, and allowed during a capture); else again after that work ran (a
+    copy reads the values)."""
+    result = compute(array._mem)
+    if isinstance(result, np.ndarray) and _memory_owner(result) is _memory_owner(array._mem):
+        return result
+    return compute(array._host)
+
+
+def _view_method(name: str):
+    """A method that makes a view when NumPy's does (see :func:`_view_or_synced`)."""
+    def method(self, *args, **kwargs):
+        args, kwargs = _unwrap(args), _unwrap(kwargs)
+        result = _view_or_synced(self, lambda host: getattr(host, name)(*args, **kwargs))
+        return _wrap(result, (self,))
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"``numpy.ndarray.{name}`` on device memory; a view needs no synchronisation."
+    return method
 
 
 def _host_method(name: str, host_arrays_ok: bool = False):
@@ -347,10 +385,9 @@ class EmulatedDeviceArray(NDArrayOperatorsMixin):
         """The values as bytes (a read back to the host, as CuPy's)."""
         return self._host.tobytes(order=order)
 
-    item, astype, reshape, transpose, ravel, flatten, view = map(
-        _host_method, ("item", "astype", "reshape", "transpose", "ravel", "flatten", "view"))
-    squeeze, swapaxes, diagonal, repeat = map(
-        _host_method, ("squeeze", "swapaxes", "diagonal", "repeat"))
+    item, astype, flatten, repeat = map(_host_method, ("item", "astype", "flatten", "repeat"))
+    reshape, transpose, ravel, view, squeeze, swapaxes, diagonal = map(
+        _view_method, ("reshape", "transpose", "ravel", "view", "squeeze", "swapaxes", "diagonal"))
     sum, prod, mean, var, std, cumsum, cumprod = map(
         _host_method, ("sum", "prod", "mean", "var", "std", "cumsum", "cumprod"))
     max, min, argmax, argmin, all, any = map(
@@ -373,13 +410,16 @@ class EmulatedDeviceArray(NDArrayOperatorsMixin):
     # -- indexing ---------------------------------------------------------------
     def __getitem__(self, key):
         host_key = _cupy_key(self.shape, _unwrap(key, host_arrays_ok=True), reading=True)
-        result = self._host[host_key]
-        if isinstance(result, np.generic):
-            # NumPy reads one element out; CuPy returns a 0-d view of it, and
-            # a trailing Ellipsis makes NumPy do the same
-            key_items = host_key if isinstance(host_key, tuple) else (host_key,)
-            result = self._host[(*key_items, Ellipsis)]
-        return _wrap(result, (self,))
+        key_items = host_key if isinstance(host_key, tuple) else (host_key,)
+
+        def index(host):
+            result = host[host_key]
+            if isinstance(result, np.generic):
+                # NumPy reads one element out; CuPy returns a 0-d view of it, and
+                # a trailing Ellipsis makes NumPy do the same
+                result = host[(*key_items, Ellipsis)]
+            return result
+        return _wrap(_view_or_synced(self, index), (self,))
 
     def __setitem__(self, key, value) -> None:
         self._host[_cupy_key(self.shape, _unwrap(key, host_arrays_ok=True))] = (
@@ -533,6 +573,54 @@ class EmulatedIllegalAddress(RuntimeError):
     the operation runs, not where it was issued."""
 
 
+class EmulatedCaptureUnsupported(RuntimeError):
+    """What CUDA reports as ``cudaErrorStreamCaptureUnsupported`` (and, at
+    ``end_capture``, ``cudaErrorStreamCaptureInvalidated``): an operation a
+    stream capture cannot record was issued on a capturing stream."""
+
+
+class _Capture:
+    """A stream capture in progress: the operations recorded, as
+    ``(run, keep, block references, name)``, and the first refusal (which
+    invalidates it)."""
+
+    __slots__ = ("ops", "error")
+
+    def __init__(self):
+        self.ops: list = []
+        self.error: str | None = None
+
+
+class EmulatedGraph:
+    """A captured sequence of operations (``cupy.cuda.Graph``): ``launch``
+    queues them again on a stream, over the memory they were captured with."""
+
+    def __init__(self, device, ops: list):
+        self.device = device
+        self._ops = tuple(ops)
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def upload(self, stream=None) -> None:
+        """(CuPy's ``Graph.upload``: nothing to do here.)"""
+
+    def launch(self, stream=None) -> None:
+        """Queue the captured operations on ``stream`` (None: the current
+        one), in capture order.  One that uses memory gone back to the pool
+        since the capture raises :class:`EmulatedIllegalAddress` when it runs."""
+        stream = stream if stream is not None else self.device.current_stream()
+        if stream._capture is not None:
+            self.device._capture_refused(stream, "a graph launch (child graphs are not emulated)")
+        for run, keep, refs, name in self._ops:
+            blocks = [ref() for ref in refs]
+            live = tuple(b for b in blocks if b is not None)
+            op = self.device._enqueue(stream, run, [], keep, f"graph node {name}", live)
+            if len(live) != len(blocks):
+                op.poisoned = (f"graph node {name} uses device memory that went back to the "
+                               f"pool after the graph was captured")
+
+
 class _Block:
     """One allocation from the emulated pool: its bytes, the stream it was
     allocated on (CuPy's pool reuses a freed block only for allocations on
@@ -588,6 +676,7 @@ class EmulatedStream:
         self._queue: collections.deque = collections.deque()
         self._issued = 0     # seq of the last operation issued
         self._done = 0       # seq of the last operation run
+        self._capture: _Capture | None = None   # a capture in progress
 
     ptr = property(lambda self: 0 if self.null else id(self))
     done = property(lambda self: self._done >= self._issued,
@@ -601,15 +690,35 @@ class EmulatedStream:
         self.device._pop(self)
 
     def synchronize(self) -> None:
+        if self._capture is not None:
+            self.device._capture_refused(self, "a stream synchronisation")
         self.device._run_stream(self, ordered=True)
 
     def record(self, event=None) -> EmulatedEvent:
         """An event that is reached once the work issued so far has run."""
+        if self._capture is not None:
+            self.device._capture_refused(self, "an event record (not emulated in a capture)")
         return EmulatedEvent(self, self._issued)
 
     def wait_event(self, event: EmulatedEvent) -> None:
         """Work issued to this stream from now on runs after ``event``."""
+        if self._capture is not None:    # cudaErrorStreamCaptureIsolation on a GPU
+            self.device._capture_refused(self, "a wait for an event from outside the capture")
         self.device._enqueue(self, None, [(event.stream, event.seq)], (), "wait_event")
+
+    # -- CUDA graphs -------------------------------------------------------------
+    def begin_capture(self, mode=None) -> None:
+        """Record what is issued to this stream from now on, instead of
+        queueing it, until :meth:`end_capture` (see the module doc)."""
+        self.device._begin_capture(self)
+
+    def end_capture(self) -> EmulatedGraph:
+        """The captured operations as a graph; raises
+        :class:`EmulatedCaptureUnsupported` when the capture was invalidated."""
+        return self.device._end_capture(self)
+
+    def is_capturing(self) -> bool:
+        return self._capture is not None
 
     def __repr__(self):
         kind = "null" if self.null else "non-blocking" if self.non_blocking else "blocking"
@@ -626,6 +735,7 @@ class EmulatedEvent:
     done = property(lambda self: self.stream._done >= self.seq)
 
     def synchronize(self) -> None:
+        self.stream.device._refuse_if_capturing("an event synchronisation")
         self.stream.device._run_until(self.stream, self.seq)
 
 
@@ -644,6 +754,7 @@ class EmulatedDevice:
         self.null_stream = EmulatedStream(self, null=True)
         self._streams: weakref.WeakSet = weakref.WeakSet()   # streams with queued work
         self._n_pending = 0
+        self._n_capturing = 0             # streams capturing (checked before each sync)
         self._local = threading.local()   # each thread's stack of current streams
 
     # -- allocation and transfers -----------------------------------------------
@@ -700,12 +811,17 @@ class EmulatedDevice:
 
     def sync_current(self) -> None:
         """Run what the current stream has queued (and what it is ordered
-        after): an operation on device values is about to run on it now."""
+        after): an operation on device values is about to run on it now
+        (refused on a capturing stream: see the module doc)."""
+        if self._n_capturing:
+            self._refuse_if_capturing("a synchronisation with the host (a read of device "
+                                      "values, or an operation run at once)")
         if self._n_pending:
             self._run_stream(self.current_stream(), ordered=True)
 
     def synchronize(self) -> None:
         """``cudaDeviceSynchronize``: run everything queued on every stream."""
+        self._refuse_if_capturing("a device synchronisation")
         while self._n_pending:
             for stream in list(self._streams) + [self.null_stream]:
                 self._run_stream(stream, ordered=False)
@@ -719,7 +835,14 @@ class EmulatedDevice:
             raise RuntimeError("streams left out of order")
         stack.pop()
 
-    def _enqueue(self, stream, run, after, keep, name, blocks=()) -> None:
+    def _enqueue(self, stream, run, after, keep, name, blocks=()):
+        """Queue an operation on ``stream`` (recorded instead while it
+        captures); returns the queued ``_Pending`` (None when recorded)."""
+        capture = stream._capture
+        if capture is not None:
+            with self._lock:
+                capture.ops.append((run, keep, tuple(weakref.ref(b) for b in blocks), name))
+            return None
         with self._lock:
             after = list(after) + self._implicit_waits(stream)
             stream._issued += 1
@@ -730,6 +853,51 @@ class EmulatedDevice:
             stream._queue.append(op)
             self._streams.add(stream)
             self._n_pending += 1
+        return op
+
+    # -- stream capture (CUDA graphs) -------------------------------------------
+    def _begin_capture(self, stream) -> None:
+        if stream.null:
+            raise EmulatedCaptureUnsupported(
+                "cudaErrorStreamCaptureUnsupported: the legacy default (null) stream cannot "
+                "be captured; capture on a stream of your own")
+        with self._lock:
+            if stream._capture is not None:
+                raise EmulatedCaptureUnsupported(
+                    f"cudaErrorIllegalState: {stream!r} is already capturing")
+            stream._capture = _Capture()
+            self._n_capturing += 1
+
+    def _end_capture(self, stream) -> EmulatedGraph:
+        with self._lock:
+            capture = stream._capture
+            if capture is None:
+                raise EmulatedCaptureUnsupported(
+                    f"cudaErrorIllegalState: {stream!r} is not capturing")
+            stream._capture = None
+            self._n_capturing -= 1
+        if capture.error is not None:
+            raise EmulatedCaptureUnsupported(
+                f"cudaErrorStreamCaptureInvalidated: the capture was invalidated by "
+                f"{capture.error}")
+        return EmulatedGraph(self, capture.ops)
+
+    def _refuse_if_capturing(self, what: str) -> None:
+        """Raise when this thread's current stream is capturing."""
+        if self._n_capturing:
+            stream = self.current_stream()
+            if stream._capture is not None:
+                self._capture_refused(stream, what)
+
+    def _capture_refused(self, stream, what: str):
+        """``what``, issued on capturing ``stream``: the capture is
+        invalidated and CUDA's error raised."""
+        with self._lock:
+            if stream._capture is not None and stream._capture.error is None:
+                stream._capture.error = what
+        raise EmulatedCaptureUnsupported(
+            f"cudaErrorStreamCaptureUnsupported: operation not permitted when stream is "
+            f"capturing: {what}")
 
     def _implicit_waits(self, stream) -> list:
         """The legacy null stream's ordering: work on it waits for every
@@ -816,6 +984,9 @@ class EmulatedDevice:
             block = known() if known is not None else None
             if block is not None:
                 return block
+            if self._n_capturing:     # the pool is not graph-safe (as CuPy's is not)
+                self._refuse_if_capturing(f"an allocation of {owner.nbytes} bytes from the "
+                                          f"memory pool")
             block = _Block(owner.nbytes, self.current_stream())
             self._live[key] = weakref.ref(block)
             self._used += owner.nbytes

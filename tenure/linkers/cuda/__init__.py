@@ -1,7 +1,8 @@
 """The CUDA linker (see DESIGN.md, "Linkers").
 
-Landed so far: the kernels, the executor, and how both are checked without
-a GPU.
+The kernels, the two executors (``Mode(linker="cuda_emulated")`` over host
+arrays, ``Mode(linker="cuda")`` over device arrays), CUDA graphs, and how
+all of it is checked without a GPU (docs: "GPU kernels", "Running on a GPU").
 
 - :mod:`.elemwise`: CUDA C for elementwise and ``Composite`` nodes from the
   scalar table the C linker uses (one definition of each op's math).
@@ -24,13 +25,16 @@ a GPU.
   CuPy's bindings, else ``nvcc -ptx``): CI compiles every generated kernel.
 - :mod:`.linker`: the executor -- the Python linker's schedule and plans,
   nodes with kernels run them -- as ``Mode(linker="cuda_emulated")``.
-- :mod:`.device`: whether CuPy and a device are here, and which is missing.
+- :mod:`.device_linker`: the device path (``Mode(linker="cuda")``): device
+  shared variables, transfers, calls ordered across streams.
+- :mod:`.device_ops`: the ops without kernels, with the functions CuPy
+  arrays take over (products through cuBLAS); :mod:`.index_checks`: index
+  and slice-step checks on the device path, with the Python linker's errors.
+- :mod:`.graphs`: whole-function CUDA graphs, captured once per input-shape
+  signature and replayed.
 
-Not built yet: the device path of the executor (``Mode(linker="cuda")``:
-device shared variables, transfers, CuPy implementations of the ops without
-kernels, cuBLAS products), advanced-index updates, memory plans measured
-on the device, CUDA graphs,
-the GPU benchmarks and the docs page.
+Not built yet: CUDA kernels that take their constants as parameters (the C
+linker's loops do), memory plans measured on a real device.
 
 CuPy is never imported by importing this package.
 """

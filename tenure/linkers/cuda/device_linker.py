@@ -26,6 +26,12 @@ with device backups), so a borrowed output's buffer is written again by the
 next call -- in steady state a call allocates nothing for it -- and
 updates go into a shared variable's own device buffer when the
 DestroyHandler allows.
+
+CUDA graphs: with ``config.cuda_graphs`` a call goes first to the thunk's
+:class:`~.graphs.FunctionGraphs`, which captures the kernel sequence once
+per input-shape signature and replays it (see :mod:`.graphs` for the
+contract); a call it cannot take runs node by node as above.  Private
+copies of the thunk (``copy.copy``: the memory report's) never use graphs.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import numpy as np
 from tenure.linkers.cuda.cupy_backend import CupyBackend
 from tenure.linkers.cuda.device_ops import HOST_OPS, device_op
 from tenure.linkers.cuda.emulation import EmulatedDeviceBackend
+from tenure.linkers.cuda.graphs import FunctionGraphs, arena_plan
 from tenure.linkers.cuda.linker import CudaThunk, emulated_backend, kernel_step
 from tenure.linkers.plan import make_plan
 from tenure.linkers.python import MIN_REUSE_BYTES, op_perform
@@ -103,8 +110,10 @@ class DeviceThunk(CudaThunk):
 
     #: the linker's input gate (:class:`~tenure.function.Function` calls it)
     filter_input = None
+    #: the thunk's CUDA graphs (None: an arena, or a private copy, runs node by node)
+    graphs = None
 
-    def __init__(self, plan, keep, fgraph, backend, runtime):
+    def __init__(self, plan, keep, fgraph, backend, runtime, graphs: bool = True):
         self.runtime = runtime
         self.filter_input = functools.partial(filter_device_input, runtime)
         nodes = [step.node for step in plan.steps]
@@ -126,6 +135,48 @@ class DeviceThunk(CudaThunk):
         # kernels, whichever stream a call runs on
         with runtime.calls.call():
             pass
+        if graphs:
+            self.graphs = FunctionGraphs(
+                self, functools.partial(_arena_thunk, fgraph, backend, runtime))
+
+    def set_call_layout(self, n_args: int, n_out: int, update_inputs) -> None:
+        """How a call's values and results are laid out (from
+        :class:`~tenure.function.Function`): see :meth:`.graphs.FunctionGraphs.set_call_layout`."""
+        if self.graphs is not None:
+            self.graphs.set_call_layout(n_args, n_out, update_inputs)
+
+    def __copy__(self):
+        """A shallow copy (the memory report's private thunk) that runs node
+        by node: a report must neither use nor change the function's graphs."""
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        clone.graphs = None
+        return clone
+
+    # -- buffers held between calls: graph calls lend theirs too ------------------
+    def kept_buffers(self) -> list:
+        """The kept buffers, and those graph calls lent as borrowed outputs
+        (with slot :data:`GRAPH_SLOT`): ``shared``/``set_value`` copy them."""
+        kept = super().kept_buffers()
+        if self.graphs is not None:
+            kept += [(GRAPH_SLOT, buf) for buf in self.graphs.lent()]
+        return kept
+
+    def drop_kept(self, slot) -> None:
+        """A graph's buffer stays: a graph call copies its arguments into
+        its own buffers first, so an argument that is one is no hazard."""
+        if slot is not GRAPH_SLOT:
+            super().drop_kept(slot)
+
+    def free(self) -> None:
+        super().free()
+        if self.graphs is not None:
+            self.graphs.clear()
+
+    def run_steps_only(self, input_values: list) -> list:
+        """The steps over ``self.storage``, without call ordering or the
+        host results' upload (a graph's warm-up and capture)."""
+        return CudaThunk.__call__(self, input_values)
 
     def _perform_of(self, node):
         if node in self.host:
@@ -166,10 +217,25 @@ class DeviceThunk(CudaThunk):
         arguments and shared storage it reads stay alive until that stream
         has run it (an update may drop the old storage at the commit)."""
         with self.runtime.calls.call(keep=input_values):
+            if self.graphs is not None:
+                results = self.graphs.call(input_values)
+                if results is not None:
+                    return results
             results = super().__call__(input_values)
             for k in self._host_results:
                 results[k] = self.runtime.from_host(np.asarray(results[k]))
         return results
+
+
+#: the slot :meth:`DeviceThunk.kept_buffers` gives a graph's lent buffer
+GRAPH_SLOT = "graph"
+
+
+def _arena_thunk(fgraph, backend, runtime) -> DeviceThunk:
+    """A graph's arena: the thunk of :func:`.graphs.arena_plan` (every buffer
+    kept), without graphs of its own."""
+    plan = arena_plan(fgraph)
+    return DeviceThunk(plan, set(plan.outputs), fgraph, backend, runtime, graphs=False)
 
 
 def cast_kernel_step(node, backend):
