@@ -87,6 +87,7 @@ def _load_rewrite_modules() -> None:
     # The modules register their rewrites when imported.
     from tenure.rewrites import (canonicalize, fusion, inplace, remat,  # noqa: F401
                                  shape_lift, specialize, stabilize)
+    from tenure.rewrites import random_inplace  # noqa: F401
 
 
 @dataclass(frozen=True)

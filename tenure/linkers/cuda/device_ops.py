@@ -37,6 +37,7 @@ from tenure.symbolic.ops.indexing import (AdvancedSubtensor, Subtensor, advanced
                                           index_tuple)
 from tenure.symbolic.ops.join import Join, Split, SplitGrad, Stack
 from tenure.symbolic.ops.nnet import OneHot
+from tenure.symbolic.ops.random import RandomVariable, host_inputs_on_device, perform_on_device
 from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, SumTo, Var
 from tenure.symbolic.ops.shape import DimShuffle, MakeVector, Reshape, Shape, SpecifyShape
 from tenure.symbolic.ops.sorting import ArgSort, PermuteAlongAxis, Sort
@@ -413,6 +414,7 @@ DEVICE_OPS: dict[type, DeviceOp] = {
     AdvancedIncSubtensor: DeviceOp(_advanced_update, lambda node: _scalar_indices(node, 2)),
     IncSubtensor: DeviceOp(_basic_update, _index_scalars),
     FusedReduce: DeviceOp(_fused_reduce),
+    RandomVariable: DeviceOp(perform_on_device, host_inputs_on_device),   # drawn on the host
 }
 
 #: ops that only read their inputs' shapes: they run on the host whatever

@@ -121,6 +121,14 @@ def _case_advanced_updates():
     return [x, v], outs, [_m(3, 4), _m(4)]
 
 
+def _case_random():
+    """Random draws (issue 34): drawn on the host, copied into device buffers."""
+    from tenure.symbolic.ops.random import initial_state, random_variable
+    state, loc = tn.tensor("state", dtype="uint64", shape=(3,)), tn.vector("loc")
+    return [state, loc], random_variable("normal", state, (loc, 2.0), size=(4, 3)), [
+        initial_state(5, 0), _m(3)]
+
+
 def _compiled(name, linker: str):
     """The case's function on ``linker``, its arguments, and the tolerance of
     its comparison with the Python linker."""
@@ -134,7 +142,8 @@ CASES = {"products": _case_products, "gemm": _case_gemm,
          "gemm_broadcast": _case_gemm_broadcast, "creation": _case_creation,
          "shapes": _case_shapes, "reductions": _case_reductions, "sum_to": _case_sum_to,
          "dtypes_without_kernels": _case_dtypes_without_kernels, "float16": _case_float16,
-         "gradients": _case_gradients, "advanced_updates": _case_advanced_updates}
+         "gradients": _case_gradients, "advanced_updates": _case_advanced_updates,
+         "random": _case_random}
 
 
 @pytest.mark.parametrize("name", CASES)

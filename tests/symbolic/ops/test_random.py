@@ -1,0 +1,357 @@
+"""Random streams (tenure/random.py) and the RandomVariable op
+(tenure/symbolic/ops/random.py), on every linker the op suite runs on (py,
+check, c, and cuda on the emulated device).
+
+The numbers are checked against NumPy's own Philox generator at the state's
+key and counter, so "the same on every linker" means "the same as this
+reference" on each of them."""
+
+import pickle
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import tenure as tn
+from tenure import Out
+from tenure.random import NotDifferentiableError, RandomStream
+from tenure.symbolic.device import cuda_runtime
+from tenure.symbolic.ops.random import RandomVariable, initial_state
+
+
+def reference(seed, stream=0, draw=0):
+    """NumPy's generator at stream ``stream``'s state after ``draw`` draws."""
+    key = initial_state(seed, stream)[:2]
+    return np.random.Generator(np.random.Philox(key=key, counter=[0, 0, draw, 0]))
+
+
+def state_of(draw_var):
+    """The shared state a draw reads."""
+    return draw_var.owner.inputs[0]
+
+
+# -- reproducibility ---------------------------------------------------------------
+
+
+def test_same_seed_gives_numpys_philox_numbers_on_every_linker(mode):
+    srng = RandomStream(1234)
+    x = srng.normal(2.0, 3.0, size=(4, 5))
+    u = srng.uniform(-1.0, 5.0, size=7)
+    f = tn.function([], [x, u], mode=mode)
+    for call in range(3):
+        got_x, got_u = f()
+        np.testing.assert_array_equal(got_x, reference(1234, 0, call).normal(2.0, 3.0, (4, 5)))
+        np.testing.assert_array_equal(got_u, reference(1234, 1, call).uniform(-1.0, 5.0, 7))
+
+
+def test_successive_calls_advance_and_functions_share_the_stream(mode):
+    srng = RandomStream(7)
+    x = srng.uniform(size=3)
+    f = tn.function([], x, mode=mode)
+    g = tn.function([], x * 2, mode=mode)
+    a, b = f(), f()
+    assert not np.array_equal(a, b)
+    np.testing.assert_array_equal(g(), 2 * reference(7, 0, 2).random(3))
+    np.testing.assert_array_equal(state_of(x).get_value()[2], 3)
+
+
+def test_seed_reseeds_every_stream(mode):
+    srng = RandomStream(1)
+    x, y = srng.normal(size=2), srng.integers(0, 100, size=4)
+    f = tn.function([], [x, y], mode=mode)
+    first = f()
+    f()
+    srng.seed(1)
+    again = f()
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+    srng.seed(2)
+    other = f()
+    np.testing.assert_array_equal(other[0], reference(2, 0, 0).normal(size=2))
+    assert not np.array_equal(other[0], first[0])
+    # a new stream object of the same seed gives the same numbers
+    fresh = RandomStream(1)
+    np.testing.assert_array_equal(tn.function([], fresh.normal(size=2), mode=mode)(), first[0])
+
+
+def test_streams_of_one_object_differ(mode):
+    srng = RandomStream(3)
+    f = tn.function([], [srng.uniform(size=5), srng.uniform(size=5)], mode=mode)
+    a, b = f()
+    assert not np.array_equal(a, b)
+
+
+def test_no_default_updates_updates_and_givens_override_the_default_update(mode):
+    srng = RandomStream(5)
+    x = srng.normal(size=3)
+    state = state_of(x)
+    frozen = tn.function([], x, mode=mode, no_default_updates=True)
+    np.testing.assert_array_equal(frozen(), frozen())
+    kept = tn.function([], x, mode=mode, updates=[(state, state)])
+    np.testing.assert_array_equal(kept(), kept())
+    assert state.get_value()[2] == 0
+    # givens: draw from another state (a replayed one), which is not updated
+    replay = tn.shared(initial_state(5, 0), shape=(3,), name="replay")
+    from_replay = tn.function([], x, mode=mode, givens={state: replay})
+    np.testing.assert_array_equal(from_replay(), reference(5).normal(size=3))
+    np.testing.assert_array_equal(from_replay(), reference(5).normal(size=3))
+    assert state.get_value()[2] == 0 and replay.get_value()[2] == 0
+
+
+def test_a_pickled_function_continues_the_same_sequence(mode):
+    srng = RandomStream(11)
+    f = tn.function([], [srng.normal(size=4), srng.bernoulli(0.5, size=6),
+                         srng.choice(5, size=3, replace=False)], mode=mode)
+    f()
+    g = pickle.loads(pickle.dumps(f))
+    expected = [reference(11, 0, 1).normal(size=4),
+                reference(11, 1, 1).random(6) < 0.5,
+                reference(11, 2, 1).choice(5, size=3, replace=False)]
+    for got in (g(), f()):                 # the original is unaffected by g's call
+        for a, b in zip(got, expected):
+            np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(g()[0], reference(11, 0, 2).normal(size=4))
+
+
+# -- distributions -------------------------------------------------------------------
+
+
+def test_moments_of_every_distribution(mode):
+    srng = RandomStream(2024)
+    n = 20_000
+    draws = [srng.normal(2.0, 3.0, size=n), srng.uniform(-1.0, 3.0, size=n),
+             srng.binomial(10, 0.3, size=n), srng.bernoulli(0.25, size=n),
+             srng.integers(-3, 4, size=n), srng.choice(4, size=n, p=[0.1, 0.2, 0.3, 0.4]),
+             srng.permutation(50), srng.choice(np.arange(10.0, 20.0), size=10, replace=False)]
+    normal, uniform, binom, bern, ints, choice, perm, sample = tn.function(
+        [], draws, mode=mode)()
+    # loose bounds: several standard errors at these seeds, never flaky
+    assert abs(normal.mean() - 2.0) < 0.1 and abs(normal.std() - 3.0) < 0.1
+    assert uniform.min() >= -1.0 and uniform.max() < 3.0 and abs(uniform.mean() - 1.0) < 0.05
+    assert binom.dtype == np.int64 and abs(binom.mean() - 3.0) < 0.1
+    assert set(np.unique(bern)) == {0, 1} and abs(bern.mean() - 0.25) < 0.02
+    assert set(np.unique(ints)) == set(range(-3, 4))
+    np.testing.assert_allclose(np.bincount(choice, minlength=4) / n, [0.1, 0.2, 0.3, 0.4],
+                               atol=0.02)
+    np.testing.assert_array_equal(np.sort(perm), np.arange(50))
+    assert sample.dtype == np.float64 and len(set(sample)) == 10
+    assert set(sample) == set(np.arange(10.0, 20.0))
+
+
+def test_dtypes(mode):
+    srng = RandomStream(0)
+    f = tn.function([], [srng.normal(size=3, dtype="float32"),
+                         srng.uniform(size=3, dtype="float16"),
+                         srng.integers(5, size=3, dtype="int8"),
+                         srng.bernoulli(0.5, size=3, dtype="bool")], mode=mode)
+    assert [r.dtype for r in f()] == [np.float32, np.float16, np.int8, np.bool_]
+    g = tn.function([], RandomStream(0).normal(size=3, dtype="float32"), mode=mode)
+    np.testing.assert_array_equal(g(), reference(0).standard_normal(3, dtype=np.float32))
+
+
+def test_symbolic_size(mode):
+    srng = RandomStream(9)
+    n = tn.scalar("n", dtype="int64")
+    x = srng.normal(size=(n, 2))
+    assert x.type.shape == (None, 2)
+    f = tn.function([n], x, mode=mode)
+    assert f(5).shape == (5, 2)
+    np.testing.assert_array_equal(f(3), reference(9, 0, 1).normal(size=(3, 2)))
+    v = tn.vector("v")
+    like = tn.function([v], srng.uniform(size=v.shape), mode=mode)
+    assert like(np.zeros(6)).shape == (6,)
+
+
+def test_parameters_broadcast(mode):
+    srng = RandomStream(4)
+    loc = tn.vector("loc")
+    scale = tn.matrix("scale")
+    x = srng.normal(loc, scale)
+    y = srng.normal(loc, 1.0, size=(4, 2, 3))
+    f = tn.function([loc, scale], [x, y], mode=mode)
+    locs, scales = np.array([0.0, 10.0, 100.0]), np.array([[1.0], [0.0]])
+    a, b = f(locs, scales)
+    assert a.shape == (2, 3) and b.shape == (4, 2, 3)
+    np.testing.assert_array_equal(a, reference(4, 0).normal(locs, scales))
+    np.testing.assert_array_equal(a[1], locs)                 # scale 0: exactly loc
+    np.testing.assert_array_equal(b, reference(4, 1).normal(locs, 1.0, size=(4, 2, 3)))
+
+
+# -- gradients -------------------------------------------------------------------------
+
+
+def test_grad_of_normal_and_uniform_is_reparameterized(mode):
+    srng = RandomStream(6)
+    loc, scale = tn.vector("loc"), tn.scalar("scale")
+    x = srng.normal(loc, scale, size=(5, 3))
+    low, high = tn.scalar("low"), tn.vector("high")
+    u = srng.uniform(low, high, size=(5, 3))
+    cost = (x * x).sum() + (u * u).sum()
+    grads = tn.grad(cost, [loc, scale, low, high])
+    f = tn.function([loc, scale, low, high], [x, u] + grads, mode=mode)
+    args = (np.array([1.0, -2.0, 0.5]), 1.5, -1.0, np.array([1.0, 2.0, 3.0]))
+    xv, uv, gloc, gscale, glow, ghigh = f(*args)
+    z = (xv - args[0]) / args[1]
+    t = (uv - args[2]) / (args[3] - args[2])
+    np.testing.assert_allclose(gloc, (2 * xv).sum(axis=0))
+    np.testing.assert_allclose(gscale, (2 * xv * z).sum())
+    np.testing.assert_allclose(glow, (2 * uv * (1 - t)).sum())
+    np.testing.assert_allclose(ghigh, (2 * uv * t).sum(axis=0))
+
+
+def test_grad_through_other_draws_is_a_clear_error():
+    srng = RandomStream(0)
+    p = tn.scalar("p")
+    draw = srng.binomial(10, p, size=3, dtype="float64")
+    with pytest.raises(NotDifferentiableError, match=r"binomial draw .* \(p\).*normal and "
+                                                      r"uniform"):
+        tn.grad(draw.sum(), p)
+    a = tn.vector("a")
+    with pytest.raises(NotDifferentiableError, match=r"choice draw .* \(a\)"):
+        tn.grad(srng.choice(a, size=2).sum(), a)
+    # an integer draw has no differentiable path at all
+    with pytest.raises(tn.DisconnectedInputError):
+        tn.grad(tn.cast(srng.bernoulli(p, size=3), "float64").sum(), p)
+
+
+# -- errors ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("build, args, message", [
+    (lambda s, v: s.normal(0.0, v, size=3), (-1.0,), r"normal: parameter 'scale' must be "
+                                                     r"finite and >= 0, got -1\.0"),
+    (lambda s, v: s.uniform(0.0, v, size=3), (-1.0,), r"uniform: parameter 'high' must be "
+                                                      r">= low, got -1\.0"),
+    (lambda s, v: s.bernoulli(v, size=3), (1.5,), r"bernoulli: parameter 'p' must be a "
+                                                  r"probability in \[0, 1\], got 1\.5"),
+    (lambda s, v: s.binomial(5, v, size=3), (-0.1,), r"binomial: parameter 'p' .* got -0\.1"),
+    (lambda s, v: s.normal(size=(tn.cast(v, "int64"),)), (-2.0,),
+     r"normal: size must hold lengths >= 0, got size\[0\] = -2"),
+    (lambda s, v: s.normal(tn.zeros((tn.cast(v, "int64"),)), size=3), (2.0,),
+     r"normal: parameter 'loc' of shape \(2,\) does not broadcast to size \(3,\)"),
+    (lambda s, v: s.choice(3, size=(tn.cast(v, "int64"),), replace=False), (4.0,),
+     r"choice: size \(4,\) asks for 4 samples without replacement from parameter 'a', which "
+     r"has only 3"),
+])
+def test_a_bad_parameter_names_it_and_changes_no_state(mode, build, args, message):
+    srng = RandomStream(8)
+    v = tn.scalar("v")
+    other = tn.shared(np.zeros(3), name="other")
+    draw = build(srng, v)
+    f = tn.function([v], draw, mode=mode, updates=[(other, other + 1)],
+                    on_unused_input="ignore")
+    state = state_of(draw)
+    before = state.get_value()
+    with pytest.raises(ValueError, match=message):
+        f(*args)
+    np.testing.assert_array_equal(state.get_value(), before)
+    np.testing.assert_array_equal(other.get_value(), np.zeros(3))
+
+
+def test_an_error_after_the_draw_leaves_the_state_unchanged(mode):
+    srng = RandomStream(8)
+    x = tn.vector("x")
+    draw = srng.normal(size=3)
+    f = tn.function([x], draw + x, mode=mode)
+    f(np.zeros(3))
+    before = state_of(draw).get_value()
+    with pytest.raises(ValueError):
+        f(np.zeros(4))
+    np.testing.assert_array_equal(state_of(draw).get_value(), before)
+    np.testing.assert_array_equal(f(np.zeros(3)), reference(8, 0, 1).normal(size=3))
+
+
+def test_errors_when_building():
+    srng = RandomStream(0)
+    with pytest.raises(ValueError, match=r"normal: parameter 'loc' of shape \(2,\) does not "
+                                         r"broadcast to size \(3,\)"):
+        srng.normal(np.zeros(2), size=3)
+    with pytest.raises(ValueError, match=r"normal: parameter 'scale' must be finite and >= 0, "
+                                         r"got -1\.0"):
+        srng.normal(0.0, -1.0)
+    with pytest.raises(ValueError, match=r"binomial: parameter 'n' must be >= 0, got -3"):
+        srng.binomial(-3, 0.5)
+    with pytest.raises(TypeError, match="normal: dtype must be a float dtype, got int64"):
+        srng.normal(dtype="int64")
+    with pytest.raises(TypeError, match="integers: parameter 'high' must be an integer"):
+        srng.integers(0, 2.5)
+    with pytest.raises(TypeError, match=r"normal: size shape\[0\]: expected an int"):
+        srng.normal(size=(1.5,))
+    with pytest.raises(TypeError, match="RandomStream: seed must be a non-negative int"):
+        RandomStream("x")
+    with pytest.raises(ValueError, match="RandomStream.seed: seed must be a non-negative int"):
+        RandomStream(0).seed(-1)
+    with pytest.raises(TypeError, match="permutation: takes no size"):
+        srng._draw("permutation", (3,), size=2)
+
+
+# -- memory ---------------------------------------------------------------------------
+
+
+def test_the_state_advances_in_place(mode):
+    srng = RandomStream(1)
+    x = srng.uniform(size=4)
+    f = tn.function([], x, mode=mode)
+    assert any(isinstance(node.op, RandomVariable) and node.op.inplace
+               for node in f.fgraph.apply_nodes)
+    state = state_of(x)
+    f()
+    buffer = state.get_value(borrow=True, return_internal_type=True)
+    f()
+    assert state.get_value(borrow=True, return_internal_type=True) is buffer
+    assert state.get_value()[2] == 2
+    # without the rewrite: the same numbers, a new state each call
+    plain = tn.function([], x, mode=tn.Mode(linker=mode.linker, exclude=["random_state_inplace"]))
+    assert not any(getattr(node.op, "inplace", False) for node in plain.fgraph.apply_nodes)
+    np.testing.assert_array_equal(plain(), reference(1, 0, 2).random(4))
+    np.testing.assert_array_equal(f(), reference(1, 0, 3).random(4))
+
+
+@pytest.mark.shares_buffers
+def test_a_borrowed_draw_allocates_nothing_per_call(mode):
+    if mode.linker == "check":
+        pytest.skip("the checking linker copies every node's inputs and outputs by design")
+    n = 100_000
+    srng = RandomStream(3)
+    f = tn.function([], Out(srng.normal(1.0, 2.0, size=n), borrow=True), mode=mode)
+    fresh = tn.function([], srng.normal(1.0, 2.0, size=n), mode=mode)
+
+    def peak_per_call(fn):
+        fn(), fn()
+        tracemalloc.start()
+        try:
+            peaks = []
+            for _ in range(3):
+                tracemalloc.reset_peak()
+                before = tracemalloc.get_traced_memory()[0]
+                fn()
+                peaks.append(tracemalloc.get_traced_memory()[1] - before)
+        finally:
+            tracemalloc.stop()
+        return max(peaks)
+
+    assert peak_per_call(fresh) >= n * 8                 # a fresh output each call
+    assert peak_per_call(f) < n * 8 / 20                 # into last call's buffer
+    np.testing.assert_array_equal(f(), reference(3, 0, 5).normal(1.0, 2.0, n))
+
+
+def test_a_borrowed_draw_allocates_no_device_memory_per_call(mode):
+    if mode.linker != "cuda":
+        pytest.skip("device memory: the cuda linker")
+    runtime = cuda_runtime(emulated=mode.cuda_emulation)
+    srng = RandomStream(3)
+    x = srng.uniform(size=1000)
+    f = tn.function([], Out(x, borrow=True), mode=mode)
+    f(), f()
+    with runtime.track() as usage:
+        f()
+    assert usage.n_allocations == 0, usage
+    np.testing.assert_array_equal(f(), reference(3, 0, 3).random(1000))
+
+
+def test_the_dask_linker_refuses_by_name():
+    pytest.importorskip("dask")
+    from tenure.linkers.dask.lower import LoweringError
+    srng = RandomStream(0)
+    with pytest.raises(LoweringError, match=r"no lowering for RandomVariable\{normal"):
+        tn.function([], srng.normal(size=3), mode=tn.Mode(linker="dask", compute=True))
