@@ -67,18 +67,46 @@ def accuracy(predict, X, y) -> float:
     return float(np.mean(predict(X) == y))
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=40)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--samples", type=int, default=1000, help="training samples per class")
+#: ``--help``'s description: plain text (no reST), for a terminal
+DESCRIPTION = """\
+Train a small MLP classifier with tenure: a 2-H-H-3 ReLU network (H is
+--hidden) on three interleaved spirals generated here (no download), by SGD
+on mini-batches, then print the test accuracy.  The parameters are shared
+variables, one training step is a compiled function whose updates apply SGD,
+and predictions come back in a borrowed output buffer.
+
+On a terminal each epoch shows a progress bar; when the output goes to a
+file or a pipe, each epoch prints one line instead.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m tenure.demo``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tenure.demo", description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=40,
+                        help="passes over the training set (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=32,
+                        help="training points per SGD step (default: %(default)s)")
+    parser.add_argument("--hidden", type=int, default=64,
+                        help="units in each of the two hidden layers (default: %(default)s)")
+    parser.add_argument("--lr", type=float, default=0.1,
+                        help="SGD learning rate (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the data and of the initial weights (default: %(default)s)")
+    parser.add_argument("--samples", type=int, default=1000,
+                        help="training points per class; the test set has a quarter as many "
+                             "(default: %(default)s)")
     parser.add_argument("--memory-picture", metavar="PATH",
                         help="after training, draw the memory timeline of one training step "
                              "to PATH (.png, .svg or .pdf with matplotlib; .html: an "
-                             "interactive page)")
+                             "interactive page) (default: none, no picture)")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     for name in ("epochs", "batch_size", "hidden", "samples"):
         if getattr(args, name) < 1:
@@ -103,13 +131,16 @@ def main(argv=None) -> int:
         order = rng.permutation(len(X_train))
         batches = np.array_split(order, n_batches)
         losses = []
+        # disable=None: tqdm draws the bar only on a terminal; to a file or a
+        # pipe it writes nothing, and the epoch's line below stands for it.
         with tqdm(batches, desc=f"epoch {epoch:3d}/{args.epochs}", unit="batch", leave=False,
-                  dynamic_ncols=True) as bar:
+                  dynamic_ncols=True, disable=None) as bar:
+            drawn = not bar.disable   # (closing the bar disables it)
             for idx in bar:
                 losses.append(float(train(X_train[idx], y_train[idx])))
                 bar.set_postfix(loss=f"{losses[-1]:.4f}", refresh=False)
-        if epoch == 1 or epoch % 10 == 0 or epoch == args.epochs:
-            tqdm.write(f"epoch {epoch:3d}  loss {np.mean(losses):.4f}  "
+        if not drawn or epoch == 1 or epoch % 10 == 0 or epoch == args.epochs:
+            tqdm.write(f"epoch {epoch:3d}/{args.epochs}  loss {np.mean(losses):.4f}  "
                        f"train accuracy {accuracy(predict, X_train, y_train):.3f}")
     elapsed = time.perf_counter() - start
 

@@ -40,7 +40,8 @@ def require_matplotlib():
         import matplotlib
     except ImportError as exc:
         raise ImportError("plot_memory needs matplotlib, which is not installed: "
-                          'pip install "tenure[plot]" (or pip install matplotlib)') from exc
+                          "pip install matplotlib (or pip install -e \".[plot]\" in "
+                          "tenure's source tree)") from exc
     return matplotlib
 
 

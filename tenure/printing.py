@@ -7,7 +7,7 @@ after), its type, and the memory marks of the op: ``v={out: [in]}`` for views,
 
 :func:`graph_picture` draws the same graph -- for a compiled function, the
 graph after rewrites -- with the optional ``graphviz`` package (the
-``tenure[plot]`` extra), imported only when it is called.  Apply nodes are
+``[plot]`` extra), imported only when it is called.  Apply nodes are
 boxes labelled with their op and output types; roots are inputs (ellipses),
 shared variables (yellow cylinders) and constants (small grey boxes).  Memory
 is marked: an op with a ``destroy_map`` has a red outline and says "in place",
@@ -269,9 +269,10 @@ def _import_graphviz():
     try:
         import graphviz
     except ImportError as exc:
-        raise ImportError('graph_picture needs the graphviz Python package: pip install '
-                          '"tenure[plot]" (rendering .svg, .png or .pdf also needs '
-                          "Graphviz's dot program)") from exc
+        raise ImportError("graph_picture needs the graphviz Python package: pip install "
+                          "graphviz (or pip install -e \".[plot]\" in tenure's source "
+                          "tree); rendering .svg, .png or .pdf also needs Graphviz's dot "
+                          "program") from exc
     return graphviz
 
 
@@ -510,7 +511,7 @@ def graph_picture(obj, path=None, *, expand_composites: bool = False, legend: bo
     to install it when it is missing); ``.dot`` or ``.gv`` writes the DOT
     source.  The file written is exactly ``path``.  Returns the
     ``graphviz.Digraph`` in every case.  Needs the ``graphviz`` package
-    (``pip install "tenure[plot]"``).
+    (``pip install -e ".[plot]"`` in tenure's source tree).
     """
     scene = _scene_of(obj)
     suffix = _suffix_of(path)

@@ -71,3 +71,107 @@ def test_doc_html_builds_without_warnings(tmp_path):
                  "tenure.symbolic.shared.SharedVariable.get_value",
                  "tenure.symbolic.ops.elemwise.exp", "tenure.printing.debugprint"):
         assert f'id="{name}"' in api, f"{name} is missing from the API reference"
+
+
+# ----------------------------------------------------------------------------
+# The figures the docs give are the ones measured.
+
+#: "within 1.5% of the measured peak": how close memory_report's prediction is
+PLAN_ACCURACY = re.compile(r"within\s+(\d+(?:\.\d+)?)%\s+of\s+the\s+measured\s+peak")
+
+
+def _plan_accuracy_claims() -> dict[str, list[float]]:
+    claims = {}
+    for path in [ROOT / "README.md", *sorted(DOC.glob("*.rst"))]:
+        found = [float(m.group(1)) for m in PLAN_ACCURACY.finditer(path.read_text())]
+        if found:
+            claims[path.relative_to(ROOT).as_posix()] = found
+    return claims
+
+
+def test_the_docs_give_one_figure_for_the_plans_accuracy():
+    claims = _plan_accuracy_claims()
+    assert {"README.md", "doc/planning.rst"} <= set(claims), claims
+    figures = {figure for found in claims.values() for figure in found}
+    assert len(figures) == 1, f"the docs disagree on how close a plan is: {claims}"
+    # and no page states another tolerance for the predicted peak
+    for path in [ROOT / "README.md", *sorted(DOC.glob("*.rst"))]:
+        text = " ".join(path.read_text().split())
+        for match in re.finditer(r"predicted peak[^.]{0,80}?within\s+(\d+(?:\.\d+)?)%", text):
+            assert float(match.group(1)) in figures, \
+                f"{path.name}: {match.group(0)!r} against {figures}"
+
+
+#: a difference this small (bytes) is Python's own objects, not a buffer
+SMALL = 1024
+
+
+@pytest.mark.parametrize("linker", ["py", "c"])
+def test_the_plans_accuracy_the_docs_give_is_measured(linker, monkeypatch):
+    """The benchmark workloads of tests/linkers/test_report.py, on the NumPy
+    executor and (after one call, as doc/planning.rst says) the C linker:
+    every prediction is within the docs' figure of tracemalloc's peak."""
+    import numpy as np
+
+    import tenure as tn
+    from tests.linkers import test_report
+
+    (figure,) = {f for found in _plan_accuracy_claims().values() for f in found}
+    if linker == "c":
+        from tenure.linkers.c import compiler
+        if compiler.find_compiler() is None:
+            pytest.skip("no working C compiler")
+        function = tn.function
+
+        def on_c(*args, **kwargs):
+            kwargs["mode"] = tn.Mode(linker="c")
+            return function(*args, **kwargs)
+        monkeypatch.setattr(test_report.tn, "function", on_c)
+    errors = {}
+    for name, build in test_report.WORKLOADS.items():
+        f, args = build(np.random.default_rng(0))
+        assert f.mode.linker == linker
+        if linker == "c":
+            f(*args)
+        report = f.memory_report(*args, print_report=False)
+        # (on the C linker the elemwise workload's plan needs no memory at
+        # all: a few hundred bytes of Python objects are measured, 100% of 0)
+        if abs(report.measured_peak - report.predicted_peak) > SMALL:
+            errors[name] = (abs(report.measured_peak - report.predicted_peak)
+                            / report.measured_peak)
+    assert max(errors.values(), default=0) <= figure / 100, \
+        f"the docs say within {figure}%: {({k: f'{v:.2%}' for k, v in errors.items()})}"
+
+
+def test_the_readme_names_every_doc_page():
+    """README's list of the docs names each page by its title (the part
+    before a colon), so a new page is not missing from it."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    index = (DOC / "index.rst").read_text()
+    pages = re.search(r":caption: Contents\n\n((?:   \S+\n)+)", index).group(1).split()
+    assert len(pages) > 5, pages
+    for page in pages:
+        title = (DOC / f"{page}.rst").read_text().splitlines()[0].split(":")[0]
+        assert f'"{title}"' in readme, f"README.md does not name the page {title!r} ({page}.rst)"
+
+
+#: what the docs once said about linkers tenure has (the C, CUDA and Dask linkers)
+MISSING_LINKER = re.compile(r"this build of tenure does not have|\bno (?:C|CUDA|Dask) linker\b|"
+                            r"\b(?:C|CUDA|Dask) linker\b[^.]{0,40}\bnot (?:yet )?(?:available|"
+                            r"implemented|supported)", re.IGNORECASE)
+
+
+def test_no_page_says_a_linker_tenure_has_is_missing():
+    for path in [ROOT / "README.md", *sorted(DOC.glob("*.rst"))]:
+        text = " ".join(path.read_text().split())
+        found = [m.group(0) for m in MISSING_LINKER.finditer(text)]
+        assert not found, f"{path.name}: {found}"
+
+
+def test_the_api_reference_describes_every_flag():
+    """Each of ``tn.config``'s flags has its entry, with its default, in doc/api.rst."""
+    from tenure.config import flags
+
+    api = (DOC / "api.rst").read_text()
+    documented = set(re.findall(r"^``(\w+)`` \(default", api, re.MULTILINE))
+    assert set(flags()) <= documented, f"undocumented flags: {set(flags()) - documented}"

@@ -24,7 +24,7 @@ graph_picture = tn.printing.graph_picture
 
 @pytest.fixture
 def graphviz():
-    return need_module("graphviz", 'pip install "tenure[plot]"')
+    return need_module("graphviz", 'pip install -e ".[plot]"')
 
 
 @pytest.fixture
@@ -342,7 +342,7 @@ def test_dot_vanishing_before_the_render_is_the_same_clear_error(graphviz, tmp_p
 def test_missing_graphviz_package_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "graphviz", None)  # import graphviz now fails
     x = tn.vector("x")
-    with pytest.raises(ImportError, match=re.escape('pip install "tenure[plot]"')):
+    with pytest.raises(ImportError, match=re.escape('pip install graphviz')):
         graph_picture(tn.exp(x))
 
 

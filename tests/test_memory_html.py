@@ -131,7 +131,7 @@ def test_hovering_a_band_names_buffer_op_bytes_and_lifetime(browser, page):
 
 
 def test_screenshot_shows_the_band_colours(browser, page):
-    need_module("matplotlib", 'pip install "tenure[plot]"')
+    need_module("matplotlib", 'pip install -e ".[plot]"')
     import matplotlib.image   # a PNG reader
     path, timelines = page
     browser.get(path.as_uri())

@@ -15,7 +15,7 @@ from tenure import In, Out
 from tenure.linkers.timeline import KINDS, band_polygons, byte_ticks, format_bytes
 from tests.helpers import need_module
 
-PLOT_EXTRA = 'pip install "tenure[plot]"'
+PLOT_EXTRA = 'pip install -e ".[plot]"'
 
 #: the buffers this file sees handed on are what freeing intermediates gives
 pytestmark = pytest.mark.usefixtures("freeing_intermediates")
@@ -241,7 +241,7 @@ class TestErrors:
         monkeypatch.setitem(sys.modules, "matplotlib", None)
         x = tn.vector("x")
         f = tn.function([x], x * 2)
-        with pytest.raises(ImportError, match=r"tenure\[plot\]"):
+        with pytest.raises(ImportError, match=r"pip install matplotlib .*\.\[plot\]"):
             tn.plot_memory(f, [np.ones(3)])
 
     def test_bad_suffix(self):

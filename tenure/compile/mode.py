@@ -43,7 +43,8 @@ def _dask_linker(mode: Mode) -> Linker:
         from tenure.linkers.dask.linker import DaskLinker
     except ImportError as exc:
         raise ImportError(f"Mode(linker='dask') needs Dask, which is not installed "
-                          f"({exc}); pip install 'tenure[dask]'") from exc
+                          f"({exc}); pip install 'dask[array]' distributed (or pip "
+                          f"install -e '.[dask]' in tenure's source tree)") from exc
     return DaskLinker(compute=mode.compute, chunk_linker=mode.chunk_linker)
 
 

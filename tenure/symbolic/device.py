@@ -83,7 +83,8 @@ def require_cupy():
         return import_cupy()
     except ImportError as exc:
         raise CudaUnavailable(f"the CUDA linker needs CuPy, which is not installed ({exc}); "
-                              f"pip install 'tenure[cuda]'") from None
+                              f"pip install cupy-cuda13x (or pip install -e '.[cuda]' in "
+                              f"tenure's source tree)") from None
 
 
 def require_device():

@@ -393,8 +393,9 @@ def _check_dlpack_device(value, label: str, what: str) -> None:
     raise TypeError(
         f"{what}: expected an array in CPU memory, got a {label} on {name} device "
         f"{device_id} (DLPack device type {device_type}); arrays in device memory need "
-        "the CUDA linker, which this build of tenure does not have: copy it to the host "
-        "first (e.g. tensor.cpu(), cupy.asnumpy(a), jax.device_get(a))")
+        "a function compiled with Mode(linker='cuda') (CuPy and a CUDA device): compile "
+        "for it, or copy the array to the host first (e.g. tensor.cpu(), "
+        "cupy.asnumpy(a), jax.device_get(a))")
 
 
 def _all_python_ints(value) -> bool:

@@ -20,7 +20,7 @@ def test_without_cupy_the_reason_names_cupy_and_the_extra(monkeypatch, fresh_ans
         raise ImportError("No module named 'cupy'")
     monkeypatch.setattr(device, "import_cupy", no_cupy)
     reason = device.unavailable_reason()
-    assert "needs CuPy, which is not installed" in reason and "tenure[cuda]" in reason
+    assert "needs CuPy, which is not installed" in reason and "pip install cupy-cuda13x" in reason
     with pytest.raises(CudaUnavailable, match="needs CuPy"):
         device.require_device()
     with pytest.raises(CudaUnavailable, match="needs CuPy"):
