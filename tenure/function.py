@@ -71,7 +71,7 @@ def function(inputs: Sequence = (), outputs=None, updates=None, givens=None, mod
                         f"{type(outputs).__name__}")
     out_specs = [as_out(item, i) for i, item in enumerate(out_items)]
     all_updates = with_default_updates(check_updates(updates), out_specs, in_specs, givens,
-                                        no_default_updates)
+                                       no_default_updates)
     f = Function(in_specs, out_specs, single, all_updates, givens, as_mode(mode),
                  allow_input_downcast, on_unused_input, name)
     f.trust_input = bool(trust_input)

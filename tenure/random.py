@@ -31,8 +31,7 @@ __all__ = ["NotDifferentiableError", "RandomStream", "RandomVariable"]
 def _check_seed(seed, what: str):
     if seed is None:
         return int(np.random.SeedSequence().entropy)
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (numbers.Integral,
-                                                                  np.integer)):
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (numbers.Integral, np.integer)):
         raise TypeError(f"{what}: seed must be a non-negative int or None, got "
                         f"{type(seed).__name__} {seed!r}")
     if seed < 0:

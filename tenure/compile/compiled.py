@@ -77,8 +77,8 @@ class Function:
     def __init__(self, inputs: list[In], outputs: list[Out], single_output: bool,
                  updates: list[tuple[SharedVariable, Variable]], givens, mode: Mode,
                  allow_input_downcast: bool, on_unused_input: str, name: str | None):
-        self._spec = FunctionSpec(list(inputs), list(outputs), single_output, list(updates), givens,
-                           mode, allow_input_downcast, name)
+        self._spec = FunctionSpec(list(inputs), list(outputs), single_output, list(updates),
+                                  givens, mode, allow_input_downcast, name)
         self.inputs = inputs
         self.outputs = outputs
         self.name = name

@@ -182,7 +182,7 @@ def with_default_updates(updates, out_specs, in_specs, givens, no_default_update
                     and getattr(var, "default_update", None) is not None):
                 updated.add(var)
                 found.append((var, check_update(var, var.default_update,
-                                                 "the default_update of")))
+                                                "the default_update of")))
         updates += found
         frontier = [expr for _, expr in found]
     return updates

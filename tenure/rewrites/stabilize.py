@@ -38,7 +38,8 @@ from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
 from tenure.symbolic.ops.reduce import Reduce
 from tenure.symbolic.patterns import (
-    elemwise_node, is_elemwise, is_filled_with, keeps_shape, softplus_form, stable_value)
+    elemwise_node, is_elemwise, is_filled_with, keeps_shape, operand_beside, softplus_form,
+    stable_value)
 
 
 def _float(var: Variable) -> bool:
@@ -76,17 +77,6 @@ def _zero_unsigned(var: Variable) -> Variable:
     return var + 0.0
 
 
-def _other_operand(node, value) -> Variable | None:
-    """For a binary ``add`` node: the operand ``x`` beside a constant filled with
-    ``value`` that does not broadcast ``x`` and keeps its dtype."""
-    out = node.outputs[0]
-    for c_pos, x_pos in ((0, 1), (1, 0)):
-        c, x = node.inputs[c_pos], node.inputs[x_pos]
-        if is_filled_with(c, value) and keeps_shape(x, c) and x.type.dtype == out.type.dtype:
-            return x
-    return None
-
-
 @register_node_rewrite("stabilize", tags=("stable",))
 def log1p(fgraph, node):
     """``log(1 + x)`` (either order; the 1 a Python number or a constant array
@@ -100,7 +90,7 @@ def log1p(fgraph, node):
     add = elemwise_node(node.inputs[0], ps.add)
     if add is None or not _float(add.outputs[0]):
         return None
-    x = _other_operand(add, 1)
+    x = operand_beside(add, 1)
     if x is None:
         return None
     return _if_same_dtype(node.outputs[0], _zero_unsigned(ew.log1p(x)))
@@ -121,7 +111,7 @@ def expm1(fgraph, node):
         if not is_filled_with(c, 1):
             return None
     elif is_elemwise(node, ps.add):
-        e = _other_operand(node, -1)
+        e = operand_beside(node, -1)
         if e is None:
             return None
         c = node.inputs[0] if node.inputs[1] is e else node.inputs[1]

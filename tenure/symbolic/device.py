@@ -47,8 +47,9 @@ from tenure import config
 from tenure.symbolic.emulated_device import EmulatedDeviceArray, emulated_device
 
 __all__ = ["CallOrder", "CaptureUnsupported", "CapturedGraph", "CudaUnavailable", "CupyRuntime",
-           "EmulatedRuntime", "Usage", "counting_hook", "cuda_runtime", "import_cupy", "is_device_array", "require_cupy", "require_device",
-           "runtime_of", "unavailable_reason", "writeable"]
+           "EmulatedRuntime", "Usage", "captured_on", "counting_hook", "cuda_runtime",
+           "import_cupy", "is_device_array", "require_cupy", "require_device", "runtime_of",
+           "unavailable_reason", "writeable"]
 
 
 class CudaUnavailable(RuntimeError):
@@ -219,16 +220,8 @@ class CupyRuntime:
         :class:`CaptureUnsupported` (a memory hook), and CUDA refuses host
         synchronisations and copies itself.  On any error the capture is
         ended and its graph dropped."""
-        captured = CapturedGraph()
-        with stream:
-            stream.begin_capture()
-            try:
-                with refusing_allocations(self.cupy):
-                    yield captured
-            except BaseException:
-                _end_quietly(stream)
-                raise
-            captured.graph = stream.end_capture()
+        with captured_on(stream, refusing_allocations(self.cupy)) as captured:
+            yield captured
 
     def launch_graph(self, graph) -> None:
         graph.launch(self.cupy.cuda.get_current_stream())
@@ -253,6 +246,23 @@ def refusing_allocations(cupy):
                 f"a CUDA graph capture (the pool is not graph-safe)")
 
     return RefusingHook()
+
+
+@contextlib.contextmanager
+def captured_on(stream, guard):
+    """Capture the block's work on ``stream`` (under ``guard``, a context that
+    refuses what a capture must not do) into the ``CapturedGraph`` it
+    yields; on any error the capture is ended and its graph dropped."""
+    captured = CapturedGraph()
+    with stream:
+        stream.begin_capture()
+        try:
+            with guard:
+                yield captured
+        except BaseException:
+            _end_quietly(stream)
+            raise
+        captured.graph = stream.end_capture()
 
 
 def _end_quietly(stream) -> None:
@@ -357,15 +367,8 @@ class EmulatedRuntime:
     # -- CUDA graphs (the emulated device's capture: see its module doc) ---------
     @contextlib.contextmanager
     def capturing(self, stream):
-        captured = CapturedGraph()
-        with stream:
-            stream.begin_capture()
-            try:
-                yield captured
-            except BaseException:
-                _end_quietly(stream)
-                raise
-            captured.graph = stream.end_capture()
+        with captured_on(stream, contextlib.nullcontext()) as captured:
+            yield captured
 
     def launch_graph(self, graph) -> None:
         graph.launch(self.device.current_stream())

@@ -176,6 +176,7 @@ def _cupy_key(shape: tuple, key, reading: bool = False):
     except ValueError:
         raise ValueError("operands could not be broadcast together with shapes"
                          + " ".join(str(a.shape) for a in arrays)) from None
+
     def axes_of(item) -> int:
         if item is None or item is Ellipsis:
             return 0

@@ -36,8 +36,8 @@ from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.elemwise import Elemwise
 
 __all__ = ["SoftplusForm", "elemwise_node", "is_elemwise", "is_filled_with", "keeps_shape",
-           "one_minus", "sigmoid_argument", "softplus_form", "stable_gradient", "stable_value",
-           "variables_between"]
+           "one_minus", "operand_beside", "sigmoid_argument", "softplus_form", "stable_gradient",
+           "stable_value", "variables_between"]
 
 
 # --------------------------------------------------------------------------
@@ -98,9 +98,10 @@ def _float(var: Variable) -> bool:
     return var.type.numpy_dtype.kind == "f"
 
 
-def _beside(node: Apply, value) -> Variable | None:
-    """For a binary add: the operand beside a constant filled with ``value``,
-    when that constant neither broadcasts it nor changes its dtype."""
+def operand_beside(node: Apply, value) -> Variable | None:
+    """For a binary node (an add): the operand ``x`` beside a constant filled
+    with ``value``, when that constant neither broadcasts ``x`` nor changes
+    its dtype."""
     out = node.outputs[0]
     for c_pos, x_pos in ((0, 1), (1, 0)):
         c, x = node.inputs[c_pos], node.inputs[x_pos]
@@ -124,7 +125,7 @@ def one_minus(var: Variable) -> Variable | None:
 def _one_plus(var: Variable) -> Variable | None:
     """``v`` when ``var`` is ``1 + v`` or ``v + 1`` (as :func:`one_minus`)."""
     node = elemwise_node(var, ps.add)
-    return None if node is None else _beside(node, 1)
+    return None if node is None else operand_beside(node, 1)
 
 
 def _exp_argument(var: Variable) -> Variable | None:

@@ -315,8 +315,8 @@ def test_a_swap_under_replay(device):
     swap = tn.function([], [], updates=[(a, b), (b, a)], mode=cuda())
     for k in range(5):
         swap()
-        assert (host(a.get_value())[0], host(b.get_value())[0]) == ((1, 0) if k % 2 == 0
-                                                                      else (0, 1))
+        expected = (1, 0) if k % 2 == 0 else (0, 1)
+        assert (host(a.get_value())[0], host(b.get_value())[0]) == expected
 
 
 def test_graphs_agree_with_node_by_node_calls_on_an_update_step(device):

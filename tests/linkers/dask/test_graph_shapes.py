@@ -96,8 +96,8 @@ def test_a_product_with_a_constant_matrix(rng):
     product writes one): the kernel holds the constant, its task must not
     pass it as well (it took the constant for the other operand)."""
     x, v = tn.matrix("x"), tn.vector("v")
-    outs = [tn.constant(np.ones((1, 1))) @ v[None, :], tn.grad((tn.logsumexp(x, axis=1) @ v),
-                                                              x)]
+    outs = [tn.constant(np.ones((1, 1))) @ v[None, :],
+            tn.grad(tn.logsumexp(x, axis=1) @ v, x)]
     compare([x, v], outs, [rng.standard_normal((1, 1)), rng.standard_normal(1)],
             [(1, 1), (1,)])
 
