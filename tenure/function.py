@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from tenure.compile.calls import ReentrantCallError
 from tenure.compile.compiled import Function, FunctionSpec, restore_function
 from tenure.compile.io import In, Out, as_in, as_out
 from tenure.compile.mode import LINKERS, Mode, as_mode
 from tenure.compile.prepare import UnusedInputError, check_updates, with_default_updates
+from tenure.linkers.profile import check_profiled_linker
 from tenure.symbolic.graph import Variable
 from tenure.symbolic.variable import register_eval_compiler
 
@@ -32,7 +35,7 @@ _restore_function = restore_function
 def function(inputs: Sequence = (), outputs=None, updates=None, givens=None, mode=None,
              allow_input_downcast: bool = False, on_unused_input: str = "raise",
              name: str | None = None, no_default_updates=False,
-             trust_input: bool = False) -> Function:
+             trust_input: bool = False, profile: bool = False) -> Function:
     """Compile a function from ``inputs`` to ``outputs``.
 
     ``inputs``: variables or :class:`In` specs.  ``outputs``: a variable or
@@ -46,7 +49,15 @@ def function(inputs: Sequence = (), outputs=None, updates=None, givens=None, mod
     ``default_update`` (and no explicit update) are updated with it, unless
     this is True (none are) or a list of those that are not.
     ``trust_input``: sets :attr:`Function.trust_input`.
+    ``profile``: time every node over the function's calls, beside its
+    planned memory, into ``f.profile`` (a
+    :class:`~tenure.linkers.profile.Profile`; see
+    :mod:`tenure.linkers.profile`): the ``py`` and ``c`` linkers only.
+    Without it ``f.profile`` is None and calls pay nothing for it.
     """
+    if not isinstance(profile, (bool, np.bool_)):
+        raise TypeError(f"function(): profile must be True or False, got "
+                        f"{type(profile).__name__} {profile!r}")
     if isinstance(inputs, (Variable, In)):
         raise TypeError("function(): inputs must be a list (e.g. [x]), got a single "
                         f"{type(inputs).__name__}")
@@ -72,8 +83,11 @@ def function(inputs: Sequence = (), outputs=None, updates=None, givens=None, mod
     out_specs = [as_out(item, i) for i, item in enumerate(out_items)]
     all_updates = with_default_updates(check_updates(updates), out_specs, in_specs, givens,
                                        no_default_updates)
-    f = Function(in_specs, out_specs, single, all_updates, givens, as_mode(mode),
-                 allow_input_downcast, on_unused_input, name)
+    mode = as_mode(mode)
+    if profile:
+        check_profiled_linker(mode.linker)   # before compiling anything
+    f = Function(in_specs, out_specs, single, all_updates, givens, mode,
+                 allow_input_downcast, on_unused_input, name, profile=bool(profile))
     f.trust_input = bool(trust_input)
     return f
 

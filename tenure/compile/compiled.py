@@ -29,7 +29,9 @@ from tenure.compile.prepare import (
     apply_swap, build_graph, check_storage, check_swap, check_updates)
 from tenure.compile.signature import CallSignature
 from tenure.linkers.interrupts import mark_committed
+from tenure.linkers.profile import profile_function
 from tenure.linkers.report import MemoryReport, memory_report
+from tenure.linkers.thunk import mark_update_steps
 from tenure.linkers.timeline import Timeline
 from tenure.printing import debugprint
 from tenure.rewrites.destroy import DestroyHandler
@@ -76,7 +78,8 @@ class Function:
 
     def __init__(self, inputs: list[In], outputs: list[Out], single_output: bool,
                  updates: list[tuple[SharedVariable, Variable]], givens, mode: Mode,
-                 allow_input_downcast: bool, on_unused_input: str, name: str | None):
+                 allow_input_downcast: bool, on_unused_input: str, name: str | None,
+                 profile: bool = False):
         self._spec = FunctionSpec(list(inputs), list(outputs), single_output, list(updates),
                                   givens, mode, allow_input_downcast, name)
         self.inputs = inputs
@@ -100,10 +103,15 @@ class Function:
         self._take_aliasing(analyse_aliasing(self.fgraph, inputs, outputs,
                                              self.update_shared_index))
         self._thunk = mode.make_thunk(self.fgraph, self._kept_outputs(), inputs, self._n_out)
+        # errors raised computing only an update say which (see step_note)
+        mark_update_steps(self.fgraph, self._n_out, [var for var, _ in updates])
         self._adopt_thunk()
         self._defaults = [None if spec.value is None else self._own_default(spec)
                           for spec in inputs]
         check_storage(self.shared_vars, self._thunk.runtime, mode.linker)
+        #: the :class:`~tenure.linkers.profile.Profile` its calls accumulate
+        #: into (``function(profile=True)``), or None
+        self.profile = profile_function(self) if profile else None
 
     # -- compilation ----------------------------------------------------------
     def _guard_and_rewrite(self) -> None:
@@ -328,10 +336,10 @@ class Function:
         ``set_value``, which copy a value overlapping one instead of adopting it)."""
         return [buf for _, buf in self._thunk.kept_buffers()]
 
-    def memory_report(self, *args, print_report: bool = True, **kwargs) -> MemoryReport:
+    def memory_report(self, *args, print_report: bool = False, **kwargs) -> MemoryReport:
         """Run the function on these arguments and report its memory, node by node.
 
-        Prints (unless ``print_report=False``) and returns a
+        Returns (and with ``print_report=True`` also prints) a
         :class:`~tenure.linkers.report.MemoryReport`: for every output of every
         step (in schedule order) its shape, dtype, bytes and whether its buffer
         is new, a view or an in-place write of an input, or reused (the dead
@@ -339,7 +347,8 @@ class Function:
         the plan predicts for these input shapes, the measured peak
         (tracemalloc) and the bytes held between calls.  The runs use private
         copies of the arguments and of shared values and assign no updates:
-        nothing visible changes.
+        nothing visible changes.  ``print(f.memory_report(...))`` prints the
+        table (once).
         """
         values, _ = self._bind(args, kwargs)
         values = [self._filter(spec.variable.type, v, self.allow_input_downcast,

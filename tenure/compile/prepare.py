@@ -75,9 +75,9 @@ def check_unused(inputs: list[In], targets, on_unused_input: str) -> None:
     used = set(ancestors(targets, blockers=[spec.variable for spec in inputs]))
     for i, spec in enumerate(inputs):
         if spec.variable not in used:
+            others = "'ignore' (or 'warn')" if on_unused_input == "raise" else "'ignore'"
             msg = (f"input {spec.name or spec.variable} (#{i}) is not used to compute any "
-                   "output or update; pass on_unused_input='ignore' (or 'warn') if that is "
-                   "intended")
+                   f"output or update; pass on_unused_input={others} if that is intended")
             if on_unused_input == "raise":
                 raise UnusedInputError(msg)
             warnings.warn(msg, stacklevel=4)
@@ -120,6 +120,22 @@ def check_updates(updates) -> list[tuple[SharedVariable, Variable]]:
     return checked
 
 
+def _update_fix(var: SharedVariable, expr) -> str:
+    """What would make ``expr`` a new value ``var`` accepts: only the changes
+    it needs (a cast when the dtypes differ, a reshape when the dimensions do)."""
+    if not isinstance(expr.type, TensorType):
+        return f"the new value must be a tensor of type {var.type}"
+    fixes = []
+    if expr.dtype != var.dtype:
+        fixes.append(f"cast it with .astype({var.dtype!r})")
+    if expr.ndim != var.ndim:
+        fixes.append(f"reshape it to {var.ndim} dimension(s)")
+    elif any(mine is not None and its is not None and mine != its
+             for mine, its in zip(var.type.shape, expr.type.shape)):
+        fixes.append(f"make its shape match {var}'s static shape {var.type.shape}")
+    return " and ".join(fixes) or "give it the variable's type"
+
+
 def check_update(var: SharedVariable, expr, what: str) -> Variable:
     """``expr`` as the new value of ``var``, or a TypeError: same dtype and
     ndim, no contradicting static length, and no static length 1 where
@@ -132,7 +148,7 @@ def check_update(var: SharedVariable, expr, what: str) -> Variable:
     if not (isinstance(expr.type, TensorType) and expr.dtype == var.dtype
             and expr.ndim == var.ndim and var.type.is_compatible_replacement(expr.type)):
         raise TypeError(f"{what} {var} has type {expr.type}, but {var} has type {var.type} "
-                        f"(cast it with .astype({var.dtype!r}) or reshape it)")
+                        f"({_update_fix(var, expr)})")
     ones = [axis for axis, (mine, its) in enumerate(zip(var.type.shape, expr.type.shape))
             if mine is None and its == 1]
     if ones:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tenure.linkers.thunk import step_note
 from tenure.symbolic.graph import Apply, Constant
 from tenure.symbolic.shared import SharedVariable
 
@@ -74,7 +75,8 @@ class CommitPoint:
                 safe = check(node, ins, outs)
             except ValueError as exc:
                 exc.add_note(f"tenure: refused before the call ran any step: {node} "
-                             f"cannot run on inputs of shapes {', '.join(map(str, ins))}")
+                             f"cannot run on inputs of shapes {', '.join(map(str, ins))}"
+                             f"{step_note(node)}")
                 raise
             if not safe:
                 return BACKUP

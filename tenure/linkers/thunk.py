@@ -110,3 +110,43 @@ class Linker(Protocol):
     def make_thunk(self, fgraph, keep_outputs: set[int], allow_gc: bool = True,
                    **options) -> Thunk:
         ...
+
+
+def mark_update_steps(fgraph, n_outputs: int, updated: list) -> None:
+    """Mark the nodes of ``fgraph`` that compute only new values of shared
+    variables (outputs ``n_outputs`` on: the updates of ``updated``, in
+    order), so that an error raised by one of them can say which update
+    failed (:func:`step_note`).  A node that also feeds an output of the
+    function is not marked."""
+    feeds: dict = {}     # variable -> (feeds a function output, names of the updates it feeds)
+    order = {str(var): k for k, var in reversed(list(enumerate(updated)))}
+    for k, out in enumerate(fgraph.outputs):
+        to_output, names = feeds.get(out, (False, ()))
+        if k < n_outputs:
+            to_output = True
+        else:
+            var = updated[k - n_outputs]
+            names = names + (str(var),)
+        feeds[out] = (to_output, names)
+    for node in reversed(fgraph.toposort()):
+        to_output, names = False, ()
+        for out in node.outputs:
+            o, n = feeds.get(out, (False, ()))
+            to_output |= o
+            names += tuple(name for name in n if name not in names)
+        node.update_of = () if to_output else tuple(sorted(names, key=order.get))
+        for inp in node.inputs:
+            o, n = feeds.get(inp, (False, ()))
+            feeds[inp] = (o or to_output, n + tuple(name for name in names if name not in n))
+
+
+def step_note(node) -> str:
+    """``", in the update of shared variable 's'"`` for a node that computes
+    only the new value of ``s`` (see :func:`mark_update_steps`), else ``""``."""
+    names = getattr(node, "update_of", ())
+    if not names:
+        return ""
+    if len(names) == 1:
+        return f", in the update of shared variable {names[0]!r}"
+    return (", in the updates of shared variables "
+            + ", ".join(repr(name) for name in names))

@@ -263,12 +263,19 @@ class SharedVariable(TensorMethods, Variable):
                 raise TypeError(f"{what}: got a {found.name} device array "
                                 f"({type(value).__name__}) for a shared variable in {where}")
             return self.type.filter_device_array(value, strict=strict, allow_downcast=allow,
-                                                 what=what)
-        arr = self.type.filter(value, strict=strict, allow_downcast=allow, what=what)
+                                                 what=what, downcast_hint=self._downcast_hint())
+        arr = self.type.filter(value, strict=strict, allow_downcast=allow, what=what,
+                               downcast_hint=self._downcast_hint())
         if (self.allow_downcast is False and not isinstance(value, np.ndarray)
                 and not is_foreign_array(value)):
             _check_exact(arr, value, what)
         return arr
+
+    def _downcast_hint(self) -> str:
+        """How to have a lossy cast of a new value (``set_value`` takes no
+        option: the variable's ``allow_downcast``, as in PyTensor, decides)."""
+        return (f"create the shared variable with tn.shared(..., dtype={self.dtype!r}, "
+                "allow_downcast=True)")
 
     def __str__(self) -> str:
         return self.name if self.name is not None else f"<shared {self.type}>"

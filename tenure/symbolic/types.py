@@ -10,6 +10,10 @@ import numpy as np
 from tenure import config
 from tenure.symbolic.device import is_device_array
 
+#: how a function's caller allows a lossy cast of an argument (the default
+#: advice of :meth:`TensorType.filter`'s errors)
+DOWNCAST_HINT = "pass allow_input_downcast=True"
+
 #: dtypes a TensorType may have.
 SUPPORTED_DTYPES = frozenset(
     np.dtype(d).name for d in (
@@ -121,7 +125,7 @@ class TensorType:
 
     # -- values -------------------------------------------------------------
     def filter(self, value, strict: bool = False, allow_downcast: bool = False,
-               what: str = "value") -> np.ndarray:
+               what: str = "value", downcast_hint: str = DOWNCAST_HINT) -> np.ndarray:
         """Convert ``value`` to an ndarray of this type or raise.
 
         The input gate of every function.  Lists and Python scalars convert
@@ -149,10 +153,14 @@ class TensorType:
         The result is ``value`` itself when no conversion was needed, or for a
         subclass or another library's array a plain view of its memory;
         :func:`is_same_memory` tells these apart from a converted copy.
+
+        ``downcast_hint``: how the caller allows a lossy cast, said in the
+        error that refuses one (a function's ``allow_input_downcast=True`` by
+        default; a shared variable says its own).
         """
         if isinstance(value, np.ndarray):
             arr = value if type(value) is np.ndarray else base_ndarray(value, what)
-            arr = self._cast_array(arr, strict, allow_downcast, what)
+            arr = self._cast_array(arr, strict, allow_downcast, what, downcast_hint)
         elif is_device_array(value):     # (after the ndarray test: the gate's common case)
             raise TypeError(f"{what}: expected a host array, got a device array "
                             f"({type(value).__name__} of shape {tuple(value.shape)}, dtype "
@@ -160,25 +168,26 @@ class TensorType:
                             "on the device, or pass value.get()")
         elif is_foreign_array(value):
             arr = foreign_ndarray(value, what)
-            arr = self._cast_array(arr, strict, allow_downcast, what)
+            arr = self._cast_array(arr, strict, allow_downcast, what, downcast_hint)
         else:
             if strict:
                 raise TypeError(f"{what}: expected an ndarray of dtype {self.dtype}, got "
                                 f"{type(value).__name__} (strict input)")
-            arr = self._convert_python_value(value, allow_downcast, what)
+            arr = self._convert_python_value(value, allow_downcast, what, downcast_hint)
         self.check_shape(arr, what)
         return arr
 
     def filter_device_array(self, value, strict: bool = False, allow_downcast: bool = False,
-                            what: str = "value"):
+                            what: str = "value", downcast_hint: str = DOWNCAST_HINT):
         """A device array (CuPy's, or the emulated device's) as an array of
         this type on the same device: ``value`` itself, or cast on the device
         by the rules of :meth:`filter`."""
-        arr = self._cast_array(value, strict, allow_downcast, what)
+        arr = self._cast_array(value, strict, allow_downcast, what, downcast_hint)
         self.check_shape(arr, what)
         return arr
 
-    def _cast_array(self, arr, strict: bool, allow_downcast: bool, what: str):
+    def _cast_array(self, arr, strict: bool, allow_downcast: bool, what: str,
+                    downcast_hint: str = DOWNCAST_HINT):
         """``arr`` (any array with ``dtype`` and ``astype``) in this dtype:
         itself, or cast when that is safe or ``allow_downcast``."""
         target = self.numpy_dtype
@@ -191,7 +200,7 @@ class TensorType:
             raise TypeError(
                 f"{what}: expected dtype {self.dtype}, got {arr.dtype}; casting "
                 f"{arr.dtype} to {self.dtype} could lose information (cast it "
-                "yourself, or pass allow_input_downcast=True)")
+                f"yourself, or {downcast_hint})")
         return arr.astype(target)
 
     def check_shape(self, arr, what: str) -> None:
@@ -205,12 +214,14 @@ class TensorType:
                 raise ValueError(f"{what}: expected static shape {_shape_str(self.shape)}, "
                                  f"got shape {tuple(arr.shape)} (axis {axis}: {got} != {want})")
 
-    def _convert_python_value(self, value, allow_downcast: bool, what: str) -> np.ndarray:
+    def _convert_python_value(self, value, allow_downcast: bool, what: str,
+                              downcast_hint: str = DOWNCAST_HINT) -> np.ndarray:
         """Python scalars, lists and NumPy scalars into an array of this dtype."""
         target = self.numpy_dtype
         if isinstance(value, np.generic):
             # NumPy scalars are strongly typed, like arrays.
-            return self.filter(np.asarray(value), allow_downcast=allow_downcast, what=what)
+            return self.filter(np.asarray(value), allow_downcast=allow_downcast, what=what,
+                               downcast_hint=downcast_hint)
         try:
             natural = np.asarray(value)
         except (ValueError, TypeError) as exc:
@@ -245,7 +256,7 @@ class TensorType:
         if not same_or_higher_kind:
             raise TypeError(f"{what}: expected {self.dtype}, got {type(value).__name__} "
                             f"holding {natural.dtype} values; converting would lose "
-                            "information (pass allow_input_downcast=True to allow it)")
+                            f"information ({downcast_hint} to allow it)")
         try:
             with np.errstate(over="raise", invalid="raise"):
                 converted = np.asarray(value, dtype=target)

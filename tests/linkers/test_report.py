@@ -60,12 +60,22 @@ def test_the_report_changes_nothing():
 def test_printed_table_and_rows(capsys):
     x = tn.vector("x")
     f = tn.function([x], tn.sin(x) + 1, mode=PLAIN)
-    report = f.memory_report(x=np.zeros(10))
+    report = f.memory_report(x=np.zeros(10), print_report=True)
     printed = capsys.readouterr().out
     assert "predicted peak" in printed and "measured peak" in printed and "sin" in printed
     rows = report.rows()
     assert rows[0]["shape"] == (10,) and rows[0]["dtype"] == "float64"
     assert str(report) == printed.rstrip("\n")
+
+
+def test_the_report_prints_only_when_asked(capsys):
+    """``print(f.memory_report(...))`` prints the table once: the report is
+    printed by ``print``, not also by ``memory_report``."""
+    x = tn.vector("x")
+    f = tn.function([x], tn.sin(x) + 1, mode=PLAIN)
+    print(f.memory_report(np.zeros(10)))
+    printed = capsys.readouterr().out
+    assert printed.count("predicted peak") == 1, printed
 
 
 # ----------------------------------------------------------------------------

@@ -57,6 +57,7 @@ from tenure.linkers.commit import BACKUP
 from tenure.linkers.interrupts import mark_committed
 from tenure.linkers.plan import compile_time_order, make_plan, step_workspace
 from tenure.linkers.python import MIN_REUSE_BYTES, PythonLinker, PythonThunk
+from tenure.linkers.thunk import step_note
 from tenure.symbolic.ops.elemwise import Elemwise
 
 __all__ = ["CLinker", "CThunk", "CLinkerWarning"]
@@ -182,7 +183,8 @@ class CThunk(PythonThunk):
         if 0 <= k < len(self.plan.steps) and isinstance(exc, BaseException):
             node = self.plan.steps[k].node
             exc.add_note(f"tenure: raised while computing {node} "
-                         f"(inputs: {', '.join(f'{v} {v.type}' for v in node.inputs)})")
+                         f"(inputs: {', '.join(f'{v} {v.type}' for v in node.inputs)})"
+                         f"{step_note(node)}")
 
     def _table_for(self, values) -> tuple:
         """``(shape table, whether it holds for every call with these shapes)``:
@@ -256,7 +258,21 @@ class CLinker:
             return PythonLinker().make_thunk(fgraph, keep_outputs, allow_gc)
         thunk._run = run
         thunk.graph = graph
+        if "blas" in graph.kinds:
+            _import_blas()
         thunk._c_nodes = frozenset(step.node for step, kind in zip(plan.steps, graph.kinds)
                                    if kind != "py")
         thunk._wants_table = bool(graph.shape_offsets)
         return thunk
+
+
+def _import_blas() -> None:
+    """Import the module the runtime takes its BLAS from (``tn_blas_init``)
+    now, at compile time: imported by the first product of the first call,
+    its megabytes would count in that call's memory (a first
+    ``memory_report``'s measured peak) and time.  A missing SciPy is left
+    to the runtime's ``ImportError``, at the call."""
+    try:
+        import scipy.linalg.cython_blas  # noqa: F401
+    except ImportError:
+        pass
