@@ -31,7 +31,7 @@ LINKERS = _FROM_ENV or ["py", "check"]
 C_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_transactions.py",
                   "test_pytensor_idioms.py", "test_pickle.py", "test_array_types.py",
                   "test_leaks.py", "test_memory_timeline.py",
-                  "test_foreign_arrays.py"}
+                  "test_foreign_arrays.py", "test_error_names.py"}
 C_IN_EVERY_RUN_DIRS = {("symbolic", "ops")}
 
 #: test files that run on the Dask linker too (computed results), where Dask
@@ -45,7 +45,7 @@ C_IN_EVERY_RUN_DIRS = {("symbolic", "ops")}
 DASK_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_pytensor_idioms.py",
                      "test_pickle.py", "test_array_types.py", "test_foreign_arrays.py",
                      "test_reduce.py", "test_creation.py", "test_elemwise_grad.py",
-                     "test_specify_shape.py"}
+                     "test_specify_shape.py", "test_error_names.py"}
 HAVE_DASK = importlib.util.find_spec("dask") is not None
 
 #: test files that run on the cuda linker (``Mode(linker="cuda")``: device
@@ -58,7 +58,8 @@ HAVE_DASK = importlib.util.find_spec("dask") is not None
 #: ``TENURE_TEST_CUDA=device`` on the GPU (skipped, with the reason, where
 #: there is none).
 CUDA_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_pytensor_idioms.py",
-                     "test_transactions.py", "test_pickle.py", "test_remat.py"}
+                     "test_transactions.py", "test_pickle.py", "test_remat.py",
+                     "test_error_names.py"}
 CUDA_IN_EVERY_RUN_DIRS = {("symbolic", "ops")}
 CUDA_NOT_IN_EVERY_RUN = {"test_elemwise.py"}
 #: where the suites' cuda linker runs: "emulated" (CI) or "device"

@@ -28,7 +28,7 @@ import numpy as np
 
 from tenure.linkers.plan import make_plan
 from tenure.linkers.python import PythonThunk, take_donor
-from tenure.linkers.thunk import step_note
+from tenure.linkers.describe import error_note, user_message
 from tenure.rewrites.destroy import DestroyHandler
 
 
@@ -113,7 +113,7 @@ class CheckThunk(PythonThunk):
         try:
             op.perform(node, inputs, cells)
         except Exception as exc:
-            exc.add_note(f"tenure: raised while computing {node}{step_note(node)}")
+            exc.add_note(error_note(node, types=False, step=user_message(exc, node)))
             raise
         outputs = [cell[0] for cell in cells]
         reference = [[None] for _ in node.outputs]

@@ -42,7 +42,8 @@ import numpy as np
 from tenure.linkers.commit import BACKUP, CommitPoint, commit_point
 from tenure.linkers.interrupts import mark_committed
 from tenure.linkers.plan import Plan, make_plan, reuse_possible, step_workspace
-from tenure.linkers.thunk import Thunk, step_note
+from tenure.linkers.describe import error_note, user_message
+from tenure.linkers.thunk import Thunk
 from tenure.rewrites.destroy import view_root
 from tenure.symbolic.device import writeable
 
@@ -162,9 +163,7 @@ def run_steps(steps, storage: list, aside: dict) -> None:
                 storage[f] = None
     except BaseException as exc:
         if node is not None:
-            exc.add_note(f"tenure: raised while computing {node} "
-                         f"(inputs: {', '.join(f'{v} {v.type}' for v in node.inputs)})"
-                         f"{step_note(node)}")
+            exc.add_note(error_note(node, step=user_message(exc, node)))
         raise
 
 

@@ -57,7 +57,7 @@ from tenure.linkers.commit import BACKUP
 from tenure.linkers.interrupts import mark_committed
 from tenure.linkers.plan import compile_time_order, make_plan, step_workspace
 from tenure.linkers.python import MIN_REUSE_BYTES, PythonLinker, PythonThunk
-from tenure.linkers.thunk import step_note
+from tenure.linkers.describe import error_note, user_message
 from tenure.symbolic.ops.elemwise import Elemwise
 
 __all__ = ["CLinker", "CThunk", "CLinkerWarning"]
@@ -182,9 +182,7 @@ class CThunk(PythonThunk):
         k = int(self._status[0])
         if 0 <= k < len(self.plan.steps) and isinstance(exc, BaseException):
             node = self.plan.steps[k].node
-            exc.add_note(f"tenure: raised while computing {node} "
-                         f"(inputs: {', '.join(f'{v} {v.type}' for v in node.inputs)})"
-                         f"{step_note(node)}")
+            exc.add_note(error_note(node, step=user_message(exc, node)))
 
     def _table_for(self, values) -> tuple:
         """``(shape table, whether it holds for every call with these shapes)``:

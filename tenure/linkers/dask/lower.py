@@ -39,6 +39,7 @@ from dask.array.core import normalize_chunks, slices_from_chunks
 
 from tenure.linkers.dask.regions import (ALWAYS_LAZY, COMBINED_REDUCTIONS, Region,
                                           is_rows_product, lazy_variables)
+from tenure.linkers.describe import compiled_detail, user_call, user_message
 from tenure.symbolic.graph import Constant, Variable
 from tenure.symbolic.ops.blas import Dot, MatMul, Outer, TensorDot
 from tenure.symbolic.ops.composite import FusedReduce
@@ -783,7 +784,10 @@ def lower_graph(fgraph, input_values: list, ctx) -> list:
                     lower_node(unit, env, ctx)
             except Exception as exc:
                 nodes = unit.nodes + unit.sinks if isinstance(unit, Region) else (unit,)
+                for node in nodes:     # the one whose name the message leads with
+                    user_message(exc, node)
                 exc.add_note(f"tenure: raised while lowering "
-                             f"{', '.join(str(n) for n in nodes)} to Dask")
+                             f"{', '.join(user_call(n) for n in nodes)} to Dask"
+                             f"{''.join(compiled_detail(n) for n in nodes)}")
                 raise
     return [_value(var, env) for var in fgraph.outputs]
