@@ -7,7 +7,7 @@ property tests) -- the kernels under host emulation on host arrays
 may be written) on the emulated device and on a GPU where there is one.
 Fewer examples: every example compiles its kernels."""
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import tenure as tn
@@ -41,8 +41,16 @@ def test_device_elementwise_trees_match_the_c_linker(cc_or_skip, device, data):
     check_elementwise_tree(data, tn.Mode(linker="cuda"), C, device.from_host, host)
 
 
+#: x*x - sin(x*x) for x near 0.11: the two terms cancel to 2e-6, so one unit
+#: of sin's last place (libmvec's in the C loops, libm's in the kernel) is
+#: 1.6e-12 of the result (found by hypothesis in CI)
+CANCELLING = (["plain"], [(0, 0, 4096, True), (0, 0, 0, False), (1, 0, 1, True),
+                          (1, 3, 1, False)], 1)
+
+
 @PROPERTY
 @given(graph=random_graphs(), seed=st.integers(0, 2**16), alias=st.booleans())
+@example(graph=CANCELLING, seed=1, alias=False)
 def test_device_graphs_with_random_in_flags_match_the_c_linker(cc_or_skip, device, graph, seed,
                                                                alias):
     check_graph_with_in_flags(graph, seed, alias, tn.Mode(linker="cuda"), C, device.from_host,
