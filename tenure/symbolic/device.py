@@ -47,9 +47,9 @@ from tenure import config
 from tenure.symbolic.emulated_device import EmulatedDeviceArray, emulated_device
 
 __all__ = ["CallOrder", "CaptureUnsupported", "CapturedGraph", "CudaUnavailable", "CupyRuntime",
-           "EmulatedRuntime", "Usage", "captured_on", "counting_hook", "cuda_runtime",
-           "import_cupy", "is_device_array", "require_cupy", "require_device", "runtime_of",
-           "unavailable_reason", "writeable"]
+           "EmulatedRuntime", "Usage", "captured_on", "copy_into_device", "counting_hook",
+           "cuda_runtime", "import_cupy", "is_device_array", "require_cupy", "require_device",
+           "runtime_of", "unavailable_reason", "writeable"]
 
 
 class CudaUnavailable(RuntimeError):
@@ -162,13 +162,7 @@ class CupyRuntime:
         """``source`` (a host or device array of ``target``'s shape) written
         into ``target`` (a host array straight into it when it is contiguous
         and of the same dtype, as ``set`` requires; else through a device copy)."""
-        with self.calls.call():     # after the calls that may still read target
-            if isinstance(source, np.ndarray):
-                if target.flags.c_contiguous and source.dtype == target.dtype:
-                    target.set(source)
-                    return
-                source = self.from_host(source)
-            self.cupy.copyto(target, source, casting="unsafe")
+        copy_into_device(self, target, source, self.cupy.copyto)
 
     def arange(self, start, stop, step, dtype):
         return self.cupy.arange(start, stop, step, dtype=dtype)
@@ -265,6 +259,21 @@ def captured_on(stream, guard):
         captured.graph = stream.end_capture()
 
 
+def copy_into_device(runtime, target, source, copyto) -> None:
+    """``source`` (a host or device array of ``target``'s shape) written into
+    the device array ``target`` on ``runtime``, ordered after the calls that
+    may still read it: a host array straight in when it is contiguous and of
+    the same dtype (as ``set`` requires), else uploaded and copied on the
+    device with ``copyto`` (CuPy's, or NumPy's over emulated arrays)."""
+    with runtime.calls.call():
+        if isinstance(source, np.ndarray):
+            if target.flags.c_contiguous and source.dtype == target.dtype:
+                target.set(source)
+                return
+            source = runtime.from_host(source)
+        copyto(target, source, casting="unsafe")
+
+
 def _end_quietly(stream) -> None:
     """End a capture that failed (its graph, or CUDA's invalidation error, dropped)."""
     try:
@@ -320,13 +329,7 @@ class EmulatedRuntime:
         return array.get()
 
     def copy_into(self, target, source) -> None:
-        with self.calls.call():     # after the calls that may still read target
-            if isinstance(source, np.ndarray):
-                if target.flags.c_contiguous and source.dtype == target.dtype:
-                    target.set(source)
-                    return
-                source = self.from_host(source)
-            np.copyto(target, source, casting="unsafe")
+        copy_into_device(self, target, source, np.copyto)
 
     def arange(self, start, stop, step, dtype):
         return self.device.from_host(np.arange(start, stop, step, dtype=dtype))
