@@ -21,7 +21,7 @@ for i in $(seq 1 "${RUNS:-1}"); do
   grep -E "^(FAILED|ERROR)" "$OUT/tests$i.log" | cut -c1-220 | head -30
   tail -1 "$OUT/tests$i.log"
 done
-if [ -n "${OVERHEAD:-1}" ]; then
+if [ -n "${OVERHEAD-1}" ]; then
   T0=$(date +%s)
   timeout "${OVERHEAD_S:-120}" python3 benchmarks/cuda_graph_overhead.py 2>&1 | tee "$OUT/overhead.log" | grep -v Warning
   echo "overhead rc=$? in $(( $(date +%s) - T0 )) s"

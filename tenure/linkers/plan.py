@@ -135,21 +135,28 @@ class Plan:
         return {o: d for step in self.steps for o, d in zip(step.outputs, step.reuse)
                 if d is not None}
 
-    def live_bytes(self, held=frozenset()) -> list[int]:
+    def live_bytes(self, held=frozenset(), unit: int = 1) -> list[int]:
         """Bytes of planned buffers alive during each step (the step's own
         outputs included, what dies after it included).  ``held``: slots whose
         buffer already exists when the call starts (a borrowed output's, or
-        every intermediate's without ``allow_gc``): they allocate nothing."""
+        every intermediate's without ``allow_gc``): they allocate nothing.
+        ``unit``: the allocator's granularity, each buffer rounded up to a
+        multiple of it (CuPy's pool hands out multiples of 512 bytes)."""
+        def size(b: int) -> int:
+            return -(-b // unit) * unit
+
         live, current = [], 0
         for step in self.steps:
-            current += sum(b for s, b in step.allocates if s not in held)
+            current += sum(size(b) for s, b in step.allocates if s not in held)
             live.append(current)
-            current -= sum(b for s, b in step.releases if s not in held)
+            current -= sum(size(b) for s, b in step.releases if s not in held)
         return live
 
-    def step_peaks(self, held=frozenset()) -> list[int]:
-        """Planned bytes at each step: live buffers plus the step's workspace."""
-        return [live + step.workspace for live, step in zip(self.live_bytes(held), self.steps)]
+    def step_peaks(self, held=frozenset(), unit: int = 1) -> list[int]:
+        """Planned bytes at each step: live buffers (in ``unit``, see
+        :meth:`live_bytes`) plus the step's workspace."""
+        return [live + step.workspace
+                for live, step in zip(self.live_bytes(held, unit), self.steps)]
 
     def peak(self, held=frozenset()) -> int:
         """The planned peak of one call (see :meth:`step_peaks`)."""

@@ -241,8 +241,10 @@ def _report(thunk, input_values: list) -> MemoryReport:
     records = observe_call(thunk, _private(input_values), plan)
     held = held_slots(thunk, plan)
     commit_step, backups = planned_backups(plan, thunk.fgraph)
+    # a device's pool rounds each buffer up: the prediction counts in its unit
+    unit = thunk.runtime.allocation_unit if thunk.runtime is not None else 1
     by_step = [peak + (sum(backups.values()) if step >= commit_step else 0)
-               for step, peak in enumerate(plan.step_peaks(held))]
+               for step, peak in enumerate(plan.step_peaks(held, unit))]
     report = MemoryReport(records=records, predicted_peak=max(by_step, default=0),
                           predicted_by_step=by_step, plan=plan, held=held,
                           backups=(commit_step, backups))

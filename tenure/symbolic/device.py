@@ -138,6 +138,9 @@ class CupyRuntime:
     CUDA device (allocations from CuPy's memory pool)."""
 
     name = "cuda"
+    #: CuPy's pool hands out multiples of 512 bytes (its allocation unit):
+    #: what a buffer of n bytes costs, for planned peaks to compare with measured
+    allocation_unit = 512
 
     def __init__(self, cupy):
         self.cupy = cupy
@@ -310,6 +313,8 @@ class EmulatedRuntime:
     behave like CuPy's), for running the device path without a GPU."""
 
     name = "cuda (emulated)"
+    #: the emulated device counts each allocation's exact bytes
+    allocation_unit = 1
 
     def __init__(self):
         self.device = emulated_device()

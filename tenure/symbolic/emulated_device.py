@@ -542,8 +542,70 @@ def _cupy_tensordot(a, b, axes=2):
     return _wrap(np.tensordot(*_unwrap((a, b)), axes=axes), related)
 
 
+def _cupy_array_split(ary, indices_or_sections, axis=0):
+    """CuPy's ``array_split`` (CuPy 14): a negative point is wrapped once
+    (``length + p``) and never clamped, so a point below ``-length`` starts
+    the next piece *before* the array -- a view of memory that is not the
+    array's.  CuPy makes it unchecked and a kernel reading it faults (or reads
+    another allocation); here a piece with elements outside the array raises
+    :class:`EmulatedIllegalAddress` at once.  Other pieces have CuPy's shapes,
+    which are NumPy's."""
+    length = ary.shape[axis]
+    axis = axis % ary.ndim
+    if np.isscalar(indices_or_sections):
+        sections = int(indices_or_sections)
+        each, large = (length - 1) // sections, (length - 1) % sections + 1
+        points = [i * each + min(i, large) for i in range(1, sections)]
+    else:
+        points = [int(p) if int(p) >= 0 else length + int(p) for p in indices_or_sections]
+    cuts, prev = [], 0
+    for point in points:
+        point = min(point, length)
+        cuts.append((prev, max(point - prev, 0)))
+        prev = point
+    cuts.append((prev, length - prev))
+    others = ary.size // length if length else int(np.prod(
+        [n for i, n in enumerate(ary.shape) if i != axis]))
+    lead = (slice(None),) * axis
+    pieces = []
+    for start, size in cuts:
+        if size and others and (start < 0 or start + size > length):
+            raise EmulatedIllegalAddress(
+                f"cupy.split made a view of elements {start}..{start + size - 1} of an axis of "
+                f"length {length} (axis {axis} of an array of shape {ary.shape}): memory "
+                "outside the array, which a kernel reading the piece would touch")
+        pieces.append(ary[lead + (slice(max(start, 0), max(start, 0) + size),)])
+    return pieces
+
+
+def _cupy_split(ary, indices_or_sections, axis=0):
+    """CuPy's ``split``: ``array_split`` after the equal-division check."""
+    if np.isscalar(indices_or_sections) and ary.shape[axis] % int(indices_or_sections):
+        raise ValueError("indices_or_sections must divide the size along the axes.\n"
+                         "If you want to split the array into non-equally-sized arrays, "
+                         "use array_split instead.")
+    return _cupy_array_split(ary, indices_or_sections, axis)
+
+
+def _cupy_var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    """CuPy's ``var``: where ``n - ddof <= 0`` it multiplies by a NaN
+    instead of dividing by zero, so the result is NaN where NumPy's is inf."""
+    related = tuple(_emulated_in((a,)))
+    host = _unwrap(a)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        result = np.var(host, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+    axes = range(host.ndim) if axis is None else np.atleast_1d(axis)
+    if host.size and int(np.prod([host.shape[i] for i in axes])) - ddof <= 0:
+        result = np.full_like(result, np.nan)
+    if out is not None:
+        np.copyto(_device_out(out), result)
+        return out
+    return _wrap(np.asarray(result), related)
+
+
 #: NumPy functions whose CuPy counterparts differ in what they check
-_CUPY_DIFFERENCES = {"take": _cupy_take, "tensordot": _cupy_tensordot}
+_CUPY_DIFFERENCES = {"take": _cupy_take, "tensordot": _cupy_tensordot,
+                     "split": _cupy_split, "array_split": _cupy_array_split, "var": _cupy_var}
 
 
 def _device_out(value) -> np.ndarray:

@@ -1,11 +1,12 @@
 """The device's :class:`.launch.Backend`: CuPy arrays, kernels compiled by
 NVRTC through CuPy.
 
-``cupy.RawModule`` compiles a module's source (:func:`.emulation.module_source`,
-the text CI compiles and emulates) for the device present, with
-:data:`~.elemwise.NVRTC_OPTIONS`, and keeps the binary in CuPy's on-disk
-kernel cache (``~/.cupy/kernel_cache``, or ``$CUPY_CACHE_DIR``): a kernel is
-compiled once per machine, then loaded.  Launches go on CuPy's current
+tenure compiles a module's source (:func:`.emulation.module_source`, the
+text CI compiles and emulates) to PTX for the device present, with
+:data:`~.kernel_source.NVRTC_OPTIONS`, keeps it in its compile cache, and has
+CuPy load it (:mod:`.device_code`: CuPy's own compile would flush float32
+subnormals to zero): a module is compiled once per machine, then loaded.
+Launches go on CuPy's current
 stream; only a kernel that may set error bits (:attr:`~.elemwise.ElemwiseKernel.uses_status`)
 reads them back, which waits for it.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from tenure.symbolic.device import require_device
-from tenure.linkers.cuda.kernel_source import NVRTC_OPTIONS
+from tenure.linkers.cuda.device_code import load_module
 from tenure.linkers.cuda.kernel_source import module_source
 from tenure.linkers.cuda.layout import MAX_BLOCKS, THREADS_PER_BLOCK
 from tenure.linkers.cuda.reduce import MAX_THREADS
@@ -37,10 +38,10 @@ class CupyBackend:
         self._status = self.cupy.zeros(1, np.int32)
 
     def prepare(self, kernels) -> None:
-        """Compile (or load from CuPy's cache) ``kernels`` as one module."""
+        """Compile (or load from the cache) ``kernels`` as one module."""
         kernels = [k for k in {k.name: k for k in kernels}.values() if k.name not in self._modules]
         if kernels:
-            module = self.cupy.RawModule(code=module_source(kernels), options=NVRTC_OPTIONS)
+            module = load_module(self.cupy, module_source(kernels))
             self._modules.update({k.name: module for k in kernels})
 
     def is_array(self, value) -> bool:

@@ -244,6 +244,26 @@ def _axis_reduction(node, inputs, cells, runtime):
     _reduce_on_device(node, node.op, inputs[0], inputs, cells, runtime)
 
 
+def _var(node, inputs, cells, runtime):
+    """``var`` on the device: CuPy's, except where ``n - ddof <= 0``.  There
+    CuPy answers NaN, and NumPy divides the sum of squared deviations by zero:
+    inf, or NaN where every value equals the mean (0/0).  The H100 gave NaN
+    for ``var([False, True], ddof=2)``, where NumPy gives inf."""
+    op, x = node.op, inputs[0]
+    axes = op.numpy_axis(x.ndim)
+    counted = x.shape if axes is None else [x.shape[a] for a in axes]
+    if x.size == 0 or int(np.prod(counted)) - op.ddof > 0:
+        _axis_reduction(node, inputs, cells, runtime)
+        return
+    dtype = node.outputs[0].type.numpy_dtype
+    values = x.astype(dtype) if x.dtype.kind in "biu" else x
+    deviations = values - values.mean(axis=axes, keepdims=True)
+    squares = (deviations * deviations.conj()).real if x.dtype.kind == "c" else deviations ** 2
+    total = squares.sum(axis=axes, keepdims=op.keepdims)
+    with np.errstate(divide="ignore", invalid="ignore"):   # NumPy warns; the result is the same
+        cells[0][0] = _as_device(total / 0, dtype, runtime)
+
+
 def _reduce_on_device(node, reduce, values, inputs, cells, runtime):
     """``reduce``'s NumPy function over the device array ``values`` into
     ``node``'s output; empty ``values`` (NumPy refuses some reductions of
@@ -402,7 +422,7 @@ DEVICE_OPS: dict[type, DeviceOp] = {
     Arange: DeviceOp(_arange, _every_input),
     Eye: DeviceOp(_eye, _every_input),
     MakeVector: DeviceOp(_make_vector),
-    Var: DeviceOp(_axis_reduction),
+    Var: DeviceOp(_var),
     Reduce: DeviceOp(_axis_reduction),
     Elemwise: DeviceOp(_elemwise),
     CumSum: DeviceOp(_cumsum),

@@ -18,9 +18,13 @@ INCLUDE = Path(__file__).parent / "include"
 _C_INCLUDE = Path(_c_elemwise_file).parent / "include"
 
 #: how NVRTC compiles every kernel: C++17, no fused multiply-add (NumPy
-#: rounds ``a * b + c`` twice; so do the C linker's loops), and no warning for
-#: the scalar helpers a module does not call (177: declared, never referenced)
-NVRTC_OPTIONS = ("--std=c++17", "--fmad=false", "--diag-suppress=177")
+#: rounds ``a * b + c`` twice; so do the C linker's loops), float32
+#: subnormals kept and IEEE division and square root (as NumPy; said
+#: explicitly: on the H100 float32 subnormals came back flushed to zero), and
+#: no warning for the scalar helpers a module does not call (177: declared,
+#: never referenced)
+NVRTC_OPTIONS = ("--std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true",
+                 "--prec-sqrt=true", "--diag-suppress=177")
 
 
 @lru_cache(maxsize=None)

@@ -21,7 +21,8 @@ import tempfile
 from tenure.symbolic.device import CudaUnavailable
 from tenure.linkers.cuda.kernel_source import NVRTC_OPTIONS
 
-__all__ = ["KernelCompileError", "DEFAULT_ARCH", "compile_ptx", "compiler_name"]
+__all__ = ["KernelCompileError", "DEFAULT_ARCH", "compile_ptx", "compiler_name",
+           "compiler_version", "compile_cubin"]
 
 #: the virtual architecture checked against: the H100/H200 generation (sm_90)
 DEFAULT_ARCH = "compute_90"
@@ -43,12 +44,33 @@ def compiler_name() -> str:
                           "pip install cupy-cuda13x nvidia-cuda-nvrtc")
 
 
+def compiler_version() -> str:
+    """The compiler :func:`compile_ptx` uses and its version, e.g.
+    ``"nvrtc 13.0"`` (part of what names a cached PTX file)."""
+    if compiler_name() == "nvrtc":
+        major, minor = _nvrtc().getVersion()
+        return f"nvrtc {major}.{minor}"
+    proc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True)
+    return "nvcc " + (proc.stdout.strip().splitlines() or ["unknown"])[-1]
+
+
 def compile_ptx(source: str, name: str = "tenure_kernels.cu", arch: str = DEFAULT_ARCH) -> str:
     """``source`` compiled to PTX for ``arch`` (raises :class:`KernelCompileError`
     with the log when it does not compile)."""
+    return _compile(source, name, arch, "ptx").decode()
+
+
+def compile_cubin(source: str, arch: str, name: str = "tenure_kernels.cu") -> bytes:
+    """``source`` compiled to machine code for the real architecture ``arch``
+    (``sm_90``): what a device loads without the driver's PTX compiler, whose
+    PTX version may be older than this compiler's."""
+    return _compile(source, name, arch, "cubin")
+
+
+def _compile(source: str, name: str, arch: str, output: str) -> bytes:
     if compiler_name() == "nvrtc":
-        return _with_nvrtc(source, name, arch)
-    return _with_nvcc(source, name, arch)
+        return _with_nvrtc(source, name, arch, output)
+    return _with_nvcc(source, name, arch, output)
 
 
 _NVRTC_PROBLEM: list[str] = []
@@ -69,7 +91,7 @@ def _nvrtc_problem() -> str:
     return _NVRTC_PROBLEM[0] if _NVRTC_PROBLEM else "unknown"
 
 
-def _with_nvrtc(source: str, name: str, arch: str) -> str:
+def _with_nvrtc(source: str, name: str, arch: str, output: str) -> bytes:
     nvrtc = _nvrtc()
     program = nvrtc.createProgram(source, name, [], [])
     try:
@@ -78,23 +100,23 @@ def _with_nvrtc(source: str, name: str, arch: str) -> str:
         except nvrtc.NVRTCError as exc:
             raise KernelCompileError(f"NVRTC could not compile {name} ({exc}):\n"
                                      f"{nvrtc.getProgramLog(program)}") from None
-        ptx = nvrtc.getPTX(program)
+        result = nvrtc.getPTX(program) if output == "ptx" else nvrtc.getCUBIN(program)
     finally:
         nvrtc.destroyProgram(program)
-    return ptx.decode() if isinstance(ptx, bytes) else ptx
+    return result if isinstance(result, bytes) else result.encode()
 
 
-def _with_nvcc(source: str, name: str, arch: str) -> str:
+def _with_nvcc(source: str, name: str, arch: str, output: str) -> bytes:
     options = [o for o in NVRTC_OPTIONS if not o.startswith("--std")]
     with tempfile.TemporaryDirectory(prefix="tenure_nvcc_") as directory:
         path = os.path.join(directory, name)
         with open(path, "w") as f:
             f.write(source)
-        out = path + ".ptx"
-        proc = subprocess.run(["nvcc", "-ptx", "-std=c++17", f"-arch={arch}", *options,
+        out = f"{path}.{output}"
+        proc = subprocess.run(["nvcc", f"-{output}", "-std=c++17", f"-arch={arch}", *options,
                                path, "-o", out], capture_output=True, text=True)
         if proc.returncode != 0:
             raise KernelCompileError(f"nvcc could not compile {name} (exit code "
                                      f"{proc.returncode}):\n{proc.stderr}{proc.stdout}")
-        with open(out) as f:
+        with open(out, "rb") as f:
             return f.read()

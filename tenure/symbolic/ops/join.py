@@ -355,18 +355,26 @@ class Split(Op):
         return Apply(self, [x, *points], outputs)
 
     def perform(self, node, inputs, output_storage):
+        # The pieces are cut by slicing, never by ``np.split``: on a device
+        # array that dispatches to CuPy's ``split``, which wraps a negative
+        # point only once and never clamps it, so a point below ``-length``
+        # gives a view that starts before the array (a wrong shape, then an
+        # illegal memory access on the GPU).  Slicing is the same on both.
         x = inputs[0]
+        length = x.shape[self.axis]
         if self.equal:
-            length = x.shape[self.axis]
             if length % self.n_outputs:
                 raise ValueError(f"split: an axis of length {length} (axis {self.axis} of an "
                                  f"array of shape {x.shape}) cannot be split into "
                                  f"{self.n_outputs} equal sections")
-            pieces = np.split(x, self.n_outputs, axis=self.axis)
+            step = length // self.n_outputs
+            points = [i * step for i in range(1, self.n_outputs)]
         else:
-            pieces = np.split(x, [int(p) for p in inputs[1:]], axis=self.axis)
-        for cell, piece in zip(output_storage, pieces):
-            cell[0] = piece
+            points = [int(p) for p in inputs[1:]]
+        bounds = [None] + points + [None]
+        lead = (slice(None),) * self.axis
+        for cell, start, stop in zip(output_storage, bounds[:-1], bounds[1:]):
+            cell[0] = x[lead + (slice(start, stop),)]
 
     def infer_shape(self, node, input_shapes):
         from tenure.symbolic.ops.indexing import slice_length

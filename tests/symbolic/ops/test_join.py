@@ -297,6 +297,20 @@ def test_split_matches_numpy(mode, case, symbolic_points):
         assert [p.type.shape for p in pieces] == [e.shape for e in expected]
 
 
+@pytest.mark.parametrize("shape, points", [((0,), [-1]), ((2,), [-6]), ((3, 2), [-9, 1]),
+                                           ((4,), [3, -7, 2])])
+def test_split_at_points_below_minus_the_length(mode, shape, points):
+    """A point below ``-length`` clamps to 0, as a slice does.  CuPy's own
+    ``split`` wraps it once and makes a view that starts before the array:
+    on the H100 that was a wrong shape, then an illegal memory access (the
+    emulated device raises where CuPy would make that view)."""
+    value = np.arange(np.prod(shape), dtype="float64").reshape(shape)
+    x = tn.tensor("x", dtype="float64", shape=(None,) * len(shape))
+    got = tn.function([x], tn.split(x, points, axis=0), mode=mode)(value)
+    for g, e in zip(got, np.split(value, points, axis=0)):
+        assert_matches(g, e)
+
+
 def test_split_outputs_are_views():
     x = tn.matrix("x")
     pieces = tn.split(x, [1], axis=1)

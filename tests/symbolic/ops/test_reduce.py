@@ -474,6 +474,25 @@ def moment_cases(draw):
     return fn_name, shape, static, axis, ddof, keepdims, dtype, seed
 
 
+@pytest.mark.parametrize("fn_name", ["var", "std"])
+@pytest.mark.parametrize("value, ddof, axis", [
+    (np.array([False, True]), 2, None),           # n - ddof = 0: NumPy's x / 0 is inf
+    (np.array([1.0, 1.0], dtype="float32"), 2, None),   # 0 / 0: NaN
+    (np.array([[1.0, 2.0], [3.0, 3.0]]), 3, 0),   # n - ddof < 0 counts as 0
+    (np.array([[1.0, 2.0], [3.0, 3.0]]), 2, 1),   # inf, then NaN (3 - 3 = 0)
+])
+def test_var_where_n_minus_ddof_is_not_positive(mode, fn_name, value, ddof, axis):
+    """CuPy's var answers NaN wherever ``n - ddof <= 0``; the H100 gave NaN
+    for ``var([False, True], ddof=2)``, where NumPy gives inf."""
+    x = tn.tensor("x", dtype=value.dtype.name, shape=(None,) * value.ndim)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        got = tn.function([x], getattr(tn, fn_name)(x, axis=axis, ddof=ddof), mode=mode)(value)
+        expected = getattr(np, fn_name)(value, axis=axis, ddof=ddof)
+    np.testing.assert_array_equal(got, expected)
+    assert got.dtype == expected.dtype
+
+
 @COMPILED
 @given(moment_cases())
 def test_var_and_std_match_numpy(mode, case):
