@@ -25,7 +25,9 @@ The contract:
   emulated device in CI) refuses such work, the capture is dropped, and the
   function runs uncaptured for that signature; :func:`graph_status` says
   why.  Nothing is guessed: a function is captured only where the capture
-  succeeded.
+  succeeded.  Nor where a replay would copy more than
+  :data:`COPY_BYTES_PER_LAUNCH` per launch it saves (see *Stable pointers*):
+  large arguments and results run uncaptured, where no copy is made.
 - **Stable pointers.**  A graph bakes in the addresses it was captured
   with.  Arguments are *copied into fixed input buffers* (one
   device-to-device copy each, queued before the launch), rather than the
@@ -69,10 +71,23 @@ import numpy as np
 from tenure import config
 from tenure.linkers.plan import make_plan
 
-__all__ = ["FunctionGraphs", "GraphStatus", "MAX_GRAPHS", "graph_status"]
+__all__ = ["COPY_BYTES_PER_LAUNCH", "CopiesOutweighLaunches", "FunctionGraphs", "GraphStatus",
+           "MAX_GRAPHS", "graph_status"]
 
 #: signatures whose graph (and arena) a function keeps, least recently used dropped
 MAX_GRAPHS = 8
+
+#: the bytes a replay may copy (arguments in, results out) per launch it saves.
+#: A step of the uncaptured device path costs tens of microseconds of host time
+#: (541 us for the 11 launches of a 20-node graph on the H100); 16 MiB copied in
+#: and again out is about 10 us at an H100's bandwidth.  Above this the copies
+#: cost more than the launches: on the H100 the 64M-element elemwise call took
+#: 702 us replayed against 373 us uncaptured.
+COPY_BYTES_PER_LAUNCH = 16 * 2**20
+
+
+class CopiesOutweighLaunches(Exception):
+    """A signature not captured: a replay would copy more than its launches cost."""
 
 
 @dataclass
@@ -229,6 +244,14 @@ class FunctionGraphs:
             runtime.copy_async(buffer, arg)
         values = list(record.inputs) + list(shared)
         results = self._run_arena(record, values)      # raises as an uncaptured call would
+        copied = sum(a.nbytes for a in args) + sum(getattr(r, "nbytes", 0) for r in results)
+        launches = len(arena.plan.steps)
+        if copied > launches * COPY_BYTES_PER_LAUNCH:
+            return self._refuse(key, CopiesOutweighLaunches(
+                f"a replay would copy {copied / 2**20:.1f} MiB into and out of the graph's "
+                f"buffers to save {launches} launch(es): more than "
+                f"{COPY_BYTES_PER_LAUNCH // 2**20} MiB per launch costs more than the launches"),
+                record, results)
         try:
             with runtime.capturing(self._capture_stream()) as captured:
                 captured_results = self._run_arena(record, values)
