@@ -6,20 +6,32 @@ recomputation.  :func:`node_cost` estimates the seconds a node takes as::
 
     flops / FLOPS_RATE + bytes_moved / BYTES_RATE + NODE_OVERHEAD
 
-with ``flops`` counted per op family and ``bytes_moved`` the bytes the node
-reads and writes.  Only *relative* costs matter to the budget (which of two
-values is cheaper to recompute), so the rates are round numbers for a
-typical CPU core rather than a measurement of this one:
+with ``flops`` and ``bytes_moved`` what the node's op says:
+:meth:`Op.flops <tenure.symbolic.graph.Op.flops>` and :meth:`Op.bytes_moved
+<tenure.symbolic.graph.Op.bytes_moved>`, each op family overriding the
+defaults in its own module (the size helpers they share are in
+:mod:`tenure.symbolic.cost_facts`).  Only *relative* costs matter to the
+budget (which of two values is cheaper to recompute), so the rates are round
+numbers for a typical CPU core rather than a measurement of this one.  What
+the ops count:
 
-- products (``matmul``, ``dot``, ``tensordot``, ``gemm``, ``outer``):
-  ``2 * m * n * k`` flops -- each output element sums ``k`` products;
+- products (``MatMul``, ``Dot``, ``TensorDot``, ``Gemm``): ``2 * m * n * k``
+  flops -- each output element sums ``k`` products (``Gemm`` adds 3 per
+  output element for the scaling and the sum);
 - elementwise ops: the output size times the number of scalar ops (a fused
-  ``Composite`` counts each of its steps);
-- reductions (sum, softmax, sort, ...): about one flop per input element
-  (a few for softmax-like ops, ``log2 n`` for sorts);
-- views and shape ops (``Shape``, ``DimShuffle``, ``Reshape``, ``Subtensor``
-  ...): nothing but the overhead -- no flops, no bytes moved;
-- anything else: one flop per output element.
+  ``Composite`` counts each of its steps; a ``FusedReduce`` one more, the
+  fold, per element of its broadcast inputs);
+- reductions (``Reduce``, ``Var``, ``ArgReduce``, ``CumSum``): one flop per
+  input element; softmax-like ops ``SOFTMAX_FLOPS`` per input element; sorts
+  ``log2 n`` per input element;
+- views (every output in ``view_map``: ``DimShuffle``, ``Reshape``,
+  ``Subtensor``, ``SumTo`` ...) and shape ops (``Shape``, ``MakeVector``):
+  nothing but the overhead -- no flops, no bytes moved -- except a view that
+  may copy (``view_may_copy``) and changes the size: a ``SumTo`` that sums or
+  an ``ExpandTo`` that broadcasts costs one flop per input element and
+  moves its input and output;
+- anything else (``Outer`` included): one flop per output element, and the
+  bytes of its inputs and outputs.
 
 ``shapes`` is the map :meth:`tenure.rewrites.sizes.SizeModel.shapes` returns
 (variable -> tuple of ints, or ``None`` when unknown).  An unknown shape
@@ -31,9 +43,7 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from tenure.symbolic.types import TensorType
+from tenure.symbolic.cost_facts import SOFTMAX_FLOPS  # noqa: F401  (re-exported)
 
 #: floating-point operations per second: one modern core with SIMD and BLAS
 #: (tens of GFLOP/s on a matrix product)
@@ -45,94 +55,17 @@ BYTES_RATE = 10e9
 #: seconds every node costs whatever its size (dispatching one op from Python)
 NODE_OVERHEAD = 2e-6
 
-#: flops per input element of the softmax-like ops (max, subtract, exp, sum, divide)
-SOFTMAX_FLOPS = 5
-
-
-def _size(var, shapes) -> int:
-    shape = shapes.get(var)
-    if shape is None or not isinstance(var.type, TensorType):
-        return 0
-    return math.prod(shape)
-
-
-def _nbytes(var, shapes) -> int:
-    size = _size(var, shapes)
-    return size * np.dtype(var.type.dtype).itemsize if size else 0
-
-
-def _dim(var, shapes, axis: int) -> int:
-    shape = shapes.get(var)
-    if shape is None or not shape:
-        return 1
-    return shape[axis]
-
-
-def _scalar_steps(scalar_op) -> int:
-    """How many primitive scalar ops a scalar op is (a Composite: its steps)."""
-    steps = getattr(scalar_op, "steps", None)
-    return len(steps) if steps else 1
-
-
-def _all_views(node) -> bool:
-    """Every output is declared a view of an input (and not written into one)."""
-    op = node.op
-    return bool(op.view_map) and not op.destroy_map and all(
-        k in op.view_map for k in range(len(node.outputs)))
-
 
 def node_flops(node, shapes) -> float:
-    """Floating-point operations ``node`` performs (an estimate)."""
-    name = type(node.op).__name__
-    out_size = sum(_size(o, shapes) for o in node.outputs)
-    in_size = sum(_size(i, shapes) for i in node.inputs)
-    if name in ("MatMul", "Dot"):
-        a = node.inputs[0]
-        k = _dim(a, shapes, -1) if a.type.ndim >= 1 and node.inputs[1].type.ndim >= 1 else 1
-        return 2.0 * out_size * k
-    if name == "TensorDot":
-        a = node.inputs[0]
-        shape = shapes.get(a)
-        k = math.prod(shape[i] for i in node.op.a_axes) if shape is not None else 0
-        return 2.0 * out_size * k
-    if name == "Gemm":
-        x = node.inputs[2]
-        return 2.0 * out_size * _dim(x, shapes, -1) + 3.0 * out_size
-    if name == "Outer":
-        return float(out_size)
-    if name == "Elemwise":
-        return float(out_size * _scalar_steps(node.op.scalar_op))
-    if name == "FusedReduce":
-        # The composite over the broadcast inputs, then one fold per element.
-        return float(max(in_size, out_size) * (_scalar_steps(node.op.composite) + 1))
-    if name in ("Softmax", "LogSoftmax", "LogSumExp"):
-        return float(SOFTMAX_FLOPS * in_size)
-    if name in ("Sort", "ArgSort"):
-        axis = node.op.axis
-        n = in_size if axis is None else _dim(node.inputs[0], shapes, axis)
-        return float(in_size * max(1.0, math.log2(max(n, 1))))
-    if _all_views(node):
-        if getattr(node.op, "view_may_copy", False) and out_size != _size(node.inputs[0], shapes):
-            return float(_size(node.inputs[0], shapes))  # e.g. SumTo that does sum
-        return 0.0
-    if name in ("Shape", "MakeVector"):
-        return 0.0
-    if name in ("Reduce", "Var", "ArgReduce", "CumSum", "SumTo"):
-        return float(in_size)
-    return float(out_size)
+    """Floating-point operations ``node`` performs (an estimate): its op's
+    :meth:`~tenure.symbolic.graph.Op.flops`."""
+    return float(node.op.flops(node, shapes))
 
 
 def bytes_moved(node, shapes) -> float:
-    """Bytes ``node`` reads and writes: its inputs and outputs (views move none)."""
-    if _all_views(node):
-        if getattr(node.op, "view_may_copy", False) and (
-                _size(node.outputs[0], shapes) != _size(node.inputs[0], shapes)):
-            return float(_nbytes(node.inputs[0], shapes) + _nbytes(node.outputs[0], shapes))
-        return 0.0
-    if type(node.op).__name__ in ("Shape", "MakeVector"):
-        return 0.0
-    return float(sum(_nbytes(i, shapes) for i in node.inputs)
-                 + sum(_nbytes(o, shapes) for o in node.outputs))
+    """Bytes ``node`` reads and writes (views move none): its op's
+    :meth:`~tenure.symbolic.graph.Op.bytes_moved`."""
+    return float(node.op.bytes_moved(node, shapes))
 
 
 def node_cost(node, shapes) -> float:

@@ -16,6 +16,8 @@ import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from tenure.symbolic import cost_facts
+
 _ids = itertools.count()
 
 
@@ -135,6 +137,12 @@ class Op:
     view_map: dict[int, list[int]] = {}
     destroy_map: dict[int, list[int]] = {}
 
+    #: True for a view op (``view_map``) whose output is a new array when it
+    #: cannot be a view (NumPy's ``reshape``, a ``SumTo`` that sums): the
+    #: checking linker then accepts an unaliased output, and the cost model
+    #: counts the copy when the output's size differs from the input's.
+    view_may_copy: bool = False
+
     #: ``check_shapes(node, input_shapes, output_shapes) -> bool``, or None.
     #: Defined by ops whose only run-time failures come from shapes: it raises
     #: the ``ValueError`` ``perform`` would raise for inputs of these concrete
@@ -171,6 +179,44 @@ class Op:
         when unknown).  The memory plan adds it to the step's live buffers to
         predict the peak.  Default: none."""
         return 0
+
+    def flops(self, node: Apply, shapes) -> float:
+        """About how many floating-point operations ``node`` performs, for the
+        numeric ``shapes`` (variable -> tuple of ints, or None when unknown;
+        an unknown shape counts as zero elements, see
+        :mod:`tenure.symbolic.cost_facts`).  The activation-memory budget
+        prices recomputation with it (:mod:`tenure.rewrites.cost`).
+
+        Default: one per output element -- except for a view op (every output
+        declared in ``view_map``, nothing destroyed), which costs none, unless
+        it may copy (``view_may_copy``) and its outputs' size differs from its
+        first input's: then one per element of that input.  Ops override it
+        where the work is not about the output's size (products, reductions,
+        sorts, shape bookkeeping)."""
+        out_size = cost_facts.outputs_size(node, shapes)
+        if cost_facts.all_views(node):
+            in_size = cost_facts.size(node.inputs[0], shapes)
+            if self.view_may_copy and out_size != in_size:
+                return float(in_size)
+            return 0.0
+        return float(out_size)
+
+    def bytes_moved(self, node: Apply, shapes) -> float:
+        """About how many bytes ``node`` reads and writes, for the numeric
+        ``shapes`` (as for :meth:`flops`).
+
+        Default: the bytes of every input and output -- except for a view op
+        (as in :meth:`flops`), which moves none, unless it may copy and its
+        output's size differs from its first input's: then it reads that
+        input and writes that output."""
+        if cost_facts.all_views(node):
+            source, result = node.inputs[0], node.outputs[0]
+            if self.view_may_copy and (cost_facts.size(result, shapes)
+                                       != cost_facts.size(source, shapes)):
+                return float(cost_facts.nbytes(source, shapes)
+                             + cost_facts.nbytes(result, shapes))
+            return 0.0
+        return float(cost_facts.inputs_outputs_nbytes(node, shapes))
 
     def __call__(self, *inputs, **kwargs):
         node = self.make_node(*inputs, **kwargs)

@@ -27,11 +27,13 @@ complex operands (no conjugation).
 
 from __future__ import annotations
 
+import math
 import numbers
 import operator
 
 import numpy as np
 
+from tenure.symbolic import cost_facts
 from tenure.symbolic.graph import Apply, Op
 from tenure.symbolic.ops.elemwise import broadcast_static_shapes, broadcast_symbolic_shapes
 from tenure.symbolic.types import TensorType
@@ -103,6 +105,15 @@ def _check_dot_static(a_shape: tuple, b_shape: tuple) -> None:
         _check_inner("dot", a_shape, b_shape, a_shape[-1], b_shape[0], "only")
 
 
+def _product_flops(node, shapes) -> float:
+    """``2 * m * n * k`` flops of a matrix product: each output element sums
+    ``k`` products, ``k`` the first operand's last length (1 when either
+    operand is 0-d, or the length is unknown)."""
+    a, b = node.inputs[0], node.inputs[1]
+    k = cost_facts.dim(a, shapes, -1) if a.type.ndim >= 1 and b.type.ndim >= 1 else 1
+    return 2.0 * cost_facts.outputs_size(node, shapes) * k
+
+
 class Dot(Op):
     """``np.dot(a, b)`` for operands of any number of dimensions."""
 
@@ -143,6 +154,10 @@ class Dot(Op):
         symbolic = dot_shape(a_shape, b_shape)
         static = node.outputs[0].type.shape
         return [tuple(s if s is not None else d for s, d in zip(static, symbolic))]
+
+    def flops(self, node, shapes) -> float:
+        """``2 * m * n * k``: each output element sums ``k`` products."""
+        return _product_flops(node, shapes)
 
     def grad(self, inputs, output_grads):
         a, b = inputs
@@ -248,6 +263,10 @@ class MatMul(Op):
         cols = b_shape[-1:] if b.ndim >= 2 else ()
         symbolic = tuple(batch) + tuple(rows) + tuple(cols)
         return [tuple(s if s is not None else d for s, d in zip(static, symbolic))]
+
+    def flops(self, node, shapes) -> float:
+        """``2 * m * n * k``: each output element sums ``k`` products."""
+        return _product_flops(node, shapes)
 
     def grad(self, inputs, output_grads):
         from tenure.symbolic.grad import is_differentiable
@@ -454,6 +473,13 @@ class TensorDot(Op):
                     + tuple(b_shape[i] for i in _free_axes(b.ndim, self.b_axes)))
         static = node.outputs[0].type.shape
         return [tuple(s if s is not None else d for s, d in zip(static, symbolic))]
+
+    def flops(self, node, shapes) -> float:
+        """``2 * out_size * k``, ``k`` the product of ``a``'s summed lengths
+        (0 when ``a``'s shape is unknown)."""
+        shape = shapes.get(node.inputs[0])
+        k = math.prod(shape[i] for i in self.a_axes) if shape is not None else 0
+        return 2.0 * cost_facts.outputs_size(node, shapes) * k
 
     def grad(self, inputs, output_grads):
         a, b = inputs

@@ -32,6 +32,7 @@ import numbers
 
 import numpy as np
 
+from tenure.symbolic import cost_facts
 from tenure.symbolic.graph import Apply, Op
 from tenure.symbolic.ops import elemwise as ew
 from tenure.symbolic.ops import scalar as ps
@@ -542,6 +543,12 @@ class FusedReduce(Op):
                 else dtypes[-1]
             total += 2 * math.prod(partial) * dtype.itemsize
         return total
+
+    def flops(self, node, shapes) -> float:
+        """The composite over the broadcast inputs, then one fold per element."""
+        in_size = cost_facts.inputs_size(node, shapes)
+        out_size = cost_facts.outputs_size(node, shapes)
+        return float(max(in_size, out_size) * (cost_facts.scalar_steps(self.composite) + 1))
 
     def infer_shape(self, node, input_shapes):
         from tenure.symbolic.ops.reduce import reduced_shape

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tenure.symbolic import cost_facts
 from tenure.symbolic.graph import Apply, Op
 from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.types import TensorType, normalize_dtype
@@ -246,6 +247,12 @@ class Elemwise(Op):
                   for i, v in enumerate(node.inputs)]
         return model(self.scalar_op.step_dtypes(probes), shapes, out_shape,
                      into_inputs={i for _, i in self.inplace_pattern})
+
+    def flops(self, node, shapes) -> float:
+        """The output size times the number of primitive scalar ops (a fused
+        ``Composite`` counts each of its steps)."""
+        return float(cost_facts.outputs_size(node, shapes)
+                     * cost_facts.scalar_steps(self.scalar_op))
 
     def infer_shape(self, node, input_shapes):
         static = node.outputs[0].type.shape

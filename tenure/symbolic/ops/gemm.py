@@ -40,6 +40,7 @@ import numbers
 
 import numpy as np
 
+from tenure.symbolic import cost_facts
 from tenure.symbolic.graph import Apply, Op, Variable
 from tenure.symbolic.ops.elemwise import broadcast_static_shapes, broadcast_symbolic_shapes
 from tenure.symbolic.types import TensorType
@@ -182,6 +183,12 @@ class Gemm(Op):
         if tuple(output_shapes[0]) == product:
             return 0
         return product[0] * product[1] * node.outputs[0].type.numpy_dtype.itemsize
+
+    def flops(self, node, shapes) -> float:
+        """The product ``x @ y`` (``2 * m * n * k``), then the scaling and the
+        sum: 3 per output element."""
+        out_size = cost_facts.outputs_size(node, shapes)
+        return 2.0 * out_size * cost_facts.dim(node.inputs[2], shapes, -1) + 3.0 * out_size
 
     def grad(self, inputs, output_grads):
         """The gradients of the unfused expression ``beta * z + alpha * matmul(x, y)``,

@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from tenure.symbolic import cost_facts
 from tenure.symbolic.graph import Apply, Op
 from tenure.symbolic.ops import elemwise as ew
 from tenure.symbolic.ops import scalar as ps
@@ -120,6 +121,11 @@ class _AlongAxes(Op):
         full, reduced, converted, buffered, mask = _along_axes_bytes(node, tuple(shape),
                                                                      self.axis)
         return converted + max(self._phases(full, reduced, buffered, mask))
+
+    def flops(self, node, shapes) -> float:
+        """A few per input element (:data:`~tenure.symbolic.cost_facts.SOFTMAX_FLOPS`:
+        max, subtract, exp, sum, divide)."""
+        return float(cost_facts.SOFTMAX_FLOPS * cost_facts.inputs_size(node, shapes))
 
     def _phases(self, full, reduced, buffered, mask) -> tuple[int, ...]:
         """Bytes alive beyond the output in each phase: the maximum (with its
@@ -226,6 +232,11 @@ class LogSumExp(Op):
         full, reduced, converted, buffered, mask = _along_axes_bytes(node, tuple(shape),
                                                                      self.axis)
         return converted + max(reduced + mask, full + buffered, full + 2 * reduced)
+
+    def flops(self, node, shapes) -> float:
+        """A few per input element (:data:`~tenure.symbolic.cost_facts.SOFTMAX_FLOPS`:
+        max, subtract, exp, sum, divide)."""
+        return float(cost_facts.SOFTMAX_FLOPS * cost_facts.inputs_size(node, shapes))
 
     def grad(self, inputs, output_grads):
         from tenure.symbolic.ops.shape import expand_dims

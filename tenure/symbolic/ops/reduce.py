@@ -29,6 +29,7 @@ import warnings
 
 import numpy as np
 
+from tenure.symbolic import cost_facts
 from tenure.symbolic.ops.axes import axis_index, normalize_axis
 from tenure.symbolic.graph import Apply, Op
 from tenure.symbolic.ops import elemwise as ew
@@ -206,6 +207,10 @@ class _AxisReduction(Op):
         static = node.outputs[0].type.shape
         # A length known when the graph is built is given as an int.
         return [tuple(s if s is not None else d for s, d in zip(static, symbolic))]
+
+    def flops(self, node, shapes) -> float:
+        """One per input element."""
+        return float(cost_facts.inputs_size(node, shapes))
 
     def workspace_bytes(self, node, input_shapes, output_shapes):
         (shape,) = input_shapes
@@ -593,6 +598,10 @@ class CumSum(Op):
             static = node.outputs[0].type.shape[0]
             return [(static if static is not None else dim_prod(input_shapes[0]),)]
         return [tuple(input_shapes[0])]
+
+    def flops(self, node, shapes) -> float:
+        """One per input element."""
+        return float(cost_facts.inputs_size(node, shapes))
 
     def grad(self, inputs, output_grads):
         from tenure.symbolic.grad import is_differentiable

@@ -132,6 +132,14 @@ class Shape(Op):
     def infer_shape(self, node, input_shapes):
         return [(node.inputs[0].ndim,)]
 
+    def flops(self, node, shapes) -> float:
+        """None: shape bookkeeping, the input's elements are not read."""
+        return 0.0
+
+    def bytes_moved(self, node, shapes) -> float:
+        """None: shape bookkeeping, the input's elements are not read."""
+        return 0.0
+
     def grad(self, inputs, output_grads):
         return [None]  # a shape is an integer: it does not vary with the values
 
@@ -249,6 +257,14 @@ class MakeVector(Op):
 
     def infer_shape(self, node, input_shapes):
         return [(len(node.inputs),)]
+
+    def flops(self, node, shapes) -> float:
+        """None: shape bookkeeping on a few scalars."""
+        return 0.0
+
+    def bytes_moved(self, node, shapes) -> float:
+        """None: shape bookkeeping on a few scalars."""
+        return 0.0
 
     def grad(self, inputs, output_grads):
         from tenure.symbolic.grad import is_differentiable

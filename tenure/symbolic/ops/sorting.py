@@ -12,10 +12,12 @@ other's gradient.
 
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
 
+from tenure.symbolic import cost_facts
 from tenure.symbolic.ops.axes import axis_index, normalize_axis
 from tenure.symbolic.graph import Apply, Op
 from tenure.symbolic.ops.shape import dim_prod, shape_tuple
@@ -67,6 +69,12 @@ class _SortBase(Op):
     def infer_shape(self, node, input_shapes):
         (dims,) = input_shapes
         return [tuple(dims) if self.axis is not None else (dim_prod(dims),)]
+
+    def flops(self, node, shapes) -> float:
+        """``log2 n`` per input element, ``n`` the length sorted along."""
+        in_size = cost_facts.inputs_size(node, shapes)
+        n = in_size if self.axis is None else cost_facts.dim(node.inputs[0], shapes, self.axis)
+        return float(in_size * max(1.0, math.log2(max(n, 1))))
 
 
 class Sort(_SortBase):
