@@ -71,8 +71,10 @@ other than bool / integers / float32 / float64 (complex, float16), 0-d
 
 from __future__ import annotations
 
+import sys
 
 from tenure.linkers.c.cgen import IDENTIFIER, NPY_TYPES, c_string, comment, input_label
+from tenure.linkers.c.dispatch import CEntry, register_c_op
 from tenure.linkers.c import scalar_code as sc
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops.blas import Dot, MatMul, Outer
@@ -226,3 +228,13 @@ static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
     return status;
 }}
 """
+
+
+# How the C linker runs the products (.dispatch): Dot, MatMul and Gemm from a
+# description (the runtime's drivers); Outer as a compiled step of the graph's
+# module around c_function (the generic path a new family takes).
+_FAMILY = sys.modules[__name__]
+register_c_op(Dot, CEntry("blas", _FAMILY, step="product"))
+register_c_op(MatMul, CEntry("blas", _FAMILY, step="product"))
+register_c_op(Gemm, CEntry("blas", _FAMILY, step="gemm"))
+register_c_op(Outer, CEntry("blas", _FAMILY, flags=COMPILE_FLAGS))

@@ -89,12 +89,14 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from tenure.linkers.c import kernels
 from tenure.linkers.c.cgen import comment, input_label, no_contract
+from tenure.linkers.c.dispatch import CEntry, register_c_op
 from tenure.linkers.c import scalar_code as sc
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops import scalar as ps
@@ -102,7 +104,7 @@ from tenure.symbolic.ops.composite import Composite, format_steps
 from tenure.symbolic.ops.elemwise import Elemwise
 
 __all__ = ["BLOCK", "COMPILE_FLAGS", "SUPPORT_CODE", "Description", "Parallel", "description",
-           "has_c_code", "loop_code", "loop_kernel", "parallel_settings"]
+           "has_c_code", "loop_code", "loop_kernel", "parallel_settings", "step_workspace"]
 
 #: flags to compile the generated code with (see the module doc): speed only,
 #: and ``TN_VECTOR_MATH`` lets transcendental functions vectorize (glibc's
@@ -113,8 +115,6 @@ COMPILE_FLAGS = ("-fno-math-errno", "-fno-trapping-math", "-DTN_VECTOR_MATH", "-
 #: a multiple of every vector width, and of 64 bytes for every dtype, so that
 #: cutting changes no element's path through a vectorized loop (see the module doc)
 BLOCK = 4096
-
-
 
 
 # --------------------------------------------------------------------------
@@ -558,3 +558,19 @@ def _loop(setup: list[str], loads: list[str], names: list[str], body: list[str],
 #: the scalar helpers every generated function needs, once per module, after
 #: the runtime's API (:func:`.runtime.header`, where the loop driver is)
 SUPPORT_CODE = no_contract(sc.support_code())
+
+
+def step_workspace(node: Apply, shapes, memo: dict) -> int:
+    """A C elementwise step's temporaries for the memory plan: its loop's row
+    buffers (:func:`row_buffer_bytes`); ``memo`` keeps each node's operands."""
+    operands = memo.get(node)
+    if operands is None:
+        operands = memo[node] = row_operands(node)
+    return row_buffer_bytes(operands, [shapes.get(v) for v in node.inputs],
+                            shapes.get(node.outputs[0]))
+
+
+# How the C linker runs Elemwise (.dispatch): from a description, with loops
+# from the shared loop libraries (.kernels).
+register_c_op(Elemwise, CEntry("elemwise", sys.modules[__name__], step="elemwise",
+                               workspace=step_workspace))

@@ -26,8 +26,9 @@ intermediates die after their last reader (the plan's ``frees``).
 
 Plans per input-shape signature: the module runs one schedule, chosen when
 compiling to lower peak memory for the sizes known then
-(:func:`~tenure.linkers.plan.compile_time_order`); per signature (cached, like the executor's plans) the thunk
-passes a table of the planned shape of every step output and, with
+(:func:`~tenure.linkers.plan.compile_time_order`); per signature (cached,
+like the executor's plans) the thunk passes a table of the planned shape of
+every step output and, with
 ``allow_gc``, the plan's buffer hand-on for those sizes on that schedule
 (:attr:`~tenure.linkers.plan.Step.reuse`): a dead buffer is kept aside and
 given to the step that takes it, after the same safety checks as the
@@ -51,14 +52,14 @@ from collections import OrderedDict
 
 import numpy as np
 
-from tenure.linkers.c import cache, compiler, elemwise, kernels, prelude, runtime
+from tenure.linkers.c import cache, compiler, kernels, prelude, runtime
+from tenure.linkers.c.dispatch import CContext
 from tenure.linkers.c.module import graph_module, shape_table, step_module_prelude
 from tenure.linkers.commit import BACKUP
 from tenure.linkers.interrupts import mark_committed
 from tenure.linkers.plan import compile_time_order, make_plan, step_workspace
 from tenure.linkers.python import MIN_REUSE_BYTES, PythonLinker, PythonThunk
 from tenure.linkers.describe import error_note, user_message
-from tenure.symbolic.ops.elemwise import Elemwise
 
 __all__ = ["CLinker", "CThunk", "CLinkerWarning"]
 
@@ -91,10 +92,11 @@ class CThunk(PythonThunk):
         self._tables: OrderedDict = OrderedDict()
         self._last_table_signature = object()
         self._last_table = None
-        #: the nodes that run C code (set once the module is built)
-        self._c_nodes = None
-        #: elementwise node -> its loop's operands, for planning its row buffers
-        self._row_operands: dict = {}
+        #: the nodes that run C code, each with its dispatch entry (:mod:`.dispatch`;
+        #: set once the module is built)
+        self._c_entries: dict = {}
+        #: what the entries keep per node for the memory plan (workspace_bytes)
+        self._workspace_memo: dict = {}
         # Without C steps, or without sizes, no table is ever needed.
         self._wants_table = bool(graph is not None and graph.shape_offsets)
 
@@ -161,18 +163,13 @@ class CThunk(PythonThunk):
             self._shape_table(input_values)
 
     def workspace_of(self, node, shapes) -> int:
-        """A step's temporaries: an elementwise C loop's row buffers (see
-        :func:`~tenure.linkers.c.elemwise.row_buffer_bytes`), none for other
-        C kernels (a row or a block at most), the op's model for a
-        ``perform``."""
-        if self._c_nodes is not None and node in self._c_nodes:
-            if isinstance(node.op, Elemwise):
-                operands = self._row_operands.get(node)
-                if operands is None:
-                    operands = self._row_operands[node] = elemwise.row_operands(node)
-                return elemwise.row_buffer_bytes(operands, [shapes.get(v) for v in node.inputs],
-                                                 shapes.get(node.outputs[0]))
-            return 0
+        """A step's temporaries: for a C step, what its dispatch entry says
+        (an elementwise C loop's row buffers, see
+        :func:`~tenure.linkers.c.elemwise.step_workspace`; none for other C
+        kernels: a row or a block at most), the op's model for a ``perform``."""
+        entry = self._c_entries.get(node)
+        if entry is not None:
+            return entry.workspace_bytes(node, shapes, self._workspace_memo)
         return step_workspace(node, shapes)
 
     def _failed(self, exc: BaseException) -> None:
@@ -238,7 +235,7 @@ class CLinker:
         keep = {plan.outputs[i] for i in keep_outputs}
         thunk = CThunk(plan, keep, fgraph)
         graph = graph_module(plan, thunk.kept_slots, thunk._clear_after,
-                             thunk._base_entry.commit)
+                             thunk._base_entry.commit, CContext(linker=self, plan=plan))
         try:
             # The loops build (in the background) while the compiled steps' module does.
             kernels.request(graph.loop_kernels)
@@ -258,8 +255,8 @@ class CLinker:
         thunk.graph = graph
         if "blas" in graph.kinds:
             _import_blas()
-        thunk._c_nodes = frozenset(step.node for step, kind in zip(plan.steps, graph.kinds)
-                                   if kind != "py")
+        thunk._c_entries = {step.node: entry for step, entry in zip(plan.steps, graph.entries)
+                            if entry is not None}
         thunk._wants_table = bool(graph.shape_offsets)
         return thunk
 

@@ -22,8 +22,9 @@ one C call::
 - ``shapes``: ``None``, or a C-contiguous ``intp`` array for this call's
   input-shape signature (:func:`shape_table`): ``[0]`` has bit 1 set when
   the plan hands dead buffers on, and bit 2 when calls of this signature
-  pass the commit point in backup mode (see below); at :attr:`GraphModule.shape_offsets` ``[slot]``, per
-  step output, ``[known, donor slot or -1, planned lengths...]``; from
+  pass the commit point in backup mode (see below); at
+  :attr:`GraphModule.shape_offsets` ``[slot]``, per step output, ``[known,
+  donor slot or -1, planned lengths...]``; from
   :attr:`GraphModule.stash_offset`, one flag per slot: its dead buffer is kept
   aside (not dropped) for the later step that takes it.
 - ``py_steps``: a tuple, per step, of ``(perform, node)``; the steps without
@@ -75,54 +76,44 @@ nodes and reductions is in loop libraries shared by every graph
 compiles nothing once its loops exist.  Set/inc_subtensor and outer
 products are step functions (``tn_step_fn``) of the graph's module, which
 hands them to the interpreter in its ``steps`` capsule: glue compiled at
-``-O1``, and the region loops of subtensor steps at ``-O3``.  That source depends only on the graph and the
-plan made without sizes: compiling the same graph again (in this process or
-another) hits the on-disk cache.
+``-O1``, and the region loops of subtensor steps at ``-O3``.  That source
+depends only on the graph and the plan made without sizes: compiling the
+same graph again (in this process or another) hits the on-disk cache.
+
+Which nodes run which way is the dispatch table's (:mod:`.dispatch`): per op
+class an entry registered by its family's module, naming the step kind and
+either one of the built-in steps above (described to the interpreter) or a
+compiled step of the graph's module (how ``Outer`` runs, and how any new op
+family joins, without a new step kind in the interpreter).
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import NamedTuple
 
 import numpy as np
 
-from tenure.linkers.c import blas, elemwise
+from tenure.linkers.c import blas, dispatch, elemwise
 from tenure.linkers.c import nnet as _nnet
 from tenure.linkers.c import reduce as _reduce
-from tenure.linkers.c import subtensor as _subtensor
 from tenure.linkers.c import prelude, runtime, views
-from tenure.linkers.c.cgen import C_DTYPES, HEADERS, c_string, comment, input_label, typenum
+from tenure.linkers.c.cgen import C_DTYPES, HEADERS, c_string, input_label
 from tenure.linkers.commit import CommitPoint
 from tenure.linkers.plan import Plan
 from tenure.symbolic.graph import Apply
-from tenure.symbolic.ops.blas import Outer
-from tenure.symbolic.ops.gemm import Gemm
 
 __all__ = ["GraphModule", "graph_module", "shape_table", "step_kind", "step_module_prelude"]
 
 
-def step_kind(node: Apply) -> str:
+def step_kind(node: Apply, context: dispatch.CContext | None = None) -> str:
     """``"elemwise"``, ``"blas"``, ``"reduce"``, ``"nnet"``, ``"view"``, ``"subtensor"``
-    (C code), or ``"py"`` (its perform)."""
-    if len(node.outputs) != 1:
-        return "py"
-    try:
-        typenum(node.outputs[0].dtype)
-    except NotImplementedError:
-        return "py"
-    families = [("elemwise", elemwise), ("blas", blas)]
-    families += [("reduce", _reduce), ("nnet", _nnet)]
-    families += [("view", views), ("subtensor", _subtensor)]
-    for kind, family in families:
-        try:
-            if family.has_c_code(node):
-                return kind
-        except Exception:  # noqa: BLE001 -- no C code rather than no function
-            continue
-    return "py"
+    (C code: the kind of the node's entry in :mod:`.dispatch`), or ``"py"``
+    (its perform)."""
+    entry = dispatch.entry_for(node, context)
+    return "py" if entry is None else entry.kind
 
 
 @dataclass
@@ -137,7 +128,8 @@ class GraphModule:
     #: per step: "elemwise", "blas", "reduce", "nnet" (kernels writing an
     #: output buffer), "view" (a new array over its input's memory: shape ops,
     #: basic indexing), "subtensor" (set/inc_subtensor into a copy of x, or x
-    #: itself in place), or "py" (the op's perform)
+    #: itself in place), another registered family's kind (:mod:`.dispatch`),
+    #: or "py" (the op's perform)
     kinds: list[str]
     #: step output slot -> offset of its entry in the shape table
     shape_offsets: dict[int, int] = field(default_factory=dict)
@@ -150,6 +142,8 @@ class GraphModule:
     loop_kernels: list = field(default_factory=list)
     #: the ``description`` of ``Schedule(description, loops, module)``
     description: ScheduleDescription | None = None
+    #: per step: its :class:`~.dispatch.CEntry`, or None (a "py" step)
+    entries: list = field(default_factory=list)
 
     @property
     def n_c_steps(self) -> int:
@@ -306,129 +300,75 @@ def _reduced_shape(full_nd: int, axes, keepdims: bool) -> tuple[int, ...]:
                  if d not in axes or keepdims)
 
 
-def _kernel_step(k: int, step, kind: str, offset: int, label: str, loops: list) -> tuple:
-    """The interpreter's ``(kind, head, params)`` of a step that is data: an
-    elementwise node, a reduction, a product, Gemm, softmax and its kin."""
+def _elemwise_step(k: int, step, offsets: dict, label: str, loops: list) -> tuple:
     node = step.node
-    if kind == "elemwise":
-        d = elemwise.description(node)
-        weak = frozenset(i for i, _, _ in getattr(node.op, "weak_inputs", ()))
-        loops.append(elemwise.loop_kernel(node))
-        return ELEMWISE, _head(k, step, offset, label, weak=weak), ElemwiseParams(
-            d.read, _operands(d.dtypes, d.ndims, d.labels), d.width, d.minsize, d.threads,
-            d.constants, len(loops) - 1)
-    if kind == "reduce":
-        d = _reduce.description(node)
-        axes = {a for a, r in enumerate(d.reduced) if r}
-        loops.append(_reduce.loop_kernel(node))
-        return REDUCE, _head(k, step, offset, label), ReduceParams(
-            d.full_nd, _reduced_shape(d.full_nd, axes, d.keepdims),
-            _operands(d.dtypes, d.ndims, d.labels), d.reduced, int(d.keepdims), d.identity,
-            d.no_identity, d.minsize, d.threads, d.constants, len(loops) - 1)
-    if kind == "blas":
-        ax = blas.product_axes(node)
-        axes = Axes(len(ax["bo"]), tuple(ax["ba"]), tuple(ax["bb"]), tuple(ax["bo"]), ax["am"],
-                    ax["ak"], ax["bk"], ax["bn"], ax["om"], ax["on"], ax["ond"])
-        labels = tuple(input_label(node, i) for i in range(len(node.inputs)))
-        kind = GEMM if isinstance(node.op, Gemm) else PRODUCT
-        return kind, _head(k, step, offset, label), ProductParams(
-            blas.product_dtype(node), labels, tuple(v.ndim for v in node.inputs), axes)
+    d = elemwise.description(node)
+    weak = frozenset(i for i, _, _ in getattr(node.op, "weak_inputs", ()))
+    loops.append(elemwise.loop_kernel(node))
+    return ELEMWISE, _head(k, step, offsets[step.outputs[0]], label, weak=weak), ElemwiseParams(
+        d.read, _operands(d.dtypes, d.ndims, d.labels), d.width, d.minsize, d.threads,
+        d.constants, len(loops) - 1)
+
+
+def _reduce_step(k: int, step, offsets: dict, label: str, loops: list) -> tuple:
+    node = step.node
+    d = _reduce.description(node)
+    axes = {a for a, r in enumerate(d.reduced) if r}
+    loops.append(_reduce.loop_kernel(node))
+    return REDUCE, _head(k, step, offsets[step.outputs[0]], label), ReduceParams(
+        d.full_nd, _reduced_shape(d.full_nd, axes, d.keepdims),
+        _operands(d.dtypes, d.ndims, d.labels), d.reduced, int(d.keepdims), d.identity,
+        d.no_identity, d.minsize, d.threads, d.constants, len(loops) - 1)
+
+
+def _product_step(code: int, k: int, step, offsets: dict, label: str, loops: list) -> tuple:
+    """A ``Dot`` or ``MatMul`` (``code`` PRODUCT), or a ``Gemm`` (GEMM)."""
+    node = step.node
+    ax = blas.product_axes(node)
+    axes = Axes(len(ax["bo"]), tuple(ax["ba"]), tuple(ax["bb"]), tuple(ax["bo"]), ax["am"],
+                ax["ak"], ax["bk"], ax["bn"], ax["om"], ax["on"], ax["ond"])
+    labels = tuple(input_label(node, i) for i in range(len(node.inputs)))
+    return code, _head(k, step, offsets[step.outputs[0]], label), ProductParams(
+        blas.product_dtype(node), labels, tuple(v.ndim for v in node.inputs), axes)
+
+
+def _nnet_step(k: int, step, offsets: dict, label: str, loops: list) -> tuple:
+    node = step.node
     nn_kind, reduced, keepdims, _ = _nnet.spec(node)
     full_nd = node.inputs[0].ndim
     src = None if keepdims < 0 else _reduced_shape(
         full_nd, {a for a, r in enumerate(reduced) if r}, bool(keepdims))
-    return NNET, _head(k, step, offset, label, name=str(node.op)), NnetParams(
+    return NNET, _head(k, step, offsets[step.outputs[0]], label, name=str(node.op)), NnetParams(
         np.dtype(node.outputs[0].dtype).name, nn_kind, tuple(reduced), keepdims, full_nd, src)
 
 
-def _view_params(node: Apply) -> ViewParams:
-    """The interpreter's description of a view step."""
-    op, x = node.op, node.inputs[0]
-    kind = views.view_kind(node)
+def _view_step(k: int, step, offsets: dict, label: str, loops: list) -> tuple:
+    """A view step: no kernel head (no buffer, no shape table entry)."""
+    op, x = step.node.op, step.node.inputs[0]
+    kind = views.view_kind(step.node)
     order = drop = entries = ()
     if kind == views.DIMSHUFFLE:
         order = tuple(-1 if e == "x" else e for e in op.new_order)
         drop = tuple(op.drop)
     elif kind == views.SUBTENSOR:
         entries = views.index_entries(op.pattern)
-    return ViewParams(kind, str(op), views.whats(node), _typenum(x.dtype), x.ndim,
-                      node.outputs[0].ndim, order, drop, entries)
+    return VIEW, None, ViewParams(kind, str(op), views.whats(step.node), _typenum(x.dtype),
+                                  x.ndim, step.node.outputs[0].ndim, order, drop, entries)
 
 
-def _is_data(kind: str, node: Apply) -> bool:
-    """Whether the interpreter runs this C step from its description (else it
-    is compiled into the graph module)."""
-    return kind in ("elemwise", "reduce", "nnet", "view") or (
-        kind == "blas" and not isinstance(node.op, Outer))
-
-
-def _compiled_step(k: int, step, kind: str, offset: int, label: str) -> tuple[str, str]:
-    """The kernel and the step function of an outer product: computed into
-    its output buffer, which it gets as every C kernel does."""
-    node = step.node
-    fname = f"tn_k{k}"
-    kernel = blas.c_function(node, fname)
-    out = node.outputs[0]
-    nd, nin = out.ndim, len(node.inputs)
-    lines = [f"/* step {k}: {comment(label)} */",
-             f"static int tn_step{k}(PyObject **S, const npy_intp *planned, PyObject **aside)",
-             "{",
-             f"    PyArrayObject *in[{max(nin, 1)}], *out;",
-             "    npy_intp shape[NPY_MAXDIMS + 1];"]
-    for i, var in enumerate(node.inputs):
-        what = c_string(f"tenure: input {i} ({var}) of {label}")
-        lines.append(f"    if (tn_cl_array(S[{step.inputs[i]}], &in[{i}], {what}) < 0) "
-                     "return -1;")
-    taken = (f"(aside != NULL && planned[{offset}] == 1 && planned[{offset + 1}] >= 0 ? "
-             f"tn_cl_take(aside, planned[{offset + 1}], {typenum(out.dtype)}, {nd}, shape) : NULL)")
-    lines += [f"    if (!tn_cl_planned(planned, {offset}, {nd}, shape) && {fname}_shape(in, shape) < 0)",
-              "        return -1;",
-              f"    out = tn_cl_output(S[{step.outputs[0]}], NULL, in, {nin}, S, tn_graph_inputs, "
-              f"TN_N_INPUTS, {typenum(out.dtype)}, {nd}, shape, {taken});",
-              "    if (out == NULL) return -1;",
-              f"    if ({fname}(in, &out) < 0) {{ Py_DECREF(out); return -1; }}",
-              f"    Py_SETREF(S[{step.outputs[0]}], (PyObject *)out);",
-              "    return 0;", "}", ""]
-    return kernel, "\n".join(lines)
-
-
-def _subtensor_step(k: int, step, kind: str, offset: int, label: str) -> tuple[str, str]:
-    """The kernel and the step function of a set/inc_subtensor step: the output
-    has x's shape; its buffer comes from ``tn_cl_output`` (x itself when the op
-    destroys it and x fits, else a dead buffer handed on, last call's, or new)
-    and the kernel copies x into it unless it is x."""
-    node = step.node
-    fname = f"tn_k{k}"
-    kernel = _subtensor.c_function(node, fname)
-    x = node.inputs[0]
-    nd, type_num = x.ndim, typenum(x.dtype)
-    nin = len(step.inputs)
-    ins = ", ".join(f"S[{s}]" for s in step.inputs)
-    what = c_string(f"tenure: input 0 ({x}) of {label}")
-    destroyed = "x" if node.op.destroy_map.get(0) == [0] else "NULL"
-    taken = "NULL" if destroyed != "NULL" else (
-        f"(aside != NULL && planned[{offset}] == 1 && planned[{offset + 1}] >= 0 ? "
-        f"tn_cl_take(aside, planned[{offset + 1}], {type_num}, {nd}, PyArray_DIMS(x)) : NULL)")
-    code = "\n".join([
-        f"/* step {k}: {comment(label)} */",
-        f"static int tn_step{k}(PyObject **S, const npy_intp *planned, PyObject **aside)",
-        "{",
-        f"    PyObject *in[{nin}] = {{{ins}}};",
-        "    PyArrayObject *x, *out, *arrays[2];",
-        # Checked first: the buffer takes x's dims, which must be the node's ndim.
-        f"    x = tn_vw_as_array(S[{step.inputs[0]}], {type_num}, {nd}, {what});",
-        "    if (x == NULL) return -1;",
-        "    arrays[0] = x;",
-        f"    arrays[1] = PyArray_Check(S[{step.inputs[1]}]) ? "
-        f"(PyArrayObject *)S[{step.inputs[1]}] : NULL;",
-        f"    out = tn_cl_output(S[{step.outputs[0]}], {destroyed}, arrays, 2, S, "
-        f"tn_graph_inputs, TN_N_INPUTS, {type_num}, {nd}, PyArray_DIMS(x), {taken});",
-        "    Py_DECREF(x);   /* the slot (or out, when it is x) still holds it */",
-        "    if (out == NULL) return -1;",
-        f"    if ({fname}(in, &out) < 0) {{ Py_DECREF(out); return -1; }}",
-        f"    Py_SETREF(S[{step.outputs[0]}], (PyObject *)out);",
-        "    return 0;", "}", ""])
-    return kernel, code
+#: per built-in step of :mod:`.dispatch` (the interpreter's fixed enum):
+#: ``(k, step, offsets, label, loops) -> (code, head, params)`` of a step that
+#: is data; ``loops`` collects the loops it runs.  A new family is a compiled
+#: step (``CEntry.step_function``), never a new entry here.
+_DESCRIBE = {
+    "elemwise": _elemwise_step,
+    "reduce": _reduce_step,
+    "product": partial(_product_step, PRODUCT),
+    "gemm": partial(_product_step, GEMM),
+    "nnet": _nnet_step,
+    "view": _view_step,
+}
+assert set(_DESCRIBE) == set(dispatch.BUILTIN_STEPS)
 
 
 def _py_takes(step, offsets) -> tuple:
@@ -443,18 +383,30 @@ def _py_takes(step, offsets) -> tuple:
     return tuple(takes)
 
 
-def graph_module(plan: Plan, keep_slots, clear_after,
-                 commit: CommitPoint | None = None) -> GraphModule:
-    """``plan``'s schedule for the interpreter, and the module of its
-    compiled steps (see the module doc).
+@dataclass
+class _CompiledSteps:
+    """What the module of a graph's compiled steps is made of."""
 
-    ``keep_slots``: output slots whose buffers are kept between calls;
-    ``clear_after``: the slots emptied when a call returns; ``commit``: the
-    schedule's commit point.
-    """
-    kinds, region_loops, kernels, step_funcs, loop_kernels, steps = [], [], [], [], [], []
-    compiled: list[int] = []
-    # The shape table: [reuse flag], per step output [known, donor, dims...], stash flags.
+    region_loops: list = field(default_factory=list)   # hot loops (entry.loops): -O3
+    kernels: list = field(default_factory=list)        # glue: -O1
+    step_funcs: list = field(default_factory=list)
+    #: the schedule index of each compiled step, in the order of the module's table
+    compiled: list = field(default_factory=list)
+    #: the entries with a step in the module, in order of first use (their flags)
+    used: dict = field(default_factory=dict)
+
+    def add(self, k: int, entry: dispatch.CEntry, kernel: str, code: str) -> int:
+        """Add step ``k``; its index in the module's table of step functions."""
+        (self.region_loops if entry.loops else self.kernels).append(kernel)
+        self.step_funcs.append(code)
+        self.used.setdefault(entry, None)
+        self.compiled.append(k)
+        return len(self.compiled) - 1
+
+
+def _shape_table_layout(plan: Plan) -> tuple[dict, int, int]:
+    """``(offsets, stash, size)`` of the shape table: [reuse flag], per step
+    output with a C dtype [known, donor, dims...], then one stash flag per slot."""
     offsets: dict[int, int] = {}
     size = 1
     for step in plan.steps:
@@ -462,51 +414,62 @@ def graph_module(plan: Plan, keep_slots, clear_after,
             if slot not in offsets and np.dtype(var.dtype).name in C_DTYPES:
                 offsets[slot] = size
                 size += 2 + var.ndim
-    stash = size
-    size += plan.n_slots
-    used = set()
+    return offsets, size, size + plan.n_slots
+
+
+def _c_step(k: int, step, entry: dispatch.CEntry, offsets: dict, label: str, loops: list,
+            module: _CompiledSteps, context: dispatch.CContext) -> tuple | None:
+    """``(code, head, params)`` of a step that runs C as ``entry`` says: a
+    description (a built-in step), or a step function added to ``module``;
+    None when the family finds no C code after all (NotImplementedError):
+    the step runs its perform."""
+    try:
+        if not entry.compiled:
+            return _DESCRIBE[entry.step](k, step, offsets, label, loops)
+        kernel, code = entry.step_function(k, step, offsets[step.outputs[0]], label, context)
+    except NotImplementedError:
+        return None
+    return COMPILED, None, module.add(k, entry, kernel, code)
+
+
+def graph_module(plan: Plan, keep_slots, clear_after, commit: CommitPoint | None = None,
+                 context: dispatch.CContext | None = None) -> GraphModule:
+    """``plan``'s schedule for the interpreter, and the module of its
+    compiled steps (see the module doc).
+
+    ``keep_slots``: output slots whose buffers are kept between calls;
+    ``clear_after``: the slots emptied when a call returns; ``commit``: the
+    schedule's commit point; ``context``: what the dispatch table's entries
+    are given (default: the plan alone).
+    """
+    if context is None:
+        context = dispatch.CContext(plan=plan)
+    offsets, stash, size = _shape_table_layout(plan)
+    module = _CompiledSteps()
+    kinds, entries, loop_kernels, steps = [], [], [], []
     for k, step in enumerate(plan.steps):
-        node = step.node
-        kind = step_kind(node)
-        label = str(node)
-        slots = (tuple(step.inputs), tuple(step.outputs), tuple(step.frees))
-        if kind == "view":
-            steps.append(ScheduleStep(VIEW, *slots, None, _view_params(node)))
-        elif kind != "py" and _is_data(kind, node):
-            try:
-                code, head, params = _kernel_step(k, step, kind, offsets[step.outputs[0]],
-                                                  label, loop_kernels)
-            except NotImplementedError:
-                kind = "py"
-            else:
-                steps.append(ScheduleStep(code, *slots, head, params))
-        elif kind != "py":
-            make_step = _subtensor_step if kind == "subtensor" else _compiled_step
-            try:
-                kernel, code = make_step(k, step, kind, offsets[step.outputs[0]], label)
-            except NotImplementedError:
-                kind = "py"
-            else:
-                # The subtensor kernels' region loops first, at -O3; the rest is glue.
-                (region_loops if kind == "subtensor" else kernels).append(kernel)
-                step_funcs.append(code)
-                used.add(kind)
-                steps.append(ScheduleStep(COMPILED, *slots, None, len(compiled)))
-                compiled.append(k)
-        if kind == "py":
-            steps.append(ScheduleStep(PY, *slots, None, _py_takes(step, offsets)))
-        kinds.append(kind)
+        entry = dispatch.entry_for(step.node, context)
+        described = None
+        if entry is not None:
+            described = _c_step(k, step, entry, offsets, str(step.node), loop_kernels, module,
+                                context)
+        if described is None:
+            entry, described = None, (PY, None, _py_takes(step, offsets))
+        code, head, params = described
+        steps.append(ScheduleStep(code, tuple(step.inputs), tuple(step.outputs),
+                                  tuple(step.frees), head, params))
+        kinds.append("py" if entry is None else entry.kind)
+        entries.append(entry)
     written = tuple(commit.written) if commit is not None else ()
     commit_step = commit.step if commit is not None else len(plan.steps)
     description = ScheduleDescription(plan.n_slots, tuple(plan.inputs), tuple(plan.outputs),
                                       tuple(sorted(clear_after)), written, commit_step, size,
                                       stash, tuple(steps))
     name, source, flags = None, None, ()
-    if compiled:
-        name, source, flags = _step_module(plan, used, compiled, region_loops, kernels,
-                                           step_funcs)
+    if module.compiled:
+        name, source, flags = _step_module(plan, module)
     return GraphModule(name, source, flags, kinds, offsets, size, stash, loop_kernels,
-                       description)
+                       description, entries)
 
 
 @lru_cache(maxsize=None)
@@ -517,15 +480,15 @@ def step_module_prelude() -> str:
     return HEADERS + runtime.header()
 
 
-def _step_module(plan: Plan, used: set, compiled: list[int], region_loops, kernels,
-                 step_funcs) -> tuple[str, str, tuple]:
+def _step_module(plan: Plan, module: _CompiledSteps) -> tuple[str, str, tuple]:
     """``(name, source, flags)`` of the module of a graph's compiled steps:
     their functions and the table the interpreter reaches them through."""
     flags = list(elemwise.COMPILE_FLAGS)
-    for kind, family in (("subtensor", _subtensor), ("blas", blas)):
-        if kind in used:
-            flags += list(family.COMPILE_FLAGS)
+    for entry in module.used:
+        flags += list(entry.flags)
     flags = tuple(dict.fromkeys(flags))
+    region_loops, kernels, step_funcs = module.region_loops, module.kernels, module.step_funcs
+    compiled = module.compiled
     body = f"""
 #define TN_N_INPUTS {len(plan.inputs)}
 static const Py_ssize_t tn_graph_inputs[] = {_slots(plan.inputs)};

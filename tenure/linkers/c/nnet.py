@@ -44,6 +44,9 @@ into the output.  No OpenMP.
 
 from __future__ import annotations
 
+import sys
+
+from tenure.linkers.c.dispatch import CEntry, register_c_op
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
 
@@ -79,3 +82,10 @@ def spec(node: Apply) -> tuple[int, list[int], int, int]:
     kind = _KIND[type(op)]
     keepdims = int(op.keepdims) if kind == 2 else -1  # -1: the input's shape
     return kind, reduced, keepdims, node.outputs[0].ndim
+
+
+# How the C linker runs them (.dispatch): from a description (src/nnet.c.src).
+_ENTRY = CEntry("nnet", sys.modules[__name__], step="nnet")
+register_c_op(Softmax, _ENTRY)
+register_c_op(LogSoftmax, _ENTRY)
+register_c_op(LogSumExp, _ENTRY)

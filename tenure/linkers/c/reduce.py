@@ -95,12 +95,14 @@ NumPy's).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 
 from tenure.linkers.c import kernels
 from tenure.linkers.c.cgen import input_label, no_contract
+from tenure.linkers.c.dispatch import CEntry, register_c_op
 from tenure.linkers.c.elemwise import COMPILE_FLAGS, load_element, parallel_settings, scalar_kernel
 from tenure.linkers.c.elemwise import SUPPORT_CODE as _EW_SUPPORT_CODE
 from tenure.linkers.c import scalar_code as sc
@@ -383,7 +385,7 @@ def _kept(plan: ReductionPlan, fname: str) -> str:
     cont += [" " * 8 + "}"]
     pad = " " * 8
     strided = [pad + "char *q = ptr[0];"] + [pad + f"const char *q{i} = ptr[{i + 1}];"
-                                            for i in range(nin)]
+                                             for i in range(nin)]
     step = ", q += s[0]" + "".join(f", q{i} += s[{i + 1}]" for i in range(nin))
     strided += [pad + f"for (npy_intp k = 0; k < n; k++{step}) {{"]
     strided += [pad + "    " + load_element(n, d, f"q{i}", strided=True) for i, (n, d) in
@@ -482,8 +484,12 @@ def description(node: Apply) -> Description:
 # --------------------------------------------------------------------------
 # Runtime helpers (C), shared by every generated function
 
-
-
-
 #: C helpers every generated function needs, once per module (include-guarded)
 SUPPORT_CODE = _EW_SUPPORT_CODE
+
+
+# How the C linker runs them (.dispatch): from a description, with loops from
+# the shared loop libraries (.kernels).
+_ENTRY = CEntry("reduce", sys.modules[__name__], step="reduce")
+register_c_op(Reduce, _ENTRY)
+register_c_op(FusedReduce, _ENTRY)

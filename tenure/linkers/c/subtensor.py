@@ -10,6 +10,9 @@ What the C linker calls:
   helpers the functions call are ``tn_st_*`` (``src/subtensor.c``), the
   region code of ``src/views.c`` and ``tn_cl_overlap`` (``src/schedule.c``).
 - :data:`COMPILE_FLAGS`: none needed.
+- :func:`step_function`: the step of the graph's module around it (the
+  output has ``x``'s shape and may be ``x``: more than the generic compiled
+  step of :mod:`.dispatch`, which is how ``IncSubtensor`` registers).
 
 The generated function -- its contract with the caller:
 
@@ -43,15 +46,18 @@ out-of-range conversions).
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from tenure.linkers.c import views
-from tenure.linkers.c.cgen import c_string, typenum
+from tenure.linkers.c.cgen import c_string, comment, typenum
+from tenure.linkers.c.dispatch import CEntry, register_c_op
 from tenure.linkers.c import scalar_code as sc
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops.subtensor_update import IncSubtensor
 
-__all__ = ["COMPILE_FLAGS", "c_function", "has_c_code"]
+__all__ = ["COMPILE_FLAGS", "c_function", "has_c_code", "step_function"]
 
 COMPILE_FLAGS: tuple[str, ...] = ()
 
@@ -157,3 +163,50 @@ def _loop(nd: int, update: str) -> list[str]:
         "done:",
         "    (void)vdata;",
     ]
+
+
+def step_function(k: int, step, offset: int, label: str, context=None) -> tuple[str, str]:
+    """The kernel and the step function of a set/inc_subtensor step (the
+    ``step_code`` of its :class:`~.dispatch.CEntry`): the output has x's
+    shape; its buffer comes from ``tn_cl_output`` (x itself when the op
+    destroys it and x fits, else a dead buffer handed on, last call's, or
+    new) and the kernel copies x into it unless it is x.  ``context`` is not
+    needed."""
+    node = step.node
+    fname = f"tn_k{k}"
+    kernel = c_function(node, fname)
+    x = node.inputs[0]
+    nd, type_num = x.ndim, typenum(x.dtype)
+    nin = len(step.inputs)
+    ins = ", ".join(f"S[{s}]" for s in step.inputs)
+    what = c_string(f"tenure: input 0 ({x}) of {label}")
+    destroyed = "x" if node.op.destroy_map.get(0) == [0] else "NULL"
+    taken = "NULL" if destroyed != "NULL" else (
+        f"(aside != NULL && planned[{offset}] == 1 && planned[{offset + 1}] >= 0 ? "
+        f"tn_cl_take(aside, planned[{offset + 1}], {type_num}, {nd}, PyArray_DIMS(x)) : NULL)")
+    code = "\n".join([
+        f"/* step {k}: {comment(label)} */",
+        f"static int tn_step{k}(PyObject **S, const npy_intp *planned, PyObject **aside)",
+        "{",
+        f"    PyObject *in[{nin}] = {{{ins}}};",
+        "    PyArrayObject *x, *out, *arrays[2];",
+        # Checked first: the buffer takes x's dims, which must be the node's ndim.
+        f"    x = tn_vw_as_array(S[{step.inputs[0]}], {type_num}, {nd}, {what});",
+        "    if (x == NULL) return -1;",
+        "    arrays[0] = x;",
+        f"    arrays[1] = PyArray_Check(S[{step.inputs[1]}]) ? "
+        f"(PyArrayObject *)S[{step.inputs[1]}] : NULL;",
+        f"    out = tn_cl_output(S[{step.outputs[0]}], {destroyed}, arrays, 2, S, "
+        f"tn_graph_inputs, TN_N_INPUTS, {type_num}, {nd}, PyArray_DIMS(x), {taken});",
+        "    Py_DECREF(x);   /* the slot (or out, when it is x) still holds it */",
+        "    if (out == NULL) return -1;",
+        f"    if ({fname}(in, &out) < 0) {{ Py_DECREF(out); return -1; }}",
+        f"    Py_SETREF(S[{step.outputs[0]}], (PyObject *)out);",
+        "    return 0;", "}", ""])
+    return kernel, code
+
+
+# How the C linker runs IncSubtensor (.dispatch): a step of the graph's module,
+# its region loops built at -O3.
+register_c_op(IncSubtensor, CEntry("subtensor", sys.modules[__name__], flags=COMPILE_FLAGS,
+                                   loops=True, step_code=step_function))

@@ -38,9 +38,12 @@ A view step -- its contract with the caller:
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from tenure.linkers.c.cgen import C_DTYPES
+from tenure.linkers.c.dispatch import CEntry, register_c_op
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops.indexing import In, Subtensor
 from tenure.symbolic.ops.shape import DimShuffle, Reshape
@@ -52,7 +55,6 @@ __all__ = ["DIMSHUFFLE", "INDEX_WIDTH", "INT", "NEWAXIS", "RESHAPE", "SLICE",
 #: the largest static index printed into C (Python ints are unbounded; beyond
 #: this every index is out of range and every slice bound clips the same way)
 _INTP_MAX = 2 ** 63 - 1
-
 
 
 def has_c_code(node: Apply) -> bool:
@@ -168,3 +170,10 @@ def region_function(pattern, fname: str, what: str, input_whats: list[str],
         axis += 1
     lines += ["    (void)in; (void)dims; (void)strides;", "    return 0;", "}", ""]
     return "\n".join(lines)
+
+
+# How the C linker runs them (.dispatch): views the interpreter makes (src/views.c).
+_ENTRY = CEntry("view", sys.modules[__name__], step="view")
+register_c_op(DimShuffle, _ENTRY)
+register_c_op(Reshape, _ENTRY)
+register_c_op(Subtensor, _ENTRY)
