@@ -609,7 +609,7 @@ def main(args, command: str, machine: dict, source: str | None) -> int:
         raise SystemExit("benchmarks/run.py: tenure is not importable from this Python; "
                          "install it first: pip install -e \".[bench]\"")
     if not args.emulated:
-        from tenure.symbolic.device import unavailable_reason
+        from tenure.linkers.cuda.runtime import unavailable_reason
         reason = unavailable_reason()
         if reason is not None:
             print(f"benchmarks/run.py --device cuda: no usable CUDA device: {reason} "

@@ -206,7 +206,7 @@ _FLAGS = {
               "run the 'cuda' device on the emulated device: device arrays over host "
               "memory that refuse implicit conversion as CuPy's do, and the CUDA kernels "
               "compiled as host C++ (for testing the GPU path without a GPU; "
-              "tenure.symbolic.device)",
+              "tenure.linkers.cuda.emulated_device)",
               _parse_bool, _check_bool),
         _Flag("cuda_graphs", True,
               "Mode(linker='cuda') functions capture their kernel sequence as a CUDA "

@@ -1,10 +1,21 @@
-"""Shared fixtures.  Every behavioural test that compiles a function takes the
-``mode`` parameter, so each linker runs the whole suite: a new linker joins by
-adding its name to ``LINKERS``."""
+"""Shared fixtures, and which linkers run which suites.
+
+Every behavioural test that compiles a function takes the ``mode``
+parameter; :data:`SUITES` says, per linker, which test files run on it (one
+declarative table).  A new linker joins by adding one row: its name (a key
+of ``tenure.compile.mode.LINKERS``, the linker table), the files and
+op-suite directories it runs, the files it does not run and why, and what it
+needs installed (without it the row is dropped: a missing optional
+dependency is not a failure; ``TENURE_REQUIRE_OPTIONAL=1`` in CI makes sure
+the dependencies are there).  Options of the mode it runs with go in
+:data:`LINKER_OPTIONS`.  ``TENURE_TEST_LINKERS=py,check,c`` runs every
+suite file on the named linkers instead, by hand."""
 
 import importlib.util
 import os
 import pathlib
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -12,79 +23,98 @@ import pytest
 import tenure as tn
 from tenure.linkers.c import compiler
 from tenure.linkers.cuda import nvrtc
-from tenure.symbolic.device import CudaUnavailable, is_device_array, unavailable_reason
+from tenure.linkers.cuda.runtime import unavailable_reason
+from tenure.symbolic.device import CudaUnavailable, is_device_array
 from tenure.linkers.cuda.linker import emulated_backend
-from tenure.symbolic.emulated_device import emulated_device
+from tenure.linkers.cuda.emulated_device import emulated_device
 
-#: every linker the contract and op suites run on.  ``TENURE_TEST_LINKERS``
-#: (comma-separated, e.g. ``TENURE_TEST_LINKERS=py,check,c``) overrides it to
-#: run the whole suite on other linkers by hand.
+#: ``TENURE_TEST_LINKERS`` (comma-separated) runs every suite file on these
+#: linkers instead of :data:`SUITES`.
 _FROM_ENV = [name.strip() for name in os.environ.get("TENURE_TEST_LINKERS", "").split(",")
              if name.strip()]
-LINKERS = _FROM_ENV or ["py", "check"]
 
-#: test files that run on the C linker too in every run, besides the C
-#: linker's own tests (tests/linkers/c): the contract suite here, and every
-#: file of the op suite (tests/symbolic/ops).  The rest of the suite passes on
-#: it too (``TENURE_TEST_LINKERS=c``), but compiling every graph of every test
-#: costs more than a CI run may take.
-C_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_transactions.py",
-                  "test_pytensor_idioms.py", "test_pickle.py", "test_array_types.py",
-                  "test_leaks.py", "test_memory_timeline.py",
-                  "test_foreign_arrays.py", "test_error_names.py"}
-C_IN_EVERY_RUN_DIRS = {("symbolic", "ops")}
-
-#: test files that run on the Dask linker too (computed results), where Dask
-#: is installed: the memory contract, the calling conventions, and the op
-#: families it lowers whole.  Not yet the rest of the op suite (indexing,
-#: join, sorting, shape, blas and nnet have cases it does not lower or whose
-#: errors read differently; inc_subtensor and set_subtensor, one_hot, split
-#: have no lowering; test_elemwise passes but takes a minute) nor
-#: test_transactions (Ctrl-C between steps, per-step errors and backup copies
-#: describe the step-by-step linkers).
-DASK_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_pytensor_idioms.py",
-                     "test_pickle.py", "test_array_types.py", "test_foreign_arrays.py",
-                     "test_reduce.py", "test_creation.py", "test_elemwise_grad.py",
-                     "test_specify_shape.py", "test_error_names.py"}
 HAVE_DASK = importlib.util.find_spec("dask") is not None
 
-#: test files that run on the cuda linker (``Mode(linker="cuda")``: device
-#: arrays, device shared variables, the generated kernels) in every run: the
-#: memory contract, the calling conventions, transactions, pickling, the
-#: activation-memory budgets and the op suite (test_elemwise aside: its
-#: kernels have their own tests in tests/linkers/cuda, and compiling each of
-#: its graphs' kernels as host C++ and for the device costs minutes).  They
-#: run on the emulated device (see :func:`_on_the_emulated_device`), or with
-#: ``TENURE_TEST_CUDA=device`` on the GPU (skipped, with the reason, where
-#: there is none).
-CUDA_IN_EVERY_RUN = {"test_contract.py", "test_function.py", "test_pytensor_idioms.py",
-                     "test_transactions.py", "test_pickle.py", "test_remat.py",
-                     "test_error_names.py"}
-CUDA_IN_EVERY_RUN_DIRS = {("symbolic", "ops")}
-CUDA_NOT_IN_EVERY_RUN = {"test_elemwise.py"}
+
+@dataclass(frozen=True)
+class Suites:
+    """Which test files one linker runs.  ``files``: file names anywhere in
+    tests/; ``dirs``: (parent, directory) pairs every file of which runs,
+    except ``not_files``; ``everything``: every file with a ``mode`` test;
+    ``needs``: a condition for the row at all (a missing dependency drops
+    the row; it is not a failure)."""
+
+    files: frozenset = frozenset()
+    dirs: frozenset = frozenset()
+    not_files: frozenset = frozenset()
+    everything: bool = False
+    needs: Callable[[], bool] = lambda: True
+
+    def runs(self, path: pathlib.Path) -> bool:
+        if path.name in self.not_files:
+            return False
+        return (self.everything or path.name in self.files
+                or (path.parent.parent.name, path.parent.name) in self.dirs)
+
+
+def _have_compiler() -> bool:
+    return compiler.find_compiler() is not None
+
+
+#: The contract suite files: the memory contract, the calling conventions,
+#: the error names.
+_CONTRACT = {"test_contract.py", "test_function.py", "test_pytensor_idioms.py",
+             "test_pickle.py", "test_error_names.py"}
+_OP_SUITE = frozenset({("symbolic", "ops")})
+
+#: which linkers run which suites, one row per linker:
+#:
+#: - ``py`` (the reference) and ``check`` (py and c compared) run everything.
+#: - ``c`` runs the contract suite, transactions, the array-type, leak,
+#:   timeline and foreign-array suites and the whole op suite, besides its
+#:   own tests (tests/linkers/c).  The rest passes on it too
+#:   (``TENURE_TEST_LINKERS=c``), but compiling every graph of every test
+#:   costs more than a CI run may take.
+#: - ``dask`` (where Dask is installed) runs the contract suite and the op
+#:   families it lowers whole.  Not yet the rest of the op suite (indexing,
+#:   join, sorting, shape, blas and nnet have cases it does not lower or
+#:   whose errors read differently; test_elemwise passes but takes a minute)
+#:   nor test_transactions (Ctrl-C between steps, per-step errors and backup
+#:   copies describe the step-by-step linkers).
+#: - ``cuda`` (device arrays, device shared variables, the generated kernels)
+#:   runs the contract suite, transactions, the activation-memory budgets and
+#:   the op suite but test_elemwise (its kernels have their own tests in
+#:   tests/linkers/cuda, and compiling each of its graphs' kernels as host C++
+#:   and for the device costs minutes).  It runs on the emulated device (see
+#:   :func:`_on_the_emulated_device`), or with ``TENURE_TEST_CUDA=device`` on
+#:   the GPU (skipped, with the reason, where there is none); the emulated
+#:   device's kernels need a C compiler.
+SUITES = {
+    "py": Suites(everything=True),
+    "check": Suites(everything=True),
+    "c": Suites(files=frozenset(_CONTRACT | {"test_transactions.py", "test_array_types.py",
+                                             "test_leaks.py", "test_memory_timeline.py",
+                                             "test_foreign_arrays.py"}),
+                dirs=_OP_SUITE),
+    "dask": Suites(files=frozenset(_CONTRACT | {"test_array_types.py", "test_foreign_arrays.py",
+                                                "test_reduce.py", "test_creation.py",
+                                                "test_elemwise_grad.py",
+                                                "test_specify_shape.py"}),
+                   needs=lambda: HAVE_DASK),
+    "cuda": Suites(files=frozenset(_CONTRACT | {"test_transactions.py", "test_remat.py"}),
+                   dirs=_OP_SUITE, not_files=frozenset({"test_elemwise.py"}),
+                   needs=_have_compiler),
+}
+
 #: where the suites' cuda linker runs: "emulated" (CI) or "device"
 CUDA_FOR_SUITES = os.environ.get("TENURE_TEST_CUDA", "emulated")
 
 
 def _linkers_for(path) -> list[str]:
-    linkers = list(LINKERS)
+    if _FROM_ENV:
+        return list(_FROM_ENV)
     path = pathlib.Path(str(path))
-    on_c = path.name in C_IN_EVERY_RUN or (path.parent.parent.name,
-                                           path.parent.name) in C_IN_EVERY_RUN_DIRS
-    if not _FROM_ENV and on_c:
-        linkers.append("c")
-    if not _FROM_ENV and HAVE_DASK and path.name in DASK_IN_EVERY_RUN:
-        linkers.append("dask")
-    on_cuda = path.name in CUDA_IN_EVERY_RUN or (
-        (path.parent.parent.name, path.parent.name) in CUDA_IN_EVERY_RUN_DIRS
-        and path.name not in CUDA_NOT_IN_EVERY_RUN)
-    if not _FROM_ENV and on_cuda and _have_compiler():
-        linkers.append("cuda")
-    return linkers
-
-
-def _have_compiler() -> bool:
-    return compiler.find_compiler() is not None
+    return [name for name, suites in SUITES.items() if suites.runs(path) and suites.needs()]
 
 
 def pytest_generate_tests(metafunc):

@@ -4,7 +4,7 @@ A function pickles as the graph it was compiled from (with its mode and
 flags) and compiles again when loaded; the C linker then loads its module
 from the disk cache.  Shared variables pickled together with a function stay
 connected to it.  This file runs on the C linker in every run
-(conftest.C_IN_EVERY_RUN); its graphs are few and small.
+(conftest.SUITES["c"]); its graphs are few and small.
 """
 
 import copy

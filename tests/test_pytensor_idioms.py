@@ -6,7 +6,7 @@ raises for unordered inputs or updates, non-string input names and updates
 that would make a variable broadcastable.  (Pickling: tests/test_pickle.py.)
 
 The graphs are small and shared between asserts: this file runs on the C
-linker in every run (conftest.C_IN_EVERY_RUN), where each new graph compiles.
+linker in every run (conftest.SUITES["c"]), where each new graph compiles.
 """
 
 import copy

@@ -15,7 +15,7 @@ shared storage that a call in backup mode keeps to undo a failure (see
 :mod:`tenure.linkers.commit`).  The measured peak is :mod:`tracemalloc`'s during
 another call -- for a function computing on a device (a thunk with a
 ``runtime``: the cuda linker) the device memory it allocated above what it
-held when the call began (:meth:`~tenure.symbolic.device.CupyRuntime.track`:
+held when the call began (:meth:`~tenure.linkers.cuda.runtime.CupyRuntime.track`:
 CuPy's memory pool, or the emulated device's count).
 """
 

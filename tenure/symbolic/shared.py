@@ -32,7 +32,7 @@ import weakref
 import numpy as np
 
 from tenure import config
-from tenure.symbolic.device import EmulatedRuntime, cuda_runtime, runtime_of, writeable
+from tenure.symbolic.device import cuda_runtime, runtime_of, writeable
 from tenure.symbolic.graph import Variable
 from tenure.symbolic.types import (TensorType, base_ndarray, foreign_ndarray,
                                    is_foreign_array, is_same_memory, python_scalar_dtype)
@@ -170,7 +170,7 @@ class SharedVariable(TensorMethods, Variable):
         # The device's runtime is the process's: stored as which device it is.
         state = dict(self.__dict__)
         if self.runtime is not None:
-            state["runtime"] = _EMULATED if isinstance(self.runtime, EmulatedRuntime) else _CUDA
+            state["runtime"] = _EMULATED if self.runtime.name == _EMULATED else _CUDA
         return state
 
     def __setstate__(self, state):

@@ -312,6 +312,6 @@ def test_a_plan_counts_in_the_allocators_unit():
 
 
 def test_the_cuda_runtime_predicts_in_cupys_allocation_unit():
-    from tenure.symbolic.device import CupyRuntime, EmulatedRuntime
+    from tenure.linkers.cuda.runtime import CupyRuntime, EmulatedRuntime
     assert CupyRuntime.allocation_unit == 512
     assert EmulatedRuntime.allocation_unit == 1

@@ -32,9 +32,26 @@ all of it is checked without a GPU (docs: "GPU kernels", "Running on a GPU").
   and slice-step checks on the device path, with the Python linker's errors.
 - :mod:`.graphs`: whole-function CUDA graphs, captured once per input-shape
   signature and replayed.
+- :mod:`.runtime`: the device runtimes (CuPy's, the emulated device's):
+  allocation, transfers, cuBLAS products, streams and the order of calls
+  across them, CUDA-graph capture, allocation counts; and whether CuPy and
+  a device are there (``unavailable_reason``).
+- :mod:`.emulated_device`: the emulated GPU those runtimes and CI run on
+  (arrays over host memory that refuse implicit conversion as CuPy's do,
+  streams, asynchrony, graphs).
 
+Importing this package registers both runtimes with
+:mod:`tenure.symbolic.device` (:func:`.runtime.register_runtimes`), where
+the graph layer finds them without importing this layer.
+
+The device path is built and runs on a GPU (``Mode(linker="cuda")``, whose
+memory reports measure the device pool through the runtime's ``track``).
 Not built yet: CUDA kernels that take their constants as parameters (the C
-linker's loops do), memory plans measured on a real device.
+linker's loops do).
 
 CuPy is never imported by importing this package.
 """
+
+from tenure.linkers.cuda.runtime import register_runtimes
+
+register_runtimes()

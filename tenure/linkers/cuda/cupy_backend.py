@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tenure.symbolic.device import require_device
+from tenure.linkers.cuda.runtime import require_device
 from tenure.linkers.cuda.device_code import load_module
 from tenure.linkers.cuda.kernel_source import module_source
 from tenure.linkers.cuda.layout import MAX_BLOCKS, THREADS_PER_BLOCK

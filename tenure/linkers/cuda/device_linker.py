@@ -6,17 +6,19 @@ device arrays as they are), shared variables must be stored on the device
 (``tn.shared(cupy_array)``, ``tn.shared(v, device="cuda")``; compiling
 refuses others, naming them), and every result is a device array.
 
-Nodes: each runs where its data is.  *Device* nodes run their generated
-kernel (:func:`.linker.kernel_step`) or their op's entry in
-:data:`.device_ops.DEVICE_OPS`; a node that has neither makes compiling
-fail with its name (:class:`UnsupportedOnDevice`) -- nothing moves device
-data through host memory.  *Host* nodes are the shape arithmetic of a
-graph: ``Shape`` (it reads only an array's shape), and any node whose inputs
+Nodes: each runs where its data is, as its op's entry in the dispatch
+table (:mod:`.dispatch`) says.  *Device* nodes run their generated kernel
+(the entry's ``kernel``, or ``device_kernel``: softmax over a cast) or its
+device implementation (``device``: :data:`.device_ops.DEVICE_OPS`); a node
+that has neither makes compiling fail with its name
+(:class:`UnsupportedOnDevice`) -- nothing moves device data through host
+memory.  *Host* nodes are the shape arithmetic of a graph: ``Shape`` (it
+reads only an array's shape: placement ``HOST``), and any node whose inputs
 are all host values (constants, shapes, what is computed from them) except
-the ones that create arrays (``alloc``, ``arange``, ``eye``), which run on
-the device.  A host value a device node needs as data is copied to it (a
-constant once, when compiling); where a device node reads a shape, a length
-or an index, it takes the host value as it is.  A result that is a host
+the ones that create arrays (``alloc``, ``arange``, ``eye``: placement
+``DEVICE``), which run on the device.  A host value a device node needs as
+data is copied to it (a constant once, when compiling); where a device node
+reads a shape, a length or an index, it takes the host value as it is.  A result that is a host
 value (a function returning ``x.shape``) is copied to the device, so every
 result is a device array.
 
@@ -42,22 +44,16 @@ import threading
 import numpy as np
 
 from tenure.linkers.cuda.cupy_backend import CupyBackend
-from tenure.linkers.cuda.device_ops import HOST_OPS, device_op
+from tenure.linkers.cuda.dispatch import HOST, INPUTS, CudaContext, lookup
 from tenure.linkers.cuda.emulation import EmulatedDeviceBackend
 from tenure.linkers.cuda.graphs import FunctionGraphs, arena_plan
-from tenure.linkers.cuda.linker import CudaThunk, emulated_backend, kernel_step
+from tenure.linkers.cuda.linker import CudaThunk, emulated_backend
 from tenure.linkers.plan import make_plan
 from tenure.linkers.python import MIN_REUSE_BYTES, op_perform
 from tenure.symbolic.device import cuda_runtime, runtime_of
 from tenure.symbolic.graph import Constant
-from tenure.symbolic.ops.creation import Alloc, Arange, Eye
-from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
-from tenure.symbolic.types import TensorType
 
 __all__ = ["CudaLinker", "DeviceThunk", "UnsupportedOnDevice", "host_nodes"]
-
-#: ops that create arrays: they run on the device even from host inputs
-CREATION_OPS = (Alloc, Arange, Eye)
 
 
 class UnsupportedOnDevice(NotImplementedError):
@@ -65,12 +61,14 @@ class UnsupportedOnDevice(NotImplementedError):
 
 
 def host_nodes(nodes) -> set:
-    """The nodes (in schedule order) that run on the host: see the module doc."""
+    """The nodes (in schedule order) that run on the host: see the module
+    doc; each op's placement is its dispatch entry's (:mod:`.dispatch`)."""
     host_values: set = set()
     found = set()
     for node in nodes:
-        on_host = isinstance(node.op, HOST_OPS) or (
-            not isinstance(node.op, CREATION_OPS)
+        placement = lookup(type(node.op)).placement
+        on_host = placement == HOST or (
+            placement == INPUTS
             and all(isinstance(v, Constant) or v in host_values for v in node.inputs))
         if on_host:
             found.add(node)
@@ -113,7 +111,8 @@ class DeviceThunk(CudaThunk):
     #: the thunk's CUDA graphs (None: an arena, or a private copy, runs node by node)
     graphs = None
 
-    def __init__(self, plan, keep, fgraph, backend, runtime, graphs: bool = True):
+    def __init__(self, plan, keep, fgraph, backend, runtime, graphs: bool = True,
+                 linker=None):
         self.runtime = runtime
         self.filter_input = functools.partial(filter_device_input, runtime)
         nodes = [step.node for step in plan.steps]
@@ -121,7 +120,7 @@ class DeviceThunk(CudaThunk):
         self.host_values = {v for n in self.host for v in n.outputs}
         self.device_steps: dict = {}
         self.unsupported: list = []        # found while the steps are made
-        super().__init__(plan, keep, fgraph, backend)
+        super().__init__(plan, keep, fgraph, backend, CudaContext(linker, backend, runtime))
         missing = self.unsupported
         if missing:
             names = sorted({type(n.op).__name__ for n in missing})
@@ -137,7 +136,7 @@ class DeviceThunk(CudaThunk):
             pass
         if graphs:
             self.graphs = FunctionGraphs(
-                self, functools.partial(_arena_thunk, fgraph, backend, runtime))
+                self, functools.partial(_arena_thunk, fgraph, backend, runtime, linker))
 
     def set_call_layout(self, n_args: int, n_out: int, update_inputs) -> None:
         """How a call's values and results are laid out (from
@@ -187,22 +186,30 @@ class DeviceThunk(CudaThunk):
         return step
 
     def _device_step(self, node) -> DeviceStep:
-        kernel = self.kernel_steps.get(node) or cast_kernel_step(node, self.backend)
+        """By the dispatch entry's parts, the first that takes the node:
+        ``kernel`` (found by the executor), ``device_kernel``, ``device``."""
+        entry = lookup(type(node.op))
+        kernel = self.kernel_steps.get(node) or self._device_kernel(entry, node)
         if kernel is not None:
             run, host_reads = kernel, frozenset()
+        elif entry.device is None:      # reported after the steps are made (see __init__)
+            self.unsupported.append(node)
+            return DeviceStep(_unsupported, self.runtime, (), (), {}, False)
         else:
-            entry = device_op(node)
-            if entry is None:       # reported after the steps are made (see __init__)
-                self.unsupported.append(node)
-                return DeviceStep(_unsupported, self.runtime, (), (), {}, False)
-            run = functools.partial(_run_entry, entry.run, self.runtime)
-            host_reads = entry.host_inputs(node)
+            run = functools.partial(_run_entry, entry.device.runner(node, self.context),
+                                    self.runtime)
+            host_reads = entry.device.host_inputs(node)
         uploads = tuple(i for i, v in enumerate(node.inputs) if i not in host_reads
                         and (isinstance(v, Constant) or v in self.host_values))
         constants = {i: self.runtime.from_host(np.asarray(node.inputs[i].data))
                      for i in uploads if isinstance(node.inputs[i], Constant)}
         return DeviceStep(run, self.runtime, uploads, tuple(sorted(host_reads)), constants,
                           kernel is not None)
+
+    def _device_kernel(self, entry, node):
+        if entry.device_kernel is None:
+            return None
+        return entry.device_kernel(node, self.backend, self.context)
 
     def place_inputs(self, values: list) -> list:
         """Trusted arguments (``trust_input``: no gate) on the device: host
@@ -213,7 +220,7 @@ class DeviceThunk(CudaThunk):
 
     def __call__(self, input_values: list) -> list:
         """One call, on the caller's current stream, ordered after the last
-        call on the device (:class:`~tenure.symbolic.device.CallOrder`); the
+        call on the device (:class:`~tenure.linkers.cuda.runtime.CallOrder`); the
         arguments and shared storage it reads stay alive until that stream
         has run it (an update may drop the old storage at the commit)."""
         with self.runtime.calls.call(keep=input_values):
@@ -231,39 +238,12 @@ class DeviceThunk(CudaThunk):
 GRAPH_SLOT = "graph"
 
 
-def _arena_thunk(fgraph, backend, runtime) -> DeviceThunk:
+def _arena_thunk(fgraph, backend, runtime, linker) -> DeviceThunk:
     """A graph's arena: the thunk of :func:`.graphs.arena_plan` (every buffer
     kept), without graphs of its own."""
     plan = arena_plan(fgraph)
-    return DeviceThunk(plan, set(plan.outputs), fgraph, backend, runtime, graphs=False)
-
-
-def cast_kernel_step(node, backend):
-    """For softmax, log_softmax and logsumexp without a kernel of their own
-    dtypes (integer inputs; float16): the input cast on the device to the
-    output's float dtype, or float32 where that has no kernel either, the
-    kernel of the same op over the cast, and the result cast back when it
-    was computed in float32.  None for any other node."""
-    if not isinstance(node.op, (Softmax, LogSoftmax, LogSumExp)):
-        return None
-    dtype = node.outputs[0].type.numpy_dtype
-    for compute in (dtype, np.dtype("float32")):
-        float_node = node.op.make_node(TensorType(compute, node.inputs[0].type.shape)())
-        if float_node.outputs[0].type.numpy_dtype != compute:
-            continue
-        step = kernel_step(float_node, backend)
-        if step is not None and (compute != dtype or node.inputs[0].type.numpy_dtype != dtype):
-            return functools.partial(_cast_then_kernel, step, float_node, compute, dtype)
-    return None
-
-
-def _cast_then_kernel(step, float_node, compute, dtype, node, inputs, cells):
-    if compute == dtype:
-        step(float_node, [inputs[0].astype(compute)], cells)
-        return
-    computed = [[None]]
-    step(float_node, [inputs[0].astype(compute)], computed)
-    cells[0][0] = computed[0][0].astype(dtype)
+    return DeviceThunk(plan, set(plan.outputs), fgraph, backend, runtime, graphs=False,
+                       linker=linker)
 
 
 def _run_entry(run, runtime, node, inputs, cells):
@@ -317,6 +297,6 @@ class CudaLinker:
     def make_thunk(self, fgraph, keep_outputs: set[int], allow_gc: bool = True) -> DeviceThunk:
         plan = make_plan(fgraph, allow_gc=allow_gc, keep=keep_outputs)
         keep = {plan.outputs[i] for i in keep_outputs}
-        thunk = DeviceThunk(plan, keep, fgraph, self.backend, self.runtime)
+        thunk = DeviceThunk(plan, keep, fgraph, self.backend, self.runtime, linker=self)
         thunk.min_reuse_bytes = MIN_REUSE_BYTES
         return thunk

@@ -1,12 +1,16 @@
 """How each op without a generated kernel runs on device arrays: the CUDA
-linker's allow-list.
+linker's allow-list, registered as the ``device`` parts of the dispatch
+table (:mod:`.dispatch`), with the placements (the ops that run on the host
+whatever their inputs, the ops that create arrays on the device whatever
+theirs) and the softmax family's kernel over a cast (:func:`cast_kernel_step`).
 
 A node runs on the device by its kernel (:mod:`.linker`), or by the entry of
-its op's class in :data:`DEVICE_OPS`: either the op's own ``perform`` --
-listed only where it is written with NumPy functions that CuPy arrays take
-over (``__array_function__``, ``__array_ufunc__``) and array methods, and
-never converts to NumPy -- or a device implementation here, written the same
-way (so that CuPy's functions, hence cuBLAS for the products, do the work).
+its op's class (or of its nearest base) in :data:`DEVICE_OPS`: either the
+op's own ``perform`` -- listed only where it is written with NumPy functions
+that CuPy arrays take over (``__array_function__``, ``__array_ufunc__``) and
+array methods, and never converts to NumPy -- or a device implementation
+here, written the same way (so that CuPy's functions, hence cuBLAS for the
+products, do the work).
 An op in neither place cannot run on the device: compiling names it
 (:class:`~.device_linker.UnsupportedOnDevice`), rather than moving its data
 through host memory.  :func:`register_device_op` adds an op of a user's.
@@ -22,10 +26,13 @@ arrays refuse conversion to NumPy as CuPy's do, against the NumPy executor.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple
 
 import numpy as np
 
+from tenure.linkers.cuda.dispatch import (DEVICE, HOST, OwnParts, Placed, kernel_step, lookup,
+                                          register_cuda_op)
 from tenure.linkers.cuda.index_checks import check_advanced_index, check_basic_index
 from tenure.symbolic.grad import StopGradient
 from tenure.symbolic.ops.blas import Dot, MatMul, Outer, TensorDot
@@ -36,22 +43,34 @@ from tenure.symbolic.ops.gemm import Gemm
 from tenure.symbolic.ops.indexing import (AdvancedSubtensor, Subtensor, advanced_region_shape,
                                           index_tuple)
 from tenure.symbolic.ops.join import Join, Split, SplitGrad, Stack
-from tenure.symbolic.ops.nnet import OneHot
+from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, OneHot, Softmax
 from tenure.symbolic.ops.random import RandomVariable, host_inputs_on_device, perform_on_device
 from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, SumTo, Var
 from tenure.symbolic.ops.shape import DimShuffle, MakeVector, Reshape, Shape, SpecifyShape
 from tenure.symbolic.ops.sorting import ArgSort, PermuteAlongAxis, Sort
 from tenure.symbolic.ops.subtensor_update import AdvancedIncSubtensor, IncSubtensor
+from tenure.symbolic.types import TensorType
 
-__all__ = ["DEVICE_OPS", "DeviceOp", "HOST_OPS", "device_op", "register_device_op"]
+__all__ = ["DEVICE_OPS", "DeviceOp", "HOST_OPS", "cast_kernel_step", "device_op",
+           "register_device_op"]
 
 
 class DeviceOp(NamedTuple):
     """``run(node, inputs, cells, runtime)`` computes a node on device arrays;
-    ``host_inputs(node)`` is the set of input positions read on the host."""
+    ``host_inputs(node)`` is the set of input positions read on the host;
+    ``compile(node, context)``, when given, is called once per node when the
+    graph is compiled, with the dispatch table's
+    :class:`~.dispatch.CudaContext`, and returns the ``run`` for that node
+    (an op holding an inner graph compiles it there, with
+    ``context.linker``)."""
 
     run: Callable
     host_inputs: Callable = lambda node: frozenset()
+    compile: Callable | None = None
+
+    def runner(self, node, context) -> Callable:
+        """The ``run`` of ``node``'s steps (see the class doc)."""
+        return self.run if self.compile is None else self.compile(node, context)
 
 
 def _perform(node, inputs, cells, runtime):
@@ -397,64 +416,108 @@ def _advanced_update(node, inputs, cells, runtime):
     cells[0][0] = out
 
 
-#: op class -> how its nodes run on device arrays (see the module doc)
-DEVICE_OPS: dict[type, DeviceOp] = {
-    # views and shape checks: the perform is array-generic
-    Subtensor: DeviceOp(_subtensor, _all_but_first),
-    AdvancedSubtensor: DeviceOp(_advanced_subtensor, _scalar_indices),
-    DimShuffle: DeviceOp(_perform),
-    Reshape: DeviceOp(_perform, _all_but_first),
-    ExpandTo: DeviceOp(_perform, _all_but_first),
-    SpecifyShape: DeviceOp(_perform, _all_but_first),
-    StopGradient: DeviceOp(_perform),
-    Split: DeviceOp(_perform, _all_but_first),
-    Join: DeviceOp(_perform),
-    Stack: DeviceOp(_perform),
-    Sort: DeviceOp(_perform),
-    ArgSort: DeviceOp(_perform),
-    # device implementations
-    Dot: DeviceOp(_product),
-    MatMul: DeviceOp(_product),
-    TensorDot: DeviceOp(_product),
-    Outer: DeviceOp(_product),
-    Gemm: DeviceOp(_gemm, lambda node: frozenset((1, 4))),
-    Alloc: DeviceOp(_alloc, _all_but_first),
-    Arange: DeviceOp(_arange, _every_input),
-    Eye: DeviceOp(_eye, _every_input),
-    MakeVector: DeviceOp(_make_vector),
-    Var: DeviceOp(_var),
-    Reduce: DeviceOp(_axis_reduction),
-    Elemwise: DeviceOp(_elemwise),
-    CumSum: DeviceOp(_cumsum),
-    SumTo: DeviceOp(_sum_to, _all_but_first),
-    OneHot: DeviceOp(_one_hot, lambda node: frozenset((1,))),
-    ArgReduce: DeviceOp(_axis_reduction),
-    SplitGrad: DeviceOp(_split_grad, _split_grad_host_inputs),
-    PermuteAlongAxis: DeviceOp(_permute),
-    AdvancedIncSubtensor: DeviceOp(_advanced_update, lambda node: _scalar_indices(node, 2)),
-    IncSubtensor: DeviceOp(_basic_update, _index_scalars),
-    FusedReduce: DeviceOp(_fused_reduce),
-    RandomVariable: DeviceOp(perform_on_device, host_inputs_on_device),   # drawn on the host
-}
+def cast_kernel_step(node, backend, context=None):
+    """The softmax family's ``device_kernel`` (:mod:`.dispatch`), for
+    dtypes without a kernel of their own (integer inputs; float16): the
+    input cast on the device to the output's float dtype, or float32 where
+    that has no kernel either, the kernel of the same op over the cast, and
+    the result cast back when it was computed in float32.  None when no
+    kernel computes the node that way."""
+    dtype = node.outputs[0].type.numpy_dtype
+    for compute in (dtype, np.dtype("float32")):
+        float_node = node.op.make_node(TensorType(compute, node.inputs[0].type.shape)())
+        if float_node.outputs[0].type.numpy_dtype != compute:
+            continue
+        step = kernel_step(float_node, backend, context)
+        if step is not None and (compute != dtype or node.inputs[0].type.numpy_dtype != dtype):
+            return functools.partial(_cast_then_kernel, step, float_node, compute, dtype)
+    return None
 
-#: ops that only read their inputs' shapes: they run on the host whatever
-#: their inputs are (their results are host values)
-HOST_OPS = (Shape,)
+
+def _cast_then_kernel(step, float_node, compute, dtype, node, inputs, cells):
+    if compute == dtype:
+        step(float_node, [inputs[0].astype(compute)], cells)
+        return
+    computed = [[None]]
+    step(float_node, [inputs[0].astype(compute)], computed)
+    cells[0][0] = computed[0][0].astype(dtype)
+
+
+# How each op runs on the device path (.dispatch: one line per op class).
+# Views and shape checks: the perform is array-generic.
+register_cuda_op(Subtensor, device=DeviceOp(_subtensor, _all_but_first))
+register_cuda_op(AdvancedSubtensor, device=DeviceOp(_advanced_subtensor, _scalar_indices))
+register_cuda_op(DimShuffle, device=DeviceOp(_perform))
+register_cuda_op(Reshape, device=DeviceOp(_perform, _all_but_first))
+register_cuda_op(ExpandTo, device=DeviceOp(_perform, _all_but_first))
+register_cuda_op(SpecifyShape, device=DeviceOp(_perform, _all_but_first))
+register_cuda_op(StopGradient, device=DeviceOp(_perform))
+register_cuda_op(Split, device=DeviceOp(_perform, _all_but_first))
+register_cuda_op(Join, device=DeviceOp(_perform))
+register_cuda_op(Stack, device=DeviceOp(_perform))
+register_cuda_op(Sort, device=DeviceOp(_perform))
+register_cuda_op(ArgSort, device=DeviceOp(_perform))
+# Device implementations.
+register_cuda_op(Dot, device=DeviceOp(_product))
+register_cuda_op(MatMul, device=DeviceOp(_product))
+register_cuda_op(TensorDot, device=DeviceOp(_product))
+register_cuda_op(Outer, device=DeviceOp(_product))
+register_cuda_op(Gemm, device=DeviceOp(_gemm, lambda node: frozenset((1, 4))))
+register_cuda_op(MakeVector, device=DeviceOp(_make_vector))
+register_cuda_op(Var, device=DeviceOp(_var))
+register_cuda_op(Reduce, device=DeviceOp(_axis_reduction))
+register_cuda_op(Elemwise, device=DeviceOp(_elemwise))
+register_cuda_op(CumSum, device=DeviceOp(_cumsum))
+register_cuda_op(SumTo, device=DeviceOp(_sum_to, _all_but_first))
+register_cuda_op(OneHot, device=DeviceOp(_one_hot, lambda node: frozenset((1,))))
+register_cuda_op(ArgReduce, device=DeviceOp(_axis_reduction))
+register_cuda_op(SplitGrad, device=DeviceOp(_split_grad, _split_grad_host_inputs))
+register_cuda_op(PermuteAlongAxis, device=DeviceOp(_permute))
+register_cuda_op(AdvancedIncSubtensor,
+                 device=DeviceOp(_advanced_update, lambda node: _scalar_indices(node, 2)))
+register_cuda_op(IncSubtensor, device=DeviceOp(_basic_update, _index_scalars))
+register_cuda_op(FusedReduce, device=DeviceOp(_fused_reduce))
+# drawn on the host
+register_cuda_op(RandomVariable, device=DeviceOp(perform_on_device, host_inputs_on_device))
+# Ops that create arrays: on the device even from host inputs (a shape).
+register_cuda_op(Alloc, device=DeviceOp(_alloc, _all_but_first), placement=DEVICE)
+register_cuda_op(Arange, device=DeviceOp(_arange, _every_input), placement=DEVICE)
+register_cuda_op(Eye, device=DeviceOp(_eye, _every_input), placement=DEVICE)
+# Ops that only read their inputs' shapes: on the host whatever their inputs
+# (their results are host values).
+register_cuda_op(Shape, placement=HOST)
+# The softmax family has kernels for float32 and float64 (.launch); other
+# dtypes run the kernel over a cast.
+register_cuda_op(Softmax, device_kernel=cast_kernel_step)
+register_cuda_op(LogSoftmax, device_kernel=cast_kernel_step)
+register_cuda_op(LogSumExp, device_kernel=cast_kernel_step)
+
+#: op class -> how its nodes run on device arrays (see the module doc): a
+#: live view of the ``device`` parts of the dispatch table (:mod:`.dispatch`)
+DEVICE_OPS = OwnParts("device")
+#: the ops that run on the host whatever their inputs are (placement HOST):
+#: a live view of the dispatch table
+HOST_OPS = Placed(HOST)
 
 
 def register_device_op(op_class: type, run: Callable | None = None,
                        host_inputs: Callable | None = None) -> None:
-    """Let the cuda linker run the nodes of ``op_class`` (an op of your own)
-    on the device: by ``run(node, inputs, cells, runtime)``, or, when None,
-    by the op's ``perform`` -- which must then be written with NumPy
-    functions and array methods that device arrays take over (CuPy's refuse
-    conversion to NumPy: a perform that converts fails on the device, never
-    silently).  ``host_inputs(node)``: the input positions read as host
-    values (shapes, indices)."""
+    """Let the cuda linker run the nodes of ``op_class`` (an op of your own,
+    and its subclasses that register nothing of their own) on the device:
+    by ``run(node, inputs, cells, runtime)``, or, when None, by the op's
+    ``perform`` -- which must then be written with NumPy functions and array
+    methods that device arrays take over (CuPy's refuse conversion to NumPy:
+    a perform that converts fails on the device, never silently).
+    ``host_inputs(node)``: the input positions read as host values (shapes,
+    indices).  The ``device`` part of the op's entry in the dispatch table
+    (:func:`.dispatch.register_cuda_op`)."""
     entry = DeviceOp(run or _perform)
-    DEVICE_OPS[op_class] = entry if host_inputs is None else entry._replace(host_inputs=host_inputs)
+    if host_inputs is not None:
+        entry = entry._replace(host_inputs=host_inputs)
+    register_cuda_op(op_class, device=entry)
 
 
 def device_op(node) -> DeviceOp | None:
-    """The entry that runs ``node`` on the device, or None."""
-    return DEVICE_OPS.get(type(node.op))
+    """The entry that runs ``node`` on the device (its op class's, or its
+    nearest base's), or None."""
+    return lookup(type(node.op)).device

@@ -200,7 +200,7 @@ class EmulatedBackend:
 
 class EmulatedDeviceBackend(EmulatedBackend):
     """Host emulation over the emulated device's arrays
-    (:class:`~tenure.symbolic.device.EmulatedRuntime`): the backend of
+    (:class:`~tenure.linkers.cuda.runtime.EmulatedRuntime`): the backend of
     ``Mode(linker="cuda")`` under ``config.cuda_emulation``."""
 
     def __init__(self, runtime, check_device_compile: bool = False):

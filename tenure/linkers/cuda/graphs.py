@@ -52,7 +52,7 @@ The contract:
   from before the call), so the storage's address does not change.  An
   update that is another shared variable's storage (a swap) is staged
   through a fresh copy first.
-- **Streams.**  A replay is a call like any other (:class:`~tenure.symbolic.device.CallOrder`):
+- **Streams.**  A replay is a call like any other (:class:`~tenure.linkers.cuda.runtime.CallOrder`):
   on the caller's current stream, after the last call's work.
 
 ``config.cuda_graphs = False`` turns all this off (calls run node by node,

@@ -29,10 +29,14 @@ from tenure.linkers.c.cgen import input_label
 from tenure.linkers.cuda import elemwise as cuda_elemwise
 from tenure.linkers.cuda import nnet as cuda_nnet
 from tenure.linkers.cuda import reduce as cuda_reduce
+from tenure.linkers.cuda.dispatch import KernelFamily, register_cuda_op
 from tenure.linkers.cuda.elemwise import ElemwiseKernel
 from tenure.linkers.cuda.layout import grid_size, launch_layout, reduction_layout, row_layout
 from tenure.linkers.cuda.nnet import NnetKernel
 from tenure.linkers.cuda.reduce import ReduceKernel
+from tenure.symbolic.ops.composite import FusedReduce
+from tenure.symbolic.ops.elemwise import Elemwise
+from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
 from tenure.symbolic.ops.reduce import Reduce, reduced_shape
 
 __all__ = ["Backend", "ERROR_MESSAGES", "pick_strategy", "run_elemwise", "run_nnet",
@@ -256,3 +260,16 @@ def _separate(backend: Backend, array, out):
         if not exact:
             return backend.copy(array)
     return array
+
+
+# How the CUDA linker runs these ops (.dispatch): each kernel family's builder
+# with its launcher -- here, where both are seen (see .dispatch's doc).
+_ELEMWISE = KernelFamily(cuda_elemwise.elemwise_kernel, run_elemwise, cuda_elemwise.has_cuda_code)
+_REDUCE = KernelFamily(cuda_reduce.reduce_kernel, run_reduce, cuda_reduce.has_cuda_code)
+_NNET = KernelFamily(cuda_nnet.nnet_kernel, run_nnet, cuda_nnet.has_cuda_code)
+register_cuda_op(Elemwise, kernel=_ELEMWISE)
+register_cuda_op(Reduce, kernel=_REDUCE)
+register_cuda_op(FusedReduce, kernel=_REDUCE)
+register_cuda_op(Softmax, kernel=_NNET)
+register_cuda_op(LogSoftmax, kernel=_NNET)
+register_cuda_op(LogSumExp, kernel=_NNET)

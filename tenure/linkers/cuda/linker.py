@@ -4,6 +4,8 @@ buffer reuse, with every node that has a generated kernel -- elementwise and
 (:mod:`.reduce`), softmax, log_softmax and logsumexp (:mod:`.nnet`), region
 updates with basic indexing (:mod:`.subtensor`) -- computed by that kernel
 through a :class:`~.launch.Backend`; the other nodes run their ``perform``.
+Which kernel a node gets is the dispatch table's (:mod:`.dispatch`): the
+kernel part of its op class's entry.
 
 Two executors share it: ``Mode(linker="cuda_emulated")`` here
 (:class:`~.emulation.EmulatedBackend`: NumPy arrays in and out, the kernels
@@ -26,81 +28,26 @@ from __future__ import annotations
 
 import threading
 
-
-from tenure.linkers.cuda import elemwise as cuda_elemwise
-from tenure.linkers.cuda import nnet as cuda_nnet
-from tenure.linkers.cuda import reduce as cuda_reduce
+from tenure.linkers.cuda.dispatch import CudaContext, KernelStep, kernel_step
 from tenure.linkers.cuda.emulation import EmulatedBackend
-from tenure.linkers.cuda.launch import run_elemwise, run_nnet, run_reduce
-from tenure.linkers.cuda.subtensor import RegionUpdateStep, region_kernel
 from tenure.linkers.plan import make_plan, step_workspace
 from tenure.linkers.python import MIN_REUSE_BYTES, PythonThunk, op_perform
-from tenure.symbolic.ops.composite import FusedReduce
-from tenure.symbolic.ops.elemwise import Elemwise
-from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
-from tenure.symbolic.ops.reduce import Reduce
-from tenure.symbolic.ops.subtensor_update import IncSubtensor
 
+# KernelStep and kernel_step live in .dispatch (the table's kernel parts make
+# the steps); they stay importable from here, where the executor uses them.
 __all__ = ["CudaThunk", "EmulatedCudaLinker", "KernelStep", "kernel_step"]
-
-
-class KernelStep:
-    """``step(node, inputs, cells)``: ``node`` computed by its kernel on
-    ``backend``, into ``cells[0][0]`` when that buffer may take the result."""
-
-    def __init__(self, backend, kernel, run):
-        self.backend = backend
-        self.kernel = kernel
-        self.run = run
-
-    def __call__(self, node, inputs, cells):
-        cell = cells[0]
-        spare = _writable_output(self.backend, cell[0], node, inputs)
-        cell[0] = self.run(self.backend, self.kernel, node, list(inputs), spare=spare)
-
-
-def _writable_output(backend, buffer, node, inputs):
-    """``buffer`` (an output cell's content) when it may take ``node``'s
-    result: an array of ``backend``'s kind and the output's dtype,
-    C-contiguous and writeable, and not an input (an in-place node writes
-    into its destroyed input, by the launcher's rule).  The launcher uses it
-    when its shape fits, and allocates otherwise."""
-    if not backend.is_array(buffer) or buffer.dtype != node.outputs[0].type.numpy_dtype:
-        return None
-    if not (buffer.flags.c_contiguous and backend.writeable(buffer)):
-        return None
-    if any(buffer is x for x in inputs):
-        return None
-    return buffer
-
-
-def kernel_step(node, backend) -> KernelStep | RegionUpdateStep | None:
-    """The kernel step computing ``node`` on ``backend``, or None when no
-    generated kernel computes it (then ``perform`` does)."""
-    op = node.op
-    try:
-        if isinstance(op, Elemwise) and cuda_elemwise.has_cuda_code(node):
-            return KernelStep(backend, cuda_elemwise.elemwise_kernel(node), run_elemwise)
-        if isinstance(op, (Reduce, FusedReduce)) and cuda_reduce.has_cuda_code(node):
-            return KernelStep(backend, cuda_reduce.reduce_kernel(node), run_reduce)
-        if isinstance(op, (Softmax, LogSoftmax, LogSumExp)) and cuda_nnet.has_cuda_code(node):
-            return KernelStep(backend, cuda_nnet.nnet_kernel(node), run_nnet)
-        if isinstance(op, IncSubtensor):
-            region = region_kernel(node)
-            return RegionUpdateStep(backend, region) if region is not None else None
-    except (NotImplementedError, OverflowError):
-        return None
-    return None
 
 
 class CudaThunk(PythonThunk):
     """A :class:`PythonThunk` whose nodes with kernels run them."""
 
-    def __init__(self, plan, keep, fgraph, backend):
+    def __init__(self, plan, keep, fgraph, backend, context: CudaContext | None = None):
         self.backend = backend
+        #: what the dispatch table's entries receive (:mod:`.dispatch`)
+        self.context = context if context is not None else CudaContext(backend=backend)
         self.kernel_steps = {}
         for step in plan.steps:
-            found = kernel_step(step.node, backend)
+            found = kernel_step(step.node, backend, self.context)
             if found is not None:
                 self.kernel_steps[step.node] = found
         for found in {s.kernel.name: s.kernel for s in self.kernel_steps.values()}.values():
@@ -139,6 +86,7 @@ class EmulatedCudaLinker:
     def make_thunk(self, fgraph, keep_outputs: set[int], allow_gc: bool = True) -> CudaThunk:
         plan = make_plan(fgraph, allow_gc=allow_gc, keep=keep_outputs)
         keep = {plan.outputs[i] for i in keep_outputs}
-        thunk = CudaThunk(plan, keep, fgraph, emulated_backend())
+        backend = emulated_backend()
+        thunk = CudaThunk(plan, keep, fgraph, backend, CudaContext(self, backend))
         thunk.min_reuse_bytes = MIN_REUSE_BYTES
         return thunk

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tenure.linkers.cuda.dispatch import KernelFamily, register_cuda_op
 from tenure.linkers.cuda.elemwise import ElemwiseKernel, elemwise_kernel, has_cuda_code
 from tenure.linkers.cuda.index_checks import check_basic_index
 from tenure.linkers.cuda.launch import run_elemwise
@@ -90,3 +91,7 @@ class RegionUpdateStep:
         operands = [region, v] if self.region.reads_region else [v]
         run_elemwise(backend, self.kernel, self.region.node, operands, out=region)
         cells[0][0] = out
+
+
+# How the CUDA linker runs IncSubtensor (.dispatch): by its region kernel.
+register_cuda_op(IncSubtensor, kernel=KernelFamily(region_kernel, make_step=RegionUpdateStep))

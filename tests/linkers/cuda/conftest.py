@@ -16,7 +16,8 @@ import tenure as tn
 from tenure.linkers.c import compiler
 from tenure.linkers.cuda import emulation
 from tenure.linkers.cuda.cupy_backend import CupyBackend
-from tenure.symbolic.device import cuda_runtime, unavailable_reason
+from tenure.linkers.cuda.runtime import unavailable_reason
+from tenure.symbolic.device import cuda_runtime
 
 
 def _prepared(backend, module):

@@ -2,7 +2,7 @@
 device, whose launches and host-to-device copies are queued per stream and
 run at the next synchronisation point, and whose pool poisons a block freed
 while work queued on an unordered stream still uses it
-(:mod:`tenure.symbolic.emulated_device`).
+(:mod:`tenure.linkers.cuda.emulated_device`).
 
 Each test runs a function on a stream other than the one its data was made
 on -- a caller's ``with stream:``, another thread's stream -- which is where
@@ -19,7 +19,7 @@ import tenure as tn
 from tenure import Out
 from tenure.linkers.c import compiler
 from tenure.symbolic.device import cuda_runtime
-from tenure.symbolic.emulated_device import EmulatedIllegalAddress
+from tenure.linkers.cuda.emulated_device import EmulatedIllegalAddress
 
 pytestmark = pytest.mark.skipif(compiler.find_compiler() is None,
                                 reason="no working C compiler to emulate kernels with")

@@ -18,8 +18,8 @@ import tenure as tn
 from tenure import In, Out
 from tenure.linkers.c import compiler
 from tenure.linkers.cuda.graphs import COPY_BYTES_PER_LAUNCH, MAX_GRAPHS, graph_status
-from tenure.symbolic.emulated_device import (EmulatedCaptureUnsupported, EmulatedIllegalAddress,
-                                             emulated_device)
+from tenure.linkers.cuda.emulated_device import (EmulatedCaptureUnsupported,
+                                                 EmulatedIllegalAddress, emulated_device)
 from tests.linkers.cuda.conftest import host
 
 pytestmark = pytest.mark.skipif(compiler.find_compiler() is None,

@@ -1,9 +1,11 @@
-"""What the CUDA linker says when it cannot run: which of CuPy and a device
-is missing."""
+"""The device runtimes (tenure.linkers.cuda.runtime): what the CUDA linker
+says when it cannot run (which of CuPy and a device is missing), the pool
+hook, and their registration with the graph layer."""
 
+import numpy as np
 import pytest
 
-from tenure.symbolic import device
+from tenure.linkers.cuda import runtime as device
 from tenure.symbolic.device import CudaUnavailable
 
 
@@ -55,3 +57,21 @@ def test_the_pool_hook_counts_allocations_and_the_peak():
         hook.free_postprocess(device_id=0, mem_size=512, mem_ptr=1, pmem_id=1)
         hook.malloc_postprocess(device_id=0, size=100, mem_size=512, mem_ptr=3, pmem_id=3)
     assert (usage.n_allocations, usage.allocated_bytes, usage.peak_bytes) == (3, 2048, 1536)
+
+
+def test_importing_the_linker_registers_its_runtimes_with_the_graph_layer(monkeypatch):
+    """The graph layer (tenure.symbolic.device) finds the runtimes through
+    the registry tenure.linkers.cuda fills; it never imports them."""
+    from tenure.symbolic import device as graph_side
+    emulated = graph_side.cuda_runtime(emulated=True)
+    assert isinstance(emulated, device.EmulatedRuntime) and emulated.name == graph_side.EMULATED
+    array = emulated.from_host(np.arange(3.0))
+    assert graph_side.runtime_of(array) is emulated
+    assert graph_side.is_device_array(array) and graph_side.writeable(array)
+    assert graph_side.runtime_of(np.arange(3.0)) is None
+    assert not graph_side.is_device_array(np.arange(3.0))
+    # with nothing registered, asking for the device says so
+    monkeypatch.setattr(graph_side, "_MAKERS", {})
+    monkeypatch.setattr(graph_side, "_RUNTIMES", {})
+    with pytest.raises(CudaUnavailable, match="no runtime for the cuda .* is registered"):
+        graph_side.cuda_runtime(emulated=False)

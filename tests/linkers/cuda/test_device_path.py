@@ -18,7 +18,8 @@ from tenure.linkers.cuda.device_linker import UnsupportedOnDevice
 from tenure.linkers.cuda.device_ops import register_device_op
 from tenure.symbolic.graph import Apply, Op
 from tenure.symbolic.variable import as_tensor_variable
-from tenure.symbolic.device import CudaUnavailable, unavailable_reason
+from tenure.linkers.cuda.runtime import unavailable_reason
+from tenure.symbolic.device import CudaUnavailable
 from tests.linkers.cuda.conftest import host
 
 PY = tn.Mode(linker="py")

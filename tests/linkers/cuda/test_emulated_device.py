@@ -1,4 +1,4 @@
-"""The emulated device (tenure/symbolic/emulated_device.py): arrays that
+"""The emulated device (tenure/linkers/cuda/emulated_device.py): arrays that
 look like CuPy's over host memory, refuse what CuPy refuses, and are counted
 as a memory pool counts device memory."""
 
@@ -13,9 +13,9 @@ import warnings
 import numpy as np
 import pytest
 
-from tenure.symbolic.emulated_device import (CUPY_FUNCTIONS, IMPLICIT_CONVERSION_MESSAGE,
-                                             EmulatedDeviceArray, EmulatedIllegalAddress,
-                                             emulated_device)
+from tenure.linkers.cuda.emulated_device import (CUPY_FUNCTIONS, IMPLICIT_CONVERSION_MESSAGE,
+                                                 EmulatedDeviceArray, EmulatedIllegalAddress,
+                                                 emulated_device)
 
 DEVICE = emulated_device()
 UNSUPPORTED_NDARRAY = re.escape("Unsupported type <class 'numpy.ndarray'>")
@@ -480,7 +480,7 @@ class TestAccounting:
 def test_the_emulated_device_never_needs_cupy():
     # "import cupy" fails in the child: the module must import and work anyway
     code = ("import sys; sys.modules['cupy'] = None\n"
-            "from tenure.symbolic.emulated_device import emulated_device\n"
+            "from tenure.linkers.cuda.emulated_device import emulated_device\n"
             "a = emulated_device().from_host([1.0, 2.0])\n"
             "assert float((a * 2).sum()) == 6.0\n"
             "assert sys.modules['cupy'] is None\n")

@@ -52,7 +52,11 @@ path there, this module provides
   functions) at once rather than queueing them, so it cannot capture them:
   on a capturing stream they raise too (views are metadata and do not).
 
-Never imports CuPy.
+Used by :class:`~tenure.linkers.cuda.runtime.EmulatedRuntime` (the
+``"cuda"`` device under ``config.cuda_emulation``, whose kernels the CUDA
+linker's :class:`~tenure.linkers.cuda.emulation.EmulatedDeviceBackend`
+launches on it), and by the tests.  Imports nothing of tenure, and never
+imports CuPy.
 """
 
 from __future__ import annotations
