@@ -16,13 +16,17 @@ all of it is checked without a GPU (docs: "GPU kernels", "Running on a GPU").
   index arithmetic, the host launchers.
 - :mod:`.layout`: from operands' shapes and strides to a launch.
 - :mod:`.launch`: the host side of a launch on any :class:`~.launch.Backend`.
-- :mod:`.cupy_backend`: the device (CuPy arrays, NVRTC through CuPy's
-  on-disk kernel cache).
+- :mod:`.cupy_backend`: the device (CuPy arrays; kernels compiled by
+  :mod:`.device_code` -- NVRTC without CuPy's ``-ftz=true`` -- kept in
+  tenure's compile cache, loaded by CuPy).
+- :mod:`.dispatch`: the CUDA linker's table, op class -> how it runs (a
+  generated kernel family, a device-path implementation, on the host).
 - :mod:`.emulation`: the same sources compiled as host C++ under
   ``include/host_emulation.h`` and run over NumPy arrays (block threads that
   synchronise as coroutines), so CI executes every generated kernel.
-- :mod:`.nvrtc`: compile a source to PTX without a device (NVRTC through
-  CuPy's bindings, else ``nvcc -ptx``): CI compiles every generated kernel.
+- :mod:`.nvrtc`: compile a source to PTX or machine code without a device
+  (NVRTC through CuPy's bindings, else ``nvcc``): CI compiles every
+  generated kernel.
 - :mod:`.linker`: the executor -- the Python linker's schedule and plans,
   nodes with kernels run them -- as ``Mode(linker="cuda_emulated")``.
 - :mod:`.device_linker`: the device path (``Mode(linker="cuda")``): device
