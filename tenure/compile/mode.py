@@ -45,7 +45,7 @@ def _dask_linker(mode: Mode) -> Linker:
         raise ImportError(f"Mode(linker='dask') needs Dask, which is not installed "
                           f"({exc}); pip install 'dask[array]' distributed (or pip "
                           f"install -e '.[dask]' in tenure's source tree)") from exc
-    return DaskLinker(compute=mode.compute, chunk_linker=mode.chunk_linker)
+    return DaskLinker(compute=mode.compute, chunk_linker=mode.chunk_linker, query=mode.query)
 
 
 #: every linker a mode may name, in the order errors list them

@@ -88,6 +88,7 @@ def _load_rewrite_modules() -> None:
     from tenure.rewrites import (canonicalize, fusion, inplace, remat,  # noqa: F401
                                  shape_lift, specialize, stabilize)
     from tenure.rewrites import random_inplace  # noqa: F401
+    from tenure.rewrites import dask_specialize  # noqa: F401
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tenure.linkers.c import kernels
-from tenure.linkers.c.cgen import input_label, no_contract
+from tenure.linkers.c.cgen import C_DTYPES, C_TYPES, c_string, input_label, no_contract, typenum
 from tenure.linkers.c.dispatch import CEntry, register_c_op
 from tenure.linkers.c.elemwise import COMPILE_FLAGS, load_element, parallel_settings, scalar_kernel
 from tenure.linkers.c.elemwise import SUPPORT_CODE as _EW_SUPPORT_CODE
@@ -109,6 +109,7 @@ from tenure.linkers.c import scalar_code as sc
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops.composite import FusedReduce
 from tenure.symbolic.ops.reduce import Reduce
+from tenure.symbolic.ops.trace import Trace
 
 __all__ = ["BLOCK", "COMPILE_FLAGS", "SUPPORT_CODE", "Description", "ReductionPlan",
            "description", "has_c_code", "loop_code", "loop_kernel"]
@@ -493,3 +494,60 @@ SUPPORT_CODE = _EW_SUPPORT_CODE
 _ENTRY = CEntry("reduce", sys.modules[__name__], step="reduce")
 register_c_op(Reduce, _ENTRY)
 register_c_op(FusedReduce, _ENTRY)
+
+
+# --------------------------------------------------------------------------
+# trace: a compiled step of its own (C in the graph's module, see .dispatch)
+
+
+class TraceC:
+    """The C of :class:`~tenure.symbolic.ops.trace.Trace`: one pass down the
+    diagonal, by strides (any layout), summed in the output's type (integers
+    in ``npy_uint64``, which wraps as NumPy's sums do)."""
+
+    def has_c_code(self, node: Apply) -> bool:
+        return (node.inputs[0].dtype in C_DTYPES and node.outputs[0].dtype in C_DTYPES
+                and abs(node.op.offset) < 2**31)   # i + k never overflows
+
+    def c_function(self, node: Apply, fname: str) -> str:
+        x, out = node.inputs[0], node.outputs[0]
+        name, label, k = c_string(fname), c_string(input_label(node, 0)), node.op.offset
+        ctype, otype = C_TYPES[x.dtype], C_TYPES[out.dtype]
+        acc = otype if out.type.numpy_dtype.kind == "f" else "npy_uint64"
+        return f"""
+static int {fname}_shape(PyArrayObject **inputs, npy_intp *shape)
+{{
+    (void)shape;   /* a 0-d result */
+    return tn_bl_check({name}, {label}, inputs[0], {typenum(x.dtype)}, {c_string(x.dtype)}, 2);
+}}
+
+static int {fname}(PyArrayObject **inputs, PyArrayObject **outputs)
+{{
+    const npy_intp none[1] = {{0}};
+    npy_intp i, n, m, s0, s1, k = {k};
+    const char *p;
+    {acc} acc = 0;
+    {otype} result;
+    if ({fname}_shape(inputs, NULL) < 0
+            || tn_bl_check_out({name}, outputs[0], {typenum(out.dtype)}, {c_string(out.dtype)},
+                               0, none) < 0)
+        return -1;
+    n = PyArray_DIM(inputs[0], 0);
+    m = PyArray_DIM(inputs[0], 1);
+    s0 = PyArray_STRIDE(inputs[0], 0);
+    s1 = PyArray_STRIDE(inputs[0], 1);
+    p = PyArray_BYTES(inputs[0]);
+    /* x[i, i + k] for the rows i where both indices are in range */
+    for (i = k < 0 ? -k : 0; i < n && i + k < m; i++) {{
+        {ctype} v;
+        memcpy(&v, p + i * s0 + (i + k) * s1, sizeof v);   /* any alignment */
+        acc += ({acc})v;
+    }}
+    result = ({otype})acc;
+    memcpy(PyArray_BYTES(outputs[0]), &result, sizeof result);
+    return 0;
+}}
+"""
+
+
+register_c_op(Trace, CEntry("trace", TraceC()))

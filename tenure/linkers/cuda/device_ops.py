@@ -49,6 +49,7 @@ from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, SumTo, Var
 from tenure.symbolic.ops.shape import DimShuffle, MakeVector, Reshape, Shape, SpecifyShape
 from tenure.symbolic.ops.sorting import ArgSort, PermuteAlongAxis, Sort
 from tenure.symbolic.ops.subtensor_update import AdvancedIncSubtensor, IncSubtensor
+from tenure.symbolic.ops.trace import Trace
 from tenure.symbolic.types import TensorType
 
 __all__ = ["DEVICE_OPS", "DeviceOp", "HOST_OPS", "cast_kernel_step", "device_op",
@@ -457,6 +458,7 @@ register_cuda_op(Join, device=DeviceOp(_perform))
 register_cuda_op(Stack, device=DeviceOp(_perform))
 register_cuda_op(Sort, device=DeviceOp(_perform))
 register_cuda_op(ArgSort, device=DeviceOp(_perform))
+register_cuda_op(Trace, device=DeviceOp(_perform))
 # Device implementations.
 register_cuda_op(Dot, device=DeviceOp(_product))
 register_cuda_op(MatMul, device=DeviceOp(_product))

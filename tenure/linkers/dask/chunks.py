@@ -44,9 +44,9 @@ __all__ = ["FUSION", "Arg", "ChunkKernel", "Result", "Step", "chunk_type", "join
 #: the linkers a chunk kernel may be compiled with
 CHUNK_LINKERS = {"c": CLinker, "py": PythonLinker}
 
-#: the rewrites a kernel of several steps runs before it is compiled, and a
-#: graph specialised to a call (:mod:`.specialize`): fusion only (the
-#: function's graph went through every other rewrite when it was compiled)
+#: the rewrites a kernel of several steps runs before it is compiled: fusion
+#: only (the function's graph went through every other rewrite when it was
+#: compiled)
 FUSION = Query(include=frozenset({"fusion"}), only_included=True)
 
 # Per thread: {kernel key: thunk}.  Worker threads live as long as the worker.

@@ -7,7 +7,10 @@ graph by hand runs as its out-of-place twin, which ``mutable`` allows: it
 lets tenure overwrite an argument, it does not make it) and checks that
 every op a lazy value reaches can be lowered (:func:`.lower.unsupported`:
 the error names them).  A call then lowers the graph (:mod:`.lower`) over
-its arguments:
+its arguments (the graph first rewritten for the call's shapes, see
+:mod:`.specialize`; the dask linker's own rewrites and lowering choices
+have names, :mod:`tenure.rewrites.dask_specialize`, which the mode may
+exclude like any rewrite's: ``Mode(linker="dask", exclude=["dask_regions"])``):
 
 - a ``dask.array`` argument is used as it is (checked lazily: ndim, static
   lengths, dtype, cast as the input gate would, without computing it);
@@ -61,6 +64,7 @@ from tenure.linkers.dask.lower import (LoweringError, chunked, is_lazy, lower_gr
 from tenure.linkers.dask.regions import lowering_order
 from tenure.linkers.dask.specialize import CallGraphs, out_of_place
 from tenure.linkers.thunk import Thunk
+from tenure.rewrites.dask_specialize import PARTIAL_REDUCTIONS, REGIONS, selected
 from tenure.symbolic.graph import Constant
 from tenure.symbolic.shared import SharedVariable
 
@@ -89,10 +93,19 @@ class _Context:
     """What lowering keeps between calls: the chunk kernel of each node or
     region (a kernel hashes its steps once), the helper nodes lowering makes
     (:meth:`made_once`), and the lowering order of each graph (the graphs a call
-    lowers are kept between calls too, see :mod:`.specialize`)."""
+    lowers are kept between calls too, see :mod:`.specialize`).
 
-    def __init__(self, chunk_linker: str):
+    ``enabled``: the names of the dask rewrites and lowering choices the
+    mode selects (:func:`tenure.rewrites.dask_specialize.selected`); the
+    lowering reads :attr:`partial_reductions` and :attr:`regions`."""
+
+    def __init__(self, chunk_linker: str, enabled=None):
         self.chunk_linker = chunk_linker
+        enabled = selected(None) if enabled is None else enabled
+        #: ``dask_partial_reductions``: a reduction is per-chunk partials and a tree
+        self.partial_reductions = PARTIAL_REDUCTIONS in enabled
+        #: ``dask_regions``: elementwise regions run as one kernel per chunk
+        self.regions = REGIONS in enabled
         self._kernels: dict = {}
         self._made: dict = {}
         self._orders: dict = {}
@@ -123,7 +136,8 @@ class _Context:
     def lowering_order(self, fgraph) -> list:
         found = self._orders.get(fgraph)
         if found is None:
-            found = self._orders[fgraph] = lowering_order(fgraph)
+            found = self._orders[fgraph] = lowering_order(
+                fgraph, regions=self.regions, reduction_sinks=self.partial_reductions)
         return found
 
 
@@ -138,15 +152,15 @@ class DaskThunk(Thunk):
     fresh_results = True
 
     def __init__(self, fgraph, n_outputs: int, input_specs, compute: bool, chunk_linker: str,
-                 borrowed_outputs=frozenset()):
+                 borrowed_outputs=frozenset(), query=None):
         self.fgraph = fgraph
         self.n_outputs = n_outputs
         #: the outputs the caller borrows (``Out(borrow=True)``): two of them
         #: may be one array; any other pair of results may not
         self.borrowed_outputs = frozenset(borrowed_outputs)
         self.compute = compute
-        self.context = _Context(chunk_linker)
-        self.graphs = CallGraphs(fgraph)
+        self.context = _Context(chunk_linker, selected(query))
+        self.graphs = CallGraphs(fgraph, query)
         self.is_shared = [isinstance(v, SharedVariable) for v in fgraph.inputs]
         specs = list(input_specs) + [None] * (len(fgraph.inputs) - len(input_specs))
         # A default value is lent by nobody: never handed out, never adopted.
@@ -306,9 +320,12 @@ class DaskLinker:
     #: the function hands ``make_thunk`` its ``In`` specs (chunks, borrow, mutable)
     takes_input_specs = True
 
-    def __init__(self, compute: bool = False, chunk_linker: str = "c"):
+    def __init__(self, compute: bool = False, chunk_linker: str = "c", query=None):
         self.compute = compute
         self.chunk_linker = chunk_linker
+        #: the mode's rewrite query: which of the dask linker's own rewrites
+        #: and lowering choices run (:mod:`tenure.rewrites.dask_specialize`)
+        self.query = query
 
     def make_thunk(self, fgraph, keep_outputs: set[int], allow_gc: bool = True,
                    input_specs=(), n_outputs: int | None = None) -> DaskThunk:
@@ -323,4 +340,5 @@ class DaskLinker:
         # ``keep_outputs``: the borrowed outputs (less those the function keeps
         # from an update's buffer: treating them as not borrowed only copies more)
         return DaskThunk(fgraph, len(fgraph.outputs) if n_outputs is None else n_outputs,
-                         input_specs, self.compute, self.chunk_linker, keep_outputs)
+                         input_specs, self.compute, self.chunk_linker, keep_outputs,
+                         self.query)

@@ -10,7 +10,10 @@ entry of :data:`LOWERINGS` for its op's class:
   run a tenure-compiled :class:`~.chunks.ChunkKernel` on each chunk;
 - reductions (fused too): a kernel reduces each chunk to one partial
   (``keepdims``), and Dask's tree reduction combines the partials
-  (``mean`` reduces sums and divides once);
+  (``mean`` reduces sums and divides once).  That is the lowering choice
+  ``dask_partial_reductions`` (:mod:`tenure.rewrites.dask_specialize`); a
+  mode that excludes it gets the reduced axes rechunked into one chunk and
+  the reduction run whole on each chunk;
 - ops along axes (softmax, log_softmax, logsumexp, cumsum, sort, argmax,
   var): the axes they need whole are rechunked into one chunk, then a
   kernel runs per chunk;
@@ -38,7 +41,7 @@ import numpy as np
 from dask.array.core import normalize_chunks, slices_from_chunks
 
 from tenure.linkers.dask.regions import (ALWAYS_LAZY, COMBINED_REDUCTIONS, Region,
-                                          is_rows_product, lazy_variables)
+                                         is_rows_product, lazy_variables)
 from tenure.linkers.describe import compiled_detail, user_call, user_message
 from tenure.symbolic.graph import Constant, Variable
 from tenure.symbolic.ops.blas import Dot, MatMul, Outer, TensorDot
@@ -53,6 +56,7 @@ from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, SumTo, Var
 from tenure.symbolic.ops.shape import DimShuffle, Reshape, Shape, SpecifyShape
 from tenure.symbolic.ops.sorting import ArgSort, Sort
 from tenure.symbolic.ops.subtensor_update import IncSubtensor
+from tenure.symbolic.ops.trace import Trace
 from tenure.symbolic.types import TensorType
 
 __all__ = ["LOWERINGS", "LoweringError", "lower_graph", "unsupported"]
@@ -259,6 +263,8 @@ def lower_reduce(node, values, ctx) -> list:
         # empty result, or NumPy's error for an empty axis without identity).
         empty = [np.zeros(v.shape, dtype=v.dtype) if is_lazy(v) else v for v in values]
         return [as_lazy(r) for r in _concrete(node, empty)]
+    if not ctx.partial_reductions:
+        return _reduce_whole(node, values, ctx)
     partial = ctx.made_once(("partial", node), lambda: _partial_node(node))
     kernel, arguments = ctx.kernel(node, lambda: ([partial], partial.outputs, {}))
     env = dict(zip(node.inputs, values))
@@ -267,6 +273,38 @@ def lower_reduce(node, values, ctx) -> list:
                             [KernelOutput(partial.outputs[0], {a: 1 for a in op.axis})])
     shape = da.core.broadcast_shapes(*[np.shape(env[v]) for v in arguments])
     return [_combine(node, partials, shape)]
+
+
+def _keepdims_node(node):
+    """``node``'s reduction (the same ``fn``: it sees whole axes), keeping its axes."""
+    op = node.op
+    if isinstance(op, FusedReduce):
+        whole = FusedReduce(op.composite, op.fn_name, op.axis, True)
+    else:
+        whole = Reduce(op.fn_name, op.axis, True)
+    return whole.make_node(*node.inputs)
+
+
+def _reduce_whole(node, values, ctx) -> list:
+    """``dask_partial_reductions`` switched off: the reduced axes of every
+    lazy argument rechunked into one chunk, the reduction (keeping its axes)
+    run on each chunk, and the axes dropped unless the op keeps them."""
+    op = node.op
+    whole = ctx.made_once(("whole", node), lambda: _keepdims_node(node))
+    kernel, arguments = ctx.kernel(("whole", node), lambda: ([whole], whole.outputs, {}))
+    env = dict(zip(node.inputs, values))
+    ndim = max(v.ndim for v in arguments)
+    reads = {}
+    for var in arguments:
+        value, lead = env[var], ndim - var.ndim
+        if is_lazy(value):
+            value = value.rechunk({a - lead: -1 for a in op.axis if a >= lead})
+        reads[var] = value
+    total, = _run_kernel(kernel, arguments, reads, ndim,
+                         [KernelOutput(whole.outputs[0], {a: 1 for a in op.axis})])
+    if not op.keepdims:
+        total = total.squeeze(axis=op.axis)
+    return [total.astype(node.outputs[0].type.numpy_dtype, copy=False)]
 
 
 # ----------------------------------------------------------------------------
@@ -717,6 +755,7 @@ LOWERINGS: dict[type, Callable] = {
     Split: lower_split,
     IncSubtensor: lower_inc_subtensor,
     Stack: lower_stack,
+    Trace: lower_by_perform,   # np.trace of a dask array is Dask's
 }
 
 

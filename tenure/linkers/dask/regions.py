@@ -27,6 +27,11 @@ Static: which values are lazy is decided from the graph alone, as
 lowering checks at call time that a region's nodes all have one shape (a
 length-1 axis broadcast at run time may break that) and lowers its nodes
 one by one when they do not.
+
+Both are lowering choices a mode may switch off by name (see
+:mod:`tenure.rewrites.dask_specialize`): ``dask_regions`` (off: no region,
+every node is lowered alone) and ``dask_partial_reductions`` (off: no
+reduction is a region's sink; each is lowered alone, over whole axes).
 """
 
 from __future__ import annotations
@@ -134,16 +139,22 @@ def _is_reduction_sink(node) -> bool:
 
 
 class _Grouping:
-    """Regions grown one node at a time, in graph order."""
+    """Regions grown one node at a time, in graph order (``reduction_sinks``:
+    whether a reduction may be a region's sink)."""
 
-    def __init__(self, fgraph):
+    def __init__(self, fgraph, reduction_sinks: bool = True):
         self.fgraph = fgraph
+        self.reduction_sinks = reduction_sinks
         self.region_of: dict[Apply, int] = {}
         self.members: dict[int, list[Apply]] = {}
         self.sinks: dict[int, list[Apply]] = {}
         self.helpers: dict[int, list[Apply]] = {}
         #: each node's position in the graph order
         self.placed: dict[Apply, int] = {}
+        #: the id of the next new region (never one a merge freed: the
+        #: count of regions would be, and a new region would take the
+        #: place of a live one)
+        self.next_region = 0
 
     def clients(self, var) -> list:
         return [client for client, _ in self.fgraph.clients.get(var, [])]
@@ -179,15 +190,18 @@ class _Grouping:
         return not any(self._needs(v, region) for v in node.inputs
                        if not self._inside(v, region))
 
+    def is_sink(self, node) -> bool:
+        return self.reduction_sinks and _is_reduction_sink(node)
+
     def place(self, node, lazy: set) -> None:
         self.placed[node] = len(self.placed)
         if self._place_contraction(node):
             return
         region = None
-        if _is_member(node, lazy) or _is_reduction_sink(node):
+        if _is_member(node, lazy) or self.is_sink(node):
             region = self._region_for(node)
         if region is None and _is_member(node, lazy):
-            region = len(self.members)
+            region, self.next_region = self.next_region, self.next_region + 1
             self.members[region], self.sinks[region], self.helpers[region] = [], [], []
         if region is not None:
             self.region_of[node] = region
@@ -247,7 +261,7 @@ class _Grouping:
             nodes[region] = sorted(nodes[region] + nodes.pop(other), key=self.placed.get)
 
     def _region_for(self, node) -> int | None:
-        ndim = None if _is_reduction_sink(node) else node.outputs[0].ndim
+        ndim = None if self.is_sink(node) else node.outputs[0].ndim
         # A product joins the region of its matrix only: the other operand is
         # read whole, not by blocks of the region's shape.
         for var in node.inputs[:1] if is_rows_product(node) else node.inputs:
@@ -261,9 +275,9 @@ class _Grouping:
         return None
 
 
-def _regions(fgraph) -> tuple[dict[Apply, Region], list[Region]]:
+def _regions(fgraph, reduction_sinks: bool = True) -> tuple[dict[Apply, Region], list[Region]]:
     lazy = lazy_variables(fgraph)
-    grouping = _Grouping(fgraph)
+    grouping = _Grouping(fgraph, reduction_sinks)
     for node in fgraph.toposort():
         grouping.place(node, lazy)
     by_node, regions = {}, []
@@ -281,10 +295,14 @@ def _regions(fgraph) -> tuple[dict[Apply, Region], list[Region]]:
     return by_node, regions
 
 
-def lowering_order(fgraph) -> list:
+def lowering_order(fgraph, regions: bool = True, reduction_sinks: bool = True) -> list:
     """The regions of ``fgraph`` and its other nodes (:class:`Apply`), each
-    after every node and region it reads from."""
-    by_node, _ = _regions(fgraph)
+    after every node and region it reads from.  ``regions=False``: the nodes
+    alone, in graph order; ``reduction_sinks=False``: no reduction is a
+    region's sink."""
+    if not regions:
+        return list(fgraph.toposort())
+    by_node, _ = _regions(fgraph, reduction_sinks)
     unit_of = {node: by_node.get(node, node) for node in fgraph.apply_nodes}
 
     def dependencies(unit) -> list:

@@ -11,19 +11,23 @@ chain of small tasks, each allocating a fresh chunk-sized array.
 
 A call knows every shape before it lowers anything (the inputs' shapes, and
 the ops' ``infer_shape`` through :class:`~tenure.rewrites.sizes.SizeModel`).
-:class:`CallGraphs` uses them to rebuild the graph for the call:
+:class:`CallGraphs` uses them to rewrite the graph for the call, with the
+dask linker's call rewrites (named, in :mod:`tenure.rewrites.dask_specialize`,
+each switched off by excluding its name from the mode):
 
-- a ``sum_to`` whose input already has the target shape (and dtype) is its
-  input;
-- the fusion rewrites then merge the elementwise pieces those nodes split;
-- an ``alloc`` every reader of which is an elementwise op that gets the
-  allocated shape from another input is replaced by its value (broadcasting
-  inside the kernel gives the same result, and nothing chunk-sized is made);
-  only where the allocated shape broadcasts to the reader's, so that the
-  broadcast error the alloc would raise is not lost.
+- ``dask_sum_to_identity``: a ``sum_to`` whose input already has the target
+  shape (and dtype) is its input;
+- the mode's fusion rewrites then merge the elementwise pieces those nodes
+  split;
+- ``dask_spread_alloc``: an ``alloc`` every reader of which is an
+  elementwise op that gets the allocated shape from another input is
+  replaced, in those readers, by its value (broadcasting inside the kernel
+  gives the same result, and nothing chunk-sized is made); only where the
+  allocated shape broadcasts to the reader's, so that the broadcast error
+  the alloc would raise is not lost.
 
 Exact: each replacement stands for a value equal to the original's, for
-these shapes.  Rebuilt graphs are kept per set of replacements, so calls
+these shapes.  Rewritten graphs are kept per set of replacements, so calls
 with the same shapes (every call of a training loop) reuse one graph and
 the workers one set of compiled kernels.
 """
@@ -34,14 +38,14 @@ import math
 
 import numpy as np
 
-from tenure.linkers.dask.chunks import FUSION
-from tenure.rewrites.engine import rewrite_graph
-from tenure.symbolic.fgraph import FunctionGraph
+from tenure.rewrites.dask_specialize import (SPREAD_ALLOC, SUM_TO_IDENTITY, fusion_rewrites,
+                                             identity_sum_tos, rewrite_for_call, selected,
+                                             spreadable_allocs)
 from tenure.rewrites.sizes import SizeModel, placeholder
+from tenure.symbolic.fgraph import FunctionGraph
 from tenure.symbolic.ops.creation import Alloc
 from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.reduce import SumTo
-from tenure.symbolic.ops.shape import DimShuffle
 
 __all__ = ["CallGraphs", "out_of_place"]
 
@@ -62,87 +66,18 @@ def _shape_values(fgraph, values) -> list | None:
     return out
 
 
-def _rebuild(fgraph, alias: dict, swap: dict | None = None) -> FunctionGraph:
-    """A copy of ``fgraph`` (same inputs) in which each node output that is a
-    key of ``alias`` is replaced by (the copy of) the variable it maps to,
-    and each node that is a key of ``swap`` applies that op instead."""
+def _rebuild(fgraph, swap: dict) -> FunctionGraph:
+    """A copy of ``fgraph`` (same inputs) in which each node that is a key of
+    ``swap`` applies that op instead."""
     equiv = {var: var for var in fgraph.inputs}
-    swap = swap or {}
     for node in fgraph.toposort():
         inputs = [equiv.get(v, v) for v in node.inputs]
-        if node.outputs[0] in alias:
-            equiv[node.outputs[0]] = _broadcastable(equiv.get(alias[node.outputs[0]],
-                                                              alias[node.outputs[0]]),
-                                                    node.outputs[0].ndim)
-            continue
         if node in swap:
             new = swap[node].make_node(*inputs)
         else:
             new = node.clone_with_new_inputs(inputs)
         equiv.update(zip(node.outputs, new.outputs))
     return FunctionGraph(list(fgraph.inputs), [equiv.get(v, v) for v in fgraph.outputs])
-
-
-def _broadcastable(value, ndim: int):
-    """``value`` with leading length-1 axes up to ``ndim`` (as broadcasting reads it)."""
-    if value.ndim == ndim:
-        return value
-    pad = ndim - value.ndim
-    return DimShuffle(value.ndim, ("x",) * pad + tuple(range(value.ndim)))(value)
-
-
-def identity_sum_tos(fgraph, shapes: dict) -> dict:
-    """``{output: input}`` for every ``sum_to`` that sums nothing for ``shapes``."""
-    found = {}
-    for node in fgraph.apply_nodes:
-        if not isinstance(node.op, SumTo):
-            continue
-        g, out = node.inputs[0], node.outputs[0]
-        if shapes.get(g) is not None and shapes.get(g) == shapes.get(out) \
-                and g.type.dtype == out.type.dtype:
-            found[out] = g
-    return found
-
-
-def spread_allocs(fgraph, shapes: dict) -> dict:
-    """``{output: value}`` for every ``alloc`` whose readers are all
-    elementwise ops that another input gives the allocated shape (so the
-    value broadcasts to the same result inside them)."""
-    found = {}
-    outputs = set(fgraph.outputs)
-    for node in fgraph.apply_nodes:
-        if not isinstance(node.op, Alloc):
-            continue
-        value, out = node.inputs[0], node.outputs[0]
-        if out in outputs or value.type.dtype != out.type.dtype or shapes.get(out) is None:
-            continue
-        readers = fgraph.clients.get(out, [])
-        if readers and all(_gets_shape_elsewhere(reader, out, shapes, found)
-                           for reader, _ in readers):
-            found[out] = value
-    return found
-
-
-def _gets_shape_elsewhere(reader, allocated, shapes: dict, replaced: dict) -> bool:
-    """Whether ``reader`` is elementwise, another of its inputs has its
-    output's shape, and the allocated shape broadcasts to that shape: the
-    alloc then adds nothing, and dropping it drops no check (an output
-    shape taken from a static length must not hide an alloc of another)."""
-    if not isinstance(getattr(reader, "op", None), Elemwise):
-        return False
-    want = shapes.get(reader.outputs[0])
-    return want is not None and _broadcasts_to(shapes.get(allocated), want) and any(
-        v is not allocated and v not in replaced and shapes.get(v) == want
-        for v in reader.inputs)
-
-
-def _broadcasts_to(shape, want) -> bool:
-    if shape is None:
-        return False
-    try:
-        return np.broadcast_shapes(tuple(shape), tuple(want)) == tuple(want)
-    except ValueError:
-        return False
 
 
 def out_of_place(fgraph):
@@ -152,17 +87,29 @@ def out_of_place(fgraph):
     there is none.  Chunk kernels must not write a chunk Dask holds."""
     twins = {node: Elemwise(node.op.scalar_op) for node in fgraph.apply_nodes
              if isinstance(node.op, Elemwise) and node.op.inplace_pattern}
-    return _rebuild(fgraph, {}, twins) if twins else fgraph
+    return _rebuild(fgraph, twins) if twins else fgraph
 
 
 class CallGraphs:
-    """The graph to lower for a call's values (see the module notes)."""
+    """The graph to lower for a call's values (see the module notes).
 
-    def __init__(self, fgraph):
+    ``query``: the mode's (None: a default mode's), which selects the call
+    rewrites and the fusion rewrites run after them.  :attr:`rewrites_applied`:
+    for each graph made for calls, the names of the rewrites that changed it,
+    in order."""
+
+    def __init__(self, fgraph, query=None):
         self.fgraph = fgraph
-        self.has_candidates = any(isinstance(n.op, (SumTo, Alloc)) for n in fgraph.apply_nodes)
+        enabled = selected(query)
+        self.sum_to = SUM_TO_IDENTITY in enabled and any(
+            isinstance(n.op, SumTo) for n in fgraph.apply_nodes)
+        self.spread = SPREAD_ALLOC in enabled
+        self.fusion = fusion_rewrites(query)
+        self.has_candidates = self.sum_to or (self.spread and any(
+            isinstance(n.op, Alloc) for n in fgraph.apply_nodes))
         self.sizes = SizeModel(fgraph) if self.has_candidates else None
         self._rebuilt: dict = {}
+        self.rewrites_applied: dict[FunctionGraph, list[str]] = {}
 
     def for_values(self, values: list) -> FunctionGraph:
         """The graph to lower for ``values`` (the thunk's lazy inputs)."""
@@ -172,25 +119,35 @@ class CallGraphs:
         if stand_ins is None:
             return self.fgraph
         shapes = self.sizes.shapes(stand_ins)
-        sum_tos = identity_sum_tos(self.fgraph, shapes)
+        sum_tos = identity_sum_tos(self.fgraph, shapes) if self.sum_to else {}
         key = frozenset(sum_tos)
         graphs = self._rebuilt.get(key)
         if graphs is None:
-            graphs = self._rebuilt[key] = self._rebuild_for(sum_tos, stand_ins)
+            graphs = self._rebuilt[key] = self._rewrite_for(shapes, sum_tos)
         fused, fused_sizes, alloc_graphs = graphs
         if fused_sizes is None:
             return fused
-        allocs = spread_allocs(fused, fused_sizes.shapes(stand_ins))
+        fused_shapes = shapes if fused is self.fgraph else fused_sizes.shapes(stand_ins)
+        allocs = spreadable_allocs(fused, fused_shapes)
         if not allocs:
             return fused
         key = frozenset(allocs)
         if key not in alloc_graphs:
-            alloc_graphs[key] = _rebuild(fused, allocs)
+            alloc_graphs[key] = self._rewrite(fused, fused_shapes, {SPREAD_ALLOC})
         return alloc_graphs[key]
 
-    def _rebuild_for(self, sum_tos: dict, stand_ins: list):
-        fused = _rebuild(self.fgraph, sum_tos) if sum_tos else self.fgraph
+    def _rewrite(self, fgraph, shapes: dict, names) -> FunctionGraph:
+        graph, applied = rewrite_for_call(fgraph, shapes, names)
+        self.rewrites_applied[graph] = self.rewrites_applied.get(fgraph, []) + applied
+        return graph
+
+    def _rewrite_for(self, shapes: dict, sum_tos: dict):
+        """The graph without the ``sum_to`` nodes of ``sum_tos`` (fused again),
+        and what the alloc rewrite needs: its sizes and the graphs it makes."""
+        fused = self.fgraph
         if sum_tos:
-            rewrite_graph(fused, FUSION)
-        has_allocs = any(isinstance(n.op, Alloc) for n in fused.apply_nodes)
-        return fused, SizeModel(fused) if has_allocs else None, {}
+            fused = self._rewrite(self.fgraph, shapes, {SUM_TO_IDENTITY} | self.fusion)
+        has_allocs = self.spread and any(isinstance(n.op, Alloc) for n in fused.apply_nodes)
+        if not has_allocs:
+            return fused, None, {}
+        return fused, self.sizes if fused is self.fgraph else SizeModel(fused), {}

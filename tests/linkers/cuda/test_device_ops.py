@@ -66,7 +66,7 @@ def _case_shapes():
 def _case_reductions():
     x = tn.matrix("x")
     outs = [tn.var(x, axis=0), tn.var(x, ddof=1), tn.cumsum(x, axis=1), tn.cumsum(x),
-            tn.sort(x, axis=0), tn.argsort(x, axis=1)]
+            tn.sort(x, axis=0), tn.argsort(x, axis=1), tn.trace(x, 1)]
     return [x], outs, [_m(4, 6)]
 
 
