@@ -25,7 +25,7 @@ from tenure.linkers.c import compiler
 from tenure.linkers.cuda import nvrtc
 from tenure.linkers.cuda.runtime import unavailable_reason
 from tenure.symbolic.device import CudaUnavailable, is_device_array
-from tenure.linkers.cuda.linker import emulated_backend
+from tenure.linkers.cuda.linker import host_backend
 from tenure.linkers.cuda.emulated_device import emulated_device
 
 #: ``TENURE_TEST_LINKERS`` (comma-separated) runs every suite file on these
@@ -157,8 +157,9 @@ def mode_for(linker: str) -> tn.Mode:
 @pytest.fixture(autouse=True)
 def _on_the_emulated_device(request, monkeypatch):
     """A suite test running on the cuda linker runs on its mode's device (the
-    emulated one unless ``TENURE_TEST_CUDA=device``) with ``config.device="cuda"`` (its shared variables are device storage,
-    whose ``get_value()`` gives NumPy copies), and every call's results are
+    emulated one unless ``TENURE_TEST_CUDA=device``) with
+    ``config.device="cuda"`` (its shared variables are device storage, whose
+    ``get_value()`` gives NumPy copies), and every call's results are
     copied back to the host, so that the suite compares NumPy arrays as on
     the other linkers.  What is checked is the device path's values and
     errors; its memory contract on device arrays has its own tests
@@ -246,19 +247,19 @@ def pytest_configure(config):
         config._tenure_compiledir_to_remove = compiledir
     _REFERENCE_FLAGS = tn.config.change_flags(compiledir=compiledir, linker="py")
     _REFERENCE_FLAGS.__enter__()
-    _compile_emulated_kernels_for_the_device()
+    _compile_host_kernels_for_the_device()
 
 
-def _compile_emulated_kernels_for_the_device() -> None:
-    """Every kernel the suites run on the emulated device (the ``cuda``
-    linker under emulation, and ``cuda_emulated``) is compiled for the
+def _compile_host_kernels_for_the_device() -> None:
+    """Every kernel the suites run on the host (the ``cuda`` linker on the
+    emulated device, and ``cuda_host``) is compiled for the
     device too (NVRTC, else nvcc), where a device compiler is installed (CI
     installs NVRTC): a generated kernel that would not compile fails its test."""
     try:
         nvrtc.compiler_name()
     except CudaUnavailable:
         return
-    emulated_backend().check_device_compile = True
+    host_backend().check_device_compile = True
 
 
 def pytest_unconfigure(config):

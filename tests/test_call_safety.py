@@ -24,14 +24,14 @@ from tenure.symbolic.device import is_device_array
 from tenure.symbolic.graph import Apply, Op
 from tenure.symbolic.variable import as_tensor_variable
 
-LINKERS = ["py", "check", "c", "cuda_emulated", "cuda"]
+LINKERS = ["py", "check", "c", "cuda_host", "cuda"]
 
 
 @pytest.fixture(params=LINKERS)
 def linker(request):
     """A linker name; ``"cuda"`` runs on the emulated device, with device
     shared variables (``config.device="cuda"``)."""
-    if request.param in ("c", "cuda_emulated", "cuda") and compiler.find_compiler() is None:
+    if request.param in ("c", "cuda_host", "cuda") and compiler.find_compiler() is None:
         pytest.skip("no working C compiler")
     if request.param == "cuda":
         with tn.config.change_flags(cuda_emulation=True, device="cuda"):
@@ -98,7 +98,7 @@ _REPORTS_BESIDE_CALLS = """
 def test_memory_reports_beside_calls_in_other_threads(linker, with_shared):
     """In a subprocess, so that a crash fails the test instead of pytest."""
     if linker == "cuda":
-        pytest.skip("the device linker's thunk is the cuda_emulated one's, on device arrays")
+        pytest.skip("the device linker's thunk is the cuda_host one's, on device arrays")
     code = textwrap.dedent(_REPORTS_BESIDE_CALLS.format(linker=linker,
                                                         with_shared=with_shared))
     env = dict(os.environ, TENURE_FLAGS=f"compiledir={tn.config.compiledir}")

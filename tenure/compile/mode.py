@@ -17,7 +17,7 @@ from tenure import config
 from tenure.linkers.c.linker import CLinker
 from tenure.linkers.check import CheckLinker
 from tenure.linkers.cuda.device_linker import CudaLinker
-from tenure.linkers.cuda.linker import EmulatedCudaLinker
+from tenure.linkers.cuda.linker import HostCudaLinker
 from tenure.linkers.python import PythonLinker
 from tenure.linkers.thunk import Linker, Thunk
 from tenure.rewrites.engine import Query
@@ -57,7 +57,7 @@ LINKERS: dict[str, LinkerEntry] = {
     # A chunk Dask holds may be read by other tasks: nothing is overwritten.
     "dask": LinkerEntry(_dask_linker, takes_input_specs=True, excludes=("inplace",)),
     "cuda": LinkerEntry(lambda mode: CudaLinker(emulated=mode.cuda_emulation)),
-    "cuda_emulated": LinkerEntry(lambda mode: EmulatedCudaLinker()),
+    "cuda_host": LinkerEntry(lambda mode: HostCudaLinker()),
 }
 
 
@@ -70,8 +70,8 @@ class Mode:
     ``"check"`` (the NumPy executor checking every node: see
     :mod:`tenure.linkers.check`) or ``"dask"`` (calls build Dask graphs whose
     tasks run tenure kernels per chunk: see :mod:`tenure.linkers.dask`; needs
-    the ``[dask]`` extra) or ``"cuda_emulated"`` (the CUDA linker's generated
-    kernels run on the CPU under host emulation, for testing and debugging
+    the ``[dask]`` extra) or ``"cuda_host"`` (the CUDA linker's generated
+    kernels run on the host, compiled as host C++, for testing and debugging
     them without a GPU: see :mod:`tenure.linkers.cuda.linker`) or ``"cuda"``
     (the graph computed on the GPU: device arrays in and out, device shared
     variables, generated kernels: see :mod:`tenure.linkers.cuda.device_linker`;

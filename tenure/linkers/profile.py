@@ -34,7 +34,7 @@ function are not counted in its profile.  ``f.copy()`` and a pickled ``f``
 compile without a profile.
 
 The ``py`` and ``c`` linkers profile; the others (``check``, ``dask``,
-``cuda``, ``cuda_emulated``) refuse ``profile=True`` with an error naming
+``cuda``, ``cuda_host``) refuse ``profile=True`` with an error naming
 the linker.
 """
 

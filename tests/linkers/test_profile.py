@@ -174,7 +174,7 @@ def test_without_profile_nothing_is_wrapped(linker):
         assert g._fast_call is None                  # profiled: the timed Python path
 
 
-@pytest.mark.parametrize("linker", ["check", "cuda_emulated", "dask", "cuda"])
+@pytest.mark.parametrize("linker", ["check", "cuda_host", "dask", "cuda"])
 def test_other_linkers_refuse_with_their_name(linker):
     x = tn.vector("x")
     with tn.config.change_flags(cuda_emulation=True):

@@ -69,5 +69,5 @@ def test_the_device_thunk_is_a_thunk():
 
 def test_an_unknown_linker_lists_the_table():
     with pytest.raises(ValueError, match="expected one of py, c, check, dask, cuda, "
-                                         "cuda_emulated"):
+                                         "cuda_host"):
         tn.Mode(linker="fortran")

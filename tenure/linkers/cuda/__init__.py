@@ -1,8 +1,14 @@
 """The CUDA linker (see DESIGN.md, "Linkers").
 
-The kernels, the two executors (``Mode(linker="cuda_emulated")`` over host
+The kernels, the two executors (``Mode(linker="cuda_host")`` over host
 arrays, ``Mode(linker="cuda")`` over device arrays), CUDA graphs, and how
 all of it is checked without a GPU (docs: "GPU kernels", "Running on a GPU").
+
+Two words, one meaning each: the *emulated device* is the ``"cuda"`` device
+over host memory (:mod:`.emulated_device`, ``config.cuda_emulation``: the
+device path without a GPU), and *on the host* means the generated kernels
+compiled as host C++ and run on the CPU (:mod:`.host_kernels`, and
+``Mode(linker="cuda_host")``, which runs them over NumPy arrays).
 
 - :mod:`.elemwise`: CUDA C for elementwise and ``Composite`` nodes from the
   scalar table the C linker uses (one definition of each op's math).
@@ -21,14 +27,14 @@ all of it is checked without a GPU (docs: "GPU kernels", "Running on a GPU").
   tenure's compile cache, loaded by CuPy).
 - :mod:`.dispatch`: the CUDA linker's table, op class -> how it runs (a
   generated kernel family, a device-path implementation, on the host).
-- :mod:`.emulation`: the same sources compiled as host C++ under
-  ``include/host_emulation.h`` and run over NumPy arrays (block threads that
+- :mod:`.host_kernels`: the same sources compiled as host C++ under
+  ``include/host_kernels.h`` and run over NumPy arrays (block threads that
   synchronise as coroutines), so CI executes every generated kernel.
 - :mod:`.nvrtc`: compile a source to PTX or machine code without a device
   (NVRTC through CuPy's bindings, else ``nvcc``): CI compiles every
   generated kernel.
 - :mod:`.linker`: the executor -- the Python linker's schedule and plans,
-  nodes with kernels run them -- as ``Mode(linker="cuda_emulated")``.
+  nodes with kernels run them -- as ``Mode(linker="cuda_host")``.
 - :mod:`.device_linker`: the device path (``Mode(linker="cuda")``): device
   shared variables, transfers, calls ordered across streams.
 - :mod:`.device_ops`: the ops without kernels, with the functions CuPy

@@ -1,8 +1,8 @@
 """The device's :class:`.launch.Backend`: CuPy arrays, kernels compiled by
 NVRTC through CuPy.
 
-tenure compiles a module's source (:func:`.emulation.module_source`, the
-text CI compiles and emulates) to PTX for the device present, with
+tenure compiles a module's source (:func:`.kernel_source.module_source`, the
+text CI compiles and runs on the host) to PTX for the device present, with
 :data:`~.kernel_source.NVRTC_OPTIONS`, keeps it in its compile cache, and has
 CuPy load it (:mod:`.device_code`: CuPy's own compile would flush float32
 subnormals to zero): a module is compiled once per machine, then loaded.

@@ -45,9 +45,9 @@ import numpy as np
 
 from tenure.linkers.cuda.cupy_backend import CupyBackend
 from tenure.linkers.cuda.dispatch import HOST, INPUTS, CudaContext, lookup
-from tenure.linkers.cuda.emulation import EmulatedDeviceBackend
+from tenure.linkers.cuda.host_kernels import EmulatedDeviceBackend
 from tenure.linkers.cuda.graphs import FunctionGraphs, arena_plan
-from tenure.linkers.cuda.linker import CudaThunk, emulated_backend
+from tenure.linkers.cuda.linker import CudaThunk, host_backend
 from tenure.linkers.plan import make_plan
 from tenure.linkers.python import MIN_REUSE_BYTES, op_perform
 from tenure.symbolic.device import cuda_runtime, runtime_of
@@ -278,7 +278,7 @@ def device_backend(runtime, emulated: bool):
         if backend is None:
             if emulated:
                 backend = EmulatedDeviceBackend(
-                    runtime, check_device_compile=emulated_backend().check_device_compile)
+                    runtime, check_device_compile=host_backend().check_device_compile)
             else:
                 backend = CupyBackend()
             _BACKENDS[runtime.name] = backend

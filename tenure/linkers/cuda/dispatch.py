@@ -13,8 +13,8 @@ its subclasses: the base's is not inherited).
   a node's kernel on a :class:`~.launch.Backend`, or None where the node has
   none.  A step is ``step(node, inputs, cells)`` with a ``kernel``
   attribute, which the executor compiles with the function (by its
-  ``name``: one module per kernel).  Both executors use it: host emulation
-  (``Mode(linker="cuda_emulated")``) and the device path.
+  ``name``: one module per kernel).  Both executors use it: the kernels run
+  on the host (``Mode(linker="cuda_host")``) and the device path.
 - ``device``: the device path's implementation of the nodes without a
   kernel, a :class:`~.device_ops.DeviceOp`: ``run(node, inputs, cells,
   runtime)`` over device arrays, and the input positions it reads on the host.
@@ -29,7 +29,7 @@ its subclasses: the base's is not inherited).
 The device path runs a node on the host when its placement says so, else
 by the first of ``kernel``, ``device_kernel``, ``device`` that takes it;
 with none, compiling fails and names the op
-(:class:`~.device_linker.UnsupportedOnDevice`).  Host emulation runs
+(:class:`~.device_linker.UnsupportedOnDevice`).  ``cuda_host`` runs
 ``kernel`` or the op's ``perform``.
 
 Entries receive a :class:`CudaContext` -- the linker compiling the graph,
@@ -97,7 +97,7 @@ class CudaContext:
     linker: Any = None
     #: where kernels run (a :class:`~.launch.Backend`)
     backend: Any = None
-    #: the device runtime of the device path (None: host emulation)
+    #: the device runtime of the device path (None: kernels run on the host)
     runtime: Any = None
 
 

@@ -29,7 +29,7 @@ of axes ``D`` (1 to the output's ndim), ``<name>_d<D>``.  Its contract:
 - Bools read as 0/1 whatever byte they hold; a bool result is 0 or 1.
 
 :mod:`.layout` works out ``n``, the axes and the strides from arrays, and
-:mod:`.emulation` runs the same source on the CPU (CI has no GPU).
+:mod:`.host_kernels` runs the same source on the CPU (CI has no GPU).
 Compiled with ``--fmad=false`` (:data:`.kernel_source.NVRTC_OPTIONS`): like
 the C linker, no contraction of ``a * b + c`` into one rounding, so the basic
 operations round as NumPy's do.
@@ -91,7 +91,6 @@ class ElemwiseKernel:
     dtypes: tuple[np.dtype, ...]
     max_ndim: int
     uses_status: bool
-
 
 
 def elemwise_kernel(node: Apply, name: str | None = None) -> ElemwiseKernel:

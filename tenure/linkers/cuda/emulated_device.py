@@ -54,7 +54,7 @@ path there, this module provides
 
 Used by :class:`~tenure.linkers.cuda.runtime.EmulatedRuntime` (the
 ``"cuda"`` device under ``config.cuda_emulation``, whose kernels the CUDA
-linker's :class:`~tenure.linkers.cuda.emulation.EmulatedDeviceBackend`
+linker's :class:`~tenure.linkers.cuda.host_kernels.EmulatedDeviceBackend`
 launches on it), and by the tests.  Imports nothing of tenure, and never
 imports CuPy.
 """

@@ -1,6 +1,6 @@
 """What every generated CUDA source shares: the prelude each module starts
 with, how NVRTC compiles it, the index arithmetic of the kernels, and the
-host launcher that host emulation calls each kernel through."""
+host launcher that runs each kernel on the host."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tenure.linkers.c.elemwise import __file__ as _c_elemwise_file
 __all__ = ["INCLUDE", "NVRTC_OPTIONS", "add_offsets", "at", "host_launcher", "module_source",
            "prelude"]
 
-#: the CUDA headers (tenure_cuda.h, host_emulation.h)
+#: the CUDA headers (tenure_cuda.h, host_kernels.h)
 INCLUDE = Path(__file__).parent / "include"
 _C_INCLUDE = Path(_c_elemwise_file).parent / "include"
 
@@ -37,16 +37,16 @@ def prelude() -> str:
 
 def module_source(kernels) -> str:
     """The source of a module of ``kernels``: the prelude, then each
-    kernel's source -- the text NVRTC compiles for the device and host
-    emulation compiles for the CPU."""
+    kernel's source -- the text NVRTC compiles for the device and the host
+    compiler compiles to run on the host."""
     return "\n".join([prelude()] + [k.source for k in kernels])
 
 
 def at(ctype: str, pointer: str, offset: str) -> str:
     """The C lvalue of the ``ctype`` at byte ``offset`` from the operand
     ``pointer``: every operand access of a kernel goes through ``TN_AT``,
-    which host emulation checks against the operand's bytes (see
-    ``include/host_emulation.h``)."""
+    which host-compiled kernels check against the operand's bytes (see
+    ``include/host_kernels.h``)."""
     return f"TN_AT({ctype}, {pointer}, {offset})"
 
 
@@ -67,13 +67,13 @@ def add_offsets(index: str, lengths: str, strides: str, operands, axes: int,
 
 
 def host_launcher(kernel: str, params: list[str], synchronizes: bool) -> str:
-    """Under host emulation, ``<kernel>_host(grid, block, <params>)`` runs
-    ``kernel`` as a launch (see ``include/host_emulation.h``): thread after
+    """Run on the host, ``<kernel>_host(grid, block, <params>)`` runs
+    ``kernel`` as a launch (see ``include/host_kernels.h``): thread after
     thread, or, for a kernel that ``synchronizes`` (``__syncthreads``), the
     threads of a block as coroutines meeting at its barriers."""
     args = ", ".join(p.rsplit(" ", 1)[1].lstrip("*") for p in params)
-    how = "TN_EMULATE_THREADS" if synchronizes else "TN_EMULATE"
-    return (f"#ifdef TN_HOST_EMULATION\n"
+    how = "TN_RUN_ON_HOST_THREADS" if synchronizes else "TN_RUN_ON_HOST"
+    return (f"#ifdef TN_ON_HOST\n"
             f"extern \"C\" void {kernel}_host(unsigned int tn_grid, unsigned int tn_block, "
             f"{', '.join(params)})\n"
             f"{{ {how}({kernel}, tn_grid, tn_block, {args}); }}\n"

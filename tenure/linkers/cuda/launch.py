@@ -1,5 +1,5 @@
 """The host side of a launch, for any place kernels run: the device (CuPy
-arrays) or host emulation (NumPy arrays, in CI).  What differs between the
+arrays) or the host (NumPy arrays, in CI).  What differs between the
 two places is a :class:`Backend`.
 
 :func:`run_elemwise` does what the elementwise contract (:mod:`.elemwise`)

@@ -1,7 +1,7 @@
 """The launch of a kernel (:mod:`.elemwise`, :mod:`.reduce`): from the
 operands' shapes and byte strides to the kernel's arguments.  Pure Python
-over shapes and strides, so a device array and a NumPy array (host
-emulation) launch the same way.
+over shapes and strides, so a device array and a NumPy array (kernels
+run on the host) launch the same way.
 
 :func:`launch_layout` broadcasts every input to the output's shape (stride 0
 on a broadcast axis), drops the axes of length 1, and merges neighbouring
@@ -85,7 +85,6 @@ def _broadcast_strides(position: int, shape: tuple, strides: tuple,
 def grid_size(n: int, threads: int = THREADS_PER_BLOCK, max_blocks: int = MAX_BLOCKS) -> int:
     """Blocks for ``n`` elements (at least one)."""
     return max(1, min(max_blocks, -(-n // threads)))
-
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ through a :class:`~.launch.Backend`; the other nodes run their ``perform``.
 Which kernel a node gets is the dispatch table's (:mod:`.dispatch`): the
 kernel part of its op class's entry.
 
-Two executors share it: ``Mode(linker="cuda_emulated")`` here
-(:class:`~.emulation.EmulatedBackend`: NumPy arrays in and out, the kernels
+Two executors share it: ``Mode(linker="cuda_host")`` here
+(:class:`~.host_kernels.HostBackend`: NumPy arrays in and out, the kernels
 compiled as host C++ and run on the CPU, everything else by ``perform``),
 which runs the kernels inside whole graphs -- in place where the
 DestroyHandler allows, into last call's buffer or a dead buffer the plan
@@ -29,13 +29,13 @@ from __future__ import annotations
 import threading
 
 from tenure.linkers.cuda.dispatch import CudaContext, KernelStep, kernel_step
-from tenure.linkers.cuda.emulation import EmulatedBackend
+from tenure.linkers.cuda.host_kernels import HostBackend
 from tenure.linkers.plan import make_plan, step_workspace
 from tenure.linkers.python import MIN_REUSE_BYTES, PythonThunk, op_perform
 
 # KernelStep and kernel_step live in .dispatch (the table's kernel parts make
 # the steps); they stay importable from here, where the executor uses them.
-__all__ = ["CudaThunk", "EmulatedCudaLinker", "KernelStep", "kernel_step"]
+__all__ = ["CudaThunk", "HostCudaLinker", "KernelStep", "kernel_step"]
 
 
 class CudaThunk(PythonThunk):
@@ -64,29 +64,30 @@ class CudaThunk(PythonThunk):
         return 0 if node in self.kernel_steps else step_workspace(node, shapes)
 
 
-_EMULATED = None
-_EMULATED_LOCK = threading.Lock()
+_HOST = None
+_HOST_LOCK = threading.Lock()
 
 
-def emulated_backend() -> EmulatedBackend:
-    """The process's emulated device: its kernels are shared by every function."""
-    global _EMULATED
-    with _EMULATED_LOCK:
-        if _EMULATED is None:
-            _EMULATED = EmulatedBackend()
-        return _EMULATED
+def host_backend() -> HostBackend:
+    """The process's backend of kernels run on the host: its kernels are shared by
+    every function."""
+    global _HOST
+    with _HOST_LOCK:
+        if _HOST is None:
+            _HOST = HostBackend()
+        return _HOST
 
 
-class EmulatedCudaLinker:
-    """``Mode(linker="cuda_emulated")``: the CUDA linker's kernels run on
-    the CPU under host emulation (see the module doc)."""
+class HostCudaLinker:
+    """``Mode(linker="cuda_host")``: the CUDA linker's kernels run on
+    the host, compiled as host C++ (see the module doc)."""
 
-    name = "cuda_emulated"
+    name = "cuda_host"
 
     def make_thunk(self, fgraph, keep_outputs: set[int], allow_gc: bool = True) -> CudaThunk:
         plan = make_plan(fgraph, allow_gc=allow_gc, keep=keep_outputs)
         keep = {plan.outputs[i] for i in keep_outputs}
-        backend = emulated_backend()
+        backend = host_backend()
         thunk = CudaThunk(plan, keep, fgraph, backend, CudaContext(self, backend))
         thunk.min_reuse_bytes = MIN_REUSE_BYTES
         return thunk

@@ -2,7 +2,7 @@
 runs on every generated CUDA kernel (a kernel that does not compile fails
 CI, though no GPU is there to run it).
 
-:func:`compile_ptx` compiles a module's source (:func:`.emulation.module_source`:
+:func:`compile_ptx` compiles a module's source (:func:`.kernel_source.module_source`:
 the prelude, then the kernels) to PTX with NVRTC -- the compiler CuPy uses
 when the CUDA linker loads the same source on a device -- through CuPy's
 bindings, which need the NVRTC library (``nvidia-cuda-nvrtc`` or a CUDA

@@ -15,7 +15,7 @@ does) registers both runtimes with :mod:`tenure.symbolic.device`, where
 shared variables, the input gate and the function layer find them:
 ``cuda_runtime()`` (the runtime of ``"cuda"``), ``runtime_of(array)``,
 ``is_device_array``, ``writeable``.  The CUDA linker (:mod:`.device_linker`,
-:mod:`.graphs`, :mod:`.cupy_backend`, :mod:`.emulation`) and tests use the
+:mod:`.graphs`, :mod:`.cupy_backend`, :mod:`.host_kernels`) and tests use the
 names here directly.
 
 Work goes to the caller's current stream; :class:`CallOrder` (a runtime's

@@ -1,6 +1,7 @@
-"""Where the CUDA kernel tests run: ``emulated`` (host emulation, NumPy
-arrays: always, in CI too) and ``backend`` (host emulation, then the CUDA
-device where there is one; skipped with the reason where not).  A test
+"""Where the CUDA kernel tests run: ``on_host`` (the kernels run on the
+host over NumPy arrays: always, in CI too) and ``backend`` (on the host,
+then the CUDA device where there is one; skipped with the reason where
+not).  A test
 module lists its kernels in ``KERNELS``: each backend builds them all at
 once (one compilation) before the module's first test.
 
@@ -14,7 +15,7 @@ import pytest
 import tenure as tn
 
 from tenure.linkers.c import compiler
-from tenure.linkers.cuda import emulation
+from tenure.linkers.cuda import host_kernels
 from tenure.linkers.cuda.cupy_backend import CupyBackend
 from tenure.linkers.cuda.runtime import unavailable_reason
 from tenure.symbolic.device import cuda_runtime
@@ -26,18 +27,18 @@ def _prepared(backend, module):
 
 
 @pytest.fixture(scope="module")
-def emulated(request):
-    """Host emulation with the module's kernels built."""
+def on_host(request):
+    """The kernels run on the host, the module's kernels built."""
     if compiler.find_compiler() is None:
-        pytest.skip("no working C compiler to emulate kernels with")
-    return _prepared(emulation.EmulatedBackend(), request.module)
+        pytest.skip("no working C compiler to run kernels on the host with")
+    return _prepared(host_kernels.HostBackend(), request.module)
 
 
-@pytest.fixture(scope="module", params=["emulated", "device"])
+@pytest.fixture(scope="module", params=["host", "device"])
 def backend(request):
-    """Host emulation, then the CUDA device where there is one."""
-    if request.param == "emulated":
-        return request.getfixturevalue("emulated")
+    """On the host, then the CUDA device where there is one."""
+    if request.param == "host":
+        return request.getfixturevalue("on_host")
     reason = unavailable_reason()
     if reason is not None:
         pytest.skip(f"no CUDA device: {reason}")

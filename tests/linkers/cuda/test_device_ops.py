@@ -4,6 +4,7 @@ exercised by some case here (a new entry without a case fails)."""
 
 import importlib
 import inspect
+import pathlib
 import pkgutil
 
 import numpy as np
@@ -13,6 +14,7 @@ import tenure as tn
 import tenure.symbolic.grad as tenure_grad
 import tenure.symbolic.ops as tenure_ops
 from tenure.linkers.cuda.device_ops import DEVICE_OPS, HOST_OPS
+from tests.conftest import SUITES
 from tenure.symbolic.graph import Op
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
 from tests.linkers.cuda.conftest import host
@@ -66,7 +68,7 @@ def _case_shapes():
 def _case_reductions():
     x = tn.matrix("x")
     outs = [tn.var(x, axis=0), tn.var(x, ddof=1), tn.cumsum(x, axis=1), tn.cumsum(x),
-            tn.sort(x, axis=0), tn.argsort(x, axis=1), tn.trace(x, 1)]
+            tn.sort(x, axis=0), tn.argsort(x, axis=1)]
     return [x], outs, [_m(4, 6)]
 
 
@@ -158,10 +160,24 @@ def test_device_entries_agree_with_the_python_linker(device, name):
         np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol, err_msg=f"output {k}")
 
 
+#: the op suite: one test file per op module, run on the cuda linker too
+#: (tests/conftest.py, SUITES["cuda"])
+OP_SUITE = pathlib.Path(__file__).parents[2] / "symbolic" / "ops"
+
+
+def _has_op_suite_file(op) -> bool:
+    """``op``'s module has its file in the op suite, which runs every op of
+    it on the cuda linker (so a new op needs no case here)."""
+    module = op.__module__.rsplit(".", 1)[-1]
+    return op.__module__.startswith("tenure.symbolic.ops.") and (
+        OP_SUITE / f"test_{module}.py").exists()
+
+
 def test_every_entry_has_a_case(cc_or_skip):
     """Every entry of tenure's own (test files register ops of their own)
-    computes a node of some case: the cases compiled, and the ops of the
-    nodes their device entries compute."""
+    computes a node of some case here -- the cases compiled, and the ops of
+    the nodes their device entries compute -- or belongs to an op module
+    whose op-suite file runs on the cuda linker."""
     seen = set()
     with tn.config.change_flags(cuda_emulation=True):
         for name in CASES:
@@ -169,8 +185,14 @@ def test_every_entry_has_a_case(cc_or_skip):
             seen.update(type(node.op) for node, step in f._thunk.device_steps.items()
                         if not step.by_kernel)
     missing = sorted(op.__name__ for op in DEVICE_OPS
-                     if op.__module__.startswith("tenure.") and op not in seen)
+                     if op.__module__.startswith("tenure.") and op not in seen
+                     and not _has_op_suite_file(op))
     assert not missing, f"device entries no case exercises: {missing}"
+
+
+def test_the_op_suite_runs_on_the_cuda_linker():
+    """What :func:`_has_op_suite_file` relies on."""
+    assert SUITES["cuda"].runs(OP_SUITE / "test_trace.py")
 
 
 def _public_op_classes() -> set:

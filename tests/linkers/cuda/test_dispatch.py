@@ -144,7 +144,7 @@ def _square_launcher(mul):
     return run
 
 
-@pytest.mark.parametrize("linker", ["cuda_emulated", "cuda"])
+@pytest.mark.parametrize("linker", ["cuda_host", "cuda"])
 def test_a_registered_kernel_family_computes_the_op(linker, device, rng, registered):
     family = _SquareKernels()
     register_cuda_op(SquareByKernel, kernel=family)

@@ -3,7 +3,7 @@
 Without a GPU: every kernel the elementwise cases generate (every scalar op
 on every dtype, Python-number inputs, fused and in-place nodes from real
 graphs, layouts up to 5-d) is compiled for the device (NVRTC, else nvcc),
-and executed on the CPU under host emulation against NumPy: odd shapes,
+and executed on the host against NumPy: odd shapes,
 broadcasting, negative strides, unaligned and overlapping operands, in place.
 The tests that take ``backend`` run again on a CUDA device (CuPy arrays,
 ``CupyBackend``) where there is one, and skip with the reason where not.
@@ -132,11 +132,11 @@ def test_fused_and_broadcast(backend, entry, shapes):
 
 
 @pytest.mark.parametrize("entry", sorted(STRIDED_SHAPES))
-def test_any_strides(emulated, entry):
+def test_any_strides(on_host, entry):
     """Strided, reversed, Fortran-ordered and unaligned inputs; transposed
     and reversed outputs."""
     node = GRAPH_CASES[entry]
-    check_any_strides(entry, lambda *inputs, out=None: run(emulated, node, *inputs, out=out))
+    check_any_strides(entry, lambda *inputs, out=None: run(on_host, node, *inputs, out=out))
 
 
 def test_in_place(backend):
@@ -165,36 +165,36 @@ def test_in_place(backend):
     np.testing.assert_array_equal(backend.to_host(got), backend.to_host(x1) / s)
 
 
-def test_output_overlapping_an_input(emulated):
+def test_output_overlapping_an_input(on_host):
     rng = np.random.default_rng(2)
     node = GRAPH_CASES["expsin"]
     for make_out in (lambda a: a[::-1], lambda a: a[:, ::-1]):
         x, z = rng.random((6, 8)), rng.random(8)
         want = reference(node, [x.copy(), z])
         out = make_out(x)
-        assert run(emulated, node, x, z, out=out) is out
+        assert run(on_host, node, x, z, out=out) is out
         assert_matches(out, want, fused=True)
     buf = rng.random(9)
     x, out = buf[1:].reshape(1, 8), buf[:-1].reshape(1, 8)   # shifted by one element
     z = rng.random(8)
     want = reference(node, [x.copy(), z])
-    assert_matches(run(emulated, node, x, z, out=out), want, fused=True)
+    assert_matches(run(on_host, node, x, z, out=out), want, fused=True)
 
 
-def test_bad_operands_are_refused(emulated):
+def test_bad_operands_are_refused(on_host):
     node = GRAPH_CASES["expsin"]
     x, z = np.ones((2, 3)), np.ones(3)
     with pytest.raises(TypeError, match=r"input 1 \(z\): expected a 1-d array of dtype "
                                         r"float64, got 1-d float32"):
-        run(emulated, node, x, z.astype(np.float32))
+        run(on_host, node, x, z.astype(np.float32))
     with pytest.raises(ValueError, match=r"input 0 \(x\) of shape \(2, 3\), input 1 \(z\) of "
                                          r"shape \(4,\) do not broadcast together"):
-        run(emulated, node, x, np.ones(4))
+        run(on_host, node, x, np.ones(4))
     with pytest.raises(ValueError, match=r"operand 1: shape \(2, 3\) does not broadcast to the "
                                          r"output's shape \(3, 2\)"):
-        run(emulated, node, x, z, out=np.ones((3, 2)))
+        run(on_host, node, x, z, out=np.ones((3, 2)))
     with pytest.raises(TypeError, match="output 0: expected dtype float64, got float32"):
-        run(emulated, node, x, z, out=np.ones((2, 3), np.float32))
+        run(on_host, node, x, z, out=np.ones((2, 3), np.float32))
 
 
 # --------------------------------------------------------------------------
@@ -217,7 +217,7 @@ def test_launch_layout_merges_what_it_can():
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(layouts(), st.integers(0, 2 ** 32 - 1))
-def test_random_layouts(emulated, layout, seed):
+def test_random_layouts(on_host, layout, seed):
     ndims, _, specs, out_steps = layout
     node = GRAPH_CASES["layout_" + "_".join(map(str, ndims))]
     rng = np.random.default_rng(seed)
@@ -226,9 +226,9 @@ def test_random_layouts(emulated, layout, seed):
     shape = np.broadcast_shapes(*(v.shape for v in values))
     want = reference(node, values)
     out = strided(np.zeros(shape), out_steps, False)
-    assert run(emulated, node, *inputs, out=out) is out
+    assert run(on_host, node, *inputs, out=out) is out
     np.testing.assert_array_equal(out, want)
-    np.testing.assert_array_equal(run(emulated, node, *inputs), want)
+    np.testing.assert_array_equal(run(on_host, node, *inputs), want)
 
 
 def test_one_kernel_per_number_of_axes():

@@ -1,4 +1,4 @@
-"""Host emulation checks every operand access of a generated kernel
+"""Kernels run on the host check every operand access of a generated kernel
 against the bytes of its array (issue 30): a kernel that would read or
 write outside its buffers on a device fails in CI.  First that the check
 catches such an access (a launch given a layout that lies), then the
@@ -12,7 +12,7 @@ import tenure as tn
 from tenure.linkers.cuda import elemwise as cuda_ew
 from tenure.linkers.cuda import nnet as cuda_nnet
 from tenure.linkers.cuda import reduce as cuda_reduce
-from tenure.linkers.cuda.emulation import KernelBoundsError, span
+from tenure.linkers.cuda.host_kernels import KernelBoundsError, span
 from tenure.linkers.cuda.launch import run_elemwise, run_nnet, run_reduce
 
 X, Y = tn.matrix("x"), tn.matrix("y")
@@ -36,25 +36,25 @@ def test_span_of_views():
     assert span(np.broadcast_to(np.zeros(1), (5,))) == (0, 8)
 
 
-def test_a_read_past_an_input_fails(emulated):
+def test_a_read_past_an_input_fails(on_host):
     out, short, full = np.zeros(10), np.arange(4.0), np.arange(10.0)
     with pytest.raises(KernelBoundsError, match=r"bytes \[32, 40\) of operand 1 \(an input\), "
                                                 r"whose bytes are \[0, 32\)"):
-        _launch_add(emulated, out, short, full, 10)
+        _launch_add(on_host, out, short, full, 10)
 
 
-def test_a_write_past_the_output_fails_and_is_not_made(emulated):
+def test_a_write_past_the_output_fails_and_is_not_made(on_host):
     memory = np.zeros(10)
     out = memory[:4]      # the kernel may write these four only
     with pytest.raises(KernelBoundsError, match=r"operand 0 \(the output\)"):
-        _launch_add(emulated, out, np.ones(10), np.ones(10), 10)
+        _launch_add(on_host, out, np.ones(10), np.ones(10), 10)
     assert memory[4:].tolist() == [0.0] * 6
 
 
-def test_a_launch_over_an_empty_array_touches_nothing(emulated):
+def test_a_launch_over_an_empty_array_touches_nothing(on_host):
     empty = np.zeros(0)
     with pytest.raises(KernelBoundsError, match=r"whose bytes are \[0, 0\)"):
-        _launch_add(emulated, np.zeros(1), empty, np.ones(1), 1)
+        _launch_add(on_host, np.zeros(1), empty, np.ones(1), 1)
 
 
 # -- every kernel family over empty and zero-length parts --------------------
@@ -64,9 +64,9 @@ ELEMWISE_SHAPES = [((0, 0), (0, 0)), ((0, 3), (0, 3)), ((3, 0), (1, 0)), ((1, 0)
 
 
 @pytest.mark.parametrize("shapes", ELEMWISE_SHAPES, ids=str)
-def test_elemwise_over_empty_parts(emulated, shapes):
+def test_elemwise_over_empty_parts(on_host, shapes):
     a, b = (np.arange(np.prod(s), dtype=float).reshape(s) + 1 for s in shapes)
-    got = run_elemwise(emulated, cuda_ew.elemwise_kernel(ADD), ADD, [a, b])
+    got = run_elemwise(on_host, cuda_ew.elemwise_kernel(ADD), ADD, [a, b])
     np.testing.assert_array_equal(got, a + b)
 
 
@@ -76,12 +76,12 @@ REDUCE_CASES = [("sum", (3, 0), 1), ("prod", (0, 3), 0), ("sum", (0, 3), 1), ("m
 
 @pytest.mark.parametrize("strategy", cuda_reduce.STRATEGIES)
 @pytest.mark.parametrize("fn, shape, axis", REDUCE_CASES, ids=str)
-def test_reductions_over_empty_parts(emulated, fn, shape, axis, strategy):
+def test_reductions_over_empty_parts(on_host, fn, shape, axis, strategy):
     x = tn.tensor("x", dtype="bool" if fn in ("any", "all") else "float64",
                   shape=(None,) * len(shape))
     node = getattr(tn, fn)(x, axis=axis).owner
     value = (np.arange(np.prod(shape)).reshape(shape) % 3).astype(x.dtype)
-    got = run_reduce(emulated, cuda_reduce.reduce_kernel(node), node, [value],
+    got = run_reduce(on_host, cuda_reduce.reduce_kernel(node), node, [value],
                      strategy=strategy)
     np.testing.assert_array_equal(got, getattr(np, fn)(value, axis=axis))
 
@@ -89,11 +89,11 @@ def test_reductions_over_empty_parts(emulated, fn, shape, axis, strategy):
 @pytest.mark.parametrize("fn", ["softmax", "log_softmax", "logsumexp"])
 @pytest.mark.parametrize("shape, axis", [((3, 0), 1), ((0, 3), 1), ((3, 0), 0), ((2, 3), 1)],
                          ids=str)
-def test_row_kernels_over_empty_parts(emulated, fn, shape, axis):
+def test_row_kernels_over_empty_parts(on_host, fn, shape, axis):
     node = getattr(tn, fn)(X, axis=axis).owner
     value = np.arange(np.prod(shape), dtype=float).reshape(shape)
     expected = tn.function([X], node.outputs[0], mode=tn.Mode(linker="py"))(value)
-    got = run_nnet(emulated, cuda_nnet.nnet_kernel(node), node, [value])
+    got = run_nnet(on_host, cuda_nnet.nnet_kernel(node), node, [value])
     np.testing.assert_allclose(got, expected)
 
 

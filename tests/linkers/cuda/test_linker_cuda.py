@@ -1,8 +1,8 @@
-"""The CUDA linker's executor over host emulation (``Mode(linker="cuda_emulated")``):
+"""The CUDA linker's executor on the host (``Mode(linker="cuda_host")``):
 the nodes with generated kernels run them inside whole graphs -- into kept
 output buffers, into shared storage being updated, in place -- with the
-Python linker's results.  (The contract and op suites also run on it:
-tests/conftest.py, CUDA_EMULATED_IN_EVERY_RUN.)"""
+Python linker's results.  (The contract and op suites run on
+``Mode(linker="cuda")`` on the emulated device: tests/conftest.py, SUITES.)"""
 
 from types import SimpleNamespace
 
@@ -13,12 +13,12 @@ import tenure as tn
 from tenure import In, Out
 from tenure.linkers.cuda import nvrtc
 from tenure.symbolic.device import CudaUnavailable
-from tenure.linkers.cuda.emulation import EmulatedBackend
+from tenure.linkers.cuda.host_kernels import HostBackend
 from tenure.linkers.cuda.linker import CudaThunk, KernelStep
 from tenure.linkers.cuda.subtensor import RegionUpdateStep
 from tests.helpers import need
 
-EMULATED = tn.Mode(linker="cuda_emulated")
+HOST = tn.Mode(linker="cuda_host")
 
 
 def _kernel_ops(f) -> set[str]:
@@ -32,7 +32,7 @@ def test_kernels_compute_the_graph(rng):
     x, z = tn.matrix("x"), tn.vector("z")
     s = tn.softmax(tn.exp(x) * 2 + tn.sin(z) * x, axis=1)
     outputs = [s, tn.sum(s * x, axis=0), tn.logsumexp(x, axis=1), tn.max(tn.abs(x - z), axis=0)]
-    f = tn.function([x, z], outputs, mode=EMULATED)
+    f = tn.function([x, z], outputs, mode=HOST)
     g = tn.function([x, z], outputs, mode="py")
     assert {"Elemwise", "Softmax", "LogSumExp"} <= _kernel_ops(f)
     assert _kernel_ops(f) & {"Reduce", "FusedReduce"}
@@ -43,7 +43,7 @@ def test_kernels_compute_the_graph(rng):
 
 def test_a_borrowed_output_is_written_into_last_calls_buffer(rng):
     x = tn.matrix("x")
-    f = tn.function([In(x, borrow=True)], Out(tn.exp(x) + 1, borrow=True), mode=EMULATED)
+    f = tn.function([In(x, borrow=True)], Out(tn.exp(x) + 1, borrow=True), mode=HOST)
     a = rng.standard_normal((4, 6))
     first = f(a)
     second = f(a * 2)
@@ -55,7 +55,7 @@ def test_a_borrowed_output_is_written_into_last_calls_buffer(rng):
 def test_an_update_is_computed_in_the_shared_storage(rng):
     w = tn.shared(rng.standard_normal((5, 3)), name="w")
     g = tn.matrix("g")
-    step = tn.function([g], [], updates=[(w, w - 0.1 * g)], mode=EMULATED)
+    step = tn.function([g], [], updates=[(w, w - 0.1 * g)], mode=HOST)
     before = w.get_value(borrow=True)
     want = before - 0.1 * np.ones((5, 3))
     step(np.ones((5, 3)))
@@ -65,7 +65,7 @@ def test_an_update_is_computed_in_the_shared_storage(rng):
 
 def test_a_kernel_error_names_the_node():
     i = tn.vector("i", dtype="int64")
-    f = tn.function([i], i ** i, mode=EMULATED)
+    f = tn.function([i], i ** i, mode=HOST)
     with pytest.raises(ValueError, match="negative integer powers") as info:
         f(np.array([2, -1], np.int64))
     assert any("raised while computing" in note for note in info.value.__notes__)
@@ -73,7 +73,7 @@ def test_a_kernel_error_names_the_node():
 
 def test_nodes_without_kernels_run_their_perform(rng):
     x = tn.matrix("x")
-    f = tn.function([x], [tn.sort(x, axis=1), x @ x.T], mode=EMULATED)
+    f = tn.function([x], [tn.sort(x, axis=1), x @ x.T], mode=HOST)
     assert not _kernel_ops(f) & {"Sort", "Dot", "Gemm", "MatMul"}
     a = rng.standard_normal((3, 3))
     got = f(a)
@@ -86,15 +86,15 @@ def test_the_memory_report_counts_no_kernel_workspace(rng):
     and that is what the call holds (perform's phases would hold more)."""
     x = tn.matrix("x")
     a = rng.standard_normal((256, 300))
-    emulated = tn.function([x], tn.softmax(x, axis=1), mode=EMULATED)
-    report = emulated.memory_report(a, print_report=False)
+    on_host = tn.function([x], tn.softmax(x, axis=1), mode=HOST)
+    report = on_host.memory_report(a, print_report=False)
     reference = tn.function([x], tn.softmax(x, axis=1), mode="py")
     assert report.predicted_peak == a.nbytes < reference.memory_report(
         a, print_report=False).predicted_peak
     assert 0 <= report.measured_peak - report.predicted_peak <= 16384   # Python objects
 
 
-def test_a_kernel_the_device_compiler_refuses_fails_the_emulated_build():
+def test_a_kernel_the_device_compiler_refuses_fails_the_host_build():
     """With ``check_device_compile`` (the test suite's setting wherever NVRTC
     or nvcc is installed), a kernel is compiled for the device as well as
     for the CPU: code that only the host compiler takes fails.  The code is
@@ -108,18 +108,18 @@ def test_a_kernel_the_device_compiler_refuses_fails_the_emulated_build():
         name="tn_host_only", uses_status=False,
         source='static int tn_host_helper(void) { return 1; }\n'
                'extern "C" __global__ void tn_host_only(int *out) { *out = tn_host_helper(); }\n')
-    EmulatedBackend().prepare([host_only])            # the CPU's compiler takes it
+    HostBackend().prepare([host_only])            # the CPU's compiler takes it
     with pytest.raises(nvrtc.KernelCompileError, match="tn_host_helper"):
-        EmulatedBackend(check_device_compile=True).prepare([host_only])
+        HostBackend(check_device_compile=True).prepare([host_only])
 
 
-def test_an_emulated_launch_that_cannot_run_raises(rng):
-    """A block larger than host emulation runs (its coroutines' stacks) is
+def test_a_host_launch_that_cannot_run_raises(rng):
+    """A block larger than the host runs (its coroutines' stacks) is
     an error, not a launch that silently computes nothing."""
     x = tn.matrix("x")
-    f = tn.function([x], tn.softmax(x, axis=1), mode=EMULATED)
+    f = tn.function([x], tn.softmax(x, axis=1), mode=HOST)
     ((node, step),) = f._thunk.kernel_steps.items()
-    big = EmulatedBackend()
+    big = HostBackend()
     big.reduction_threads = 128
     with pytest.raises(RuntimeError, match="could not run .* on blocks of 128 threads"):
         step.run(big, step.kernel, node, [rng.random((2, 3))])
@@ -132,7 +132,7 @@ def test_region_updates_run_as_kernels(rng):
     w = tn.shared(rng.standard_normal((6, 4)), name="w")
     g = tn.matrix("g")
     step = tn.function([g], [], updates=[(w, tn.inc_subtensor(w[1:5:2, ::-1], g))],
-                       mode=EMULATED)
+                       mode=HOST)
     assert "IncSubtensor" in _kernel_ops(step)
     before = w.get_value(borrow=True)
     want = before.copy()
@@ -147,12 +147,12 @@ def test_region_updates_run_as_kernels(rng):
     # a variant for the region's axes)
     outputs = [tn.inc_subtensor(x[:, 1:3], v[:2]), tn.set_subtensor(x[2], v), x[0, 0].set(v[0]),
                tn.set_subtensor(x[1:3], v)]
-    emulated = tn.function([x, v], outputs, mode=EMULATED)
+    on_host = tn.function([x, v], outputs, mode=HOST)
     reference = tn.function([x, v], outputs, mode="py")
-    assert _kernel_ops(emulated) >= {"IncSubtensor"}
+    assert _kernel_ops(on_host) >= {"IncSubtensor"}
     args = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal(4)
-    for got, expected in zip(emulated(*args), reference(*args)):
+    for got, expected in zip(on_host(*args), reference(*args)):
         assert got.dtype == expected.dtype == np.float32
         np.testing.assert_array_equal(got, expected)
     with pytest.raises(ValueError, match="cannot be broadcast to the indexed region"):
-        emulated(args[0], rng.standard_normal(3))
+        on_host(args[0], rng.standard_normal(3))

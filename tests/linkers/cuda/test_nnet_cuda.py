@@ -3,7 +3,7 @@
 (one, several, none, all) with and without keepdims, 1-d, 0-d and empty
 inputs, strided / reversed / Fortran inputs and outputs, the output being the
 input, rows of -inf, +inf, NaN and huge values.  Compiled for the device in
-CI and run under host emulation; on a CUDA device where there is one.
+CI and run on the host; on a CUDA device where there is one.
 """
 
 from __future__ import annotations
@@ -78,8 +78,8 @@ def test_empty(backend, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_strided_outputs_and_output_is_input(emulated, rng, dtype):
-    mod = Entries(emulated)
+def test_strided_outputs_and_output_is_input(on_host, rng, dtype):
+    mod = Entries(on_host)
     a = rng.normal(size=(3, 4, 6)).astype(dtype)
     for name, shape in [(f"sm_{dtype}_2", (3, 4, 6)), (f"ls_{dtype}_02", (3, 4, 6)),
                         (f"lse_{dtype}_2_1", (3, 4, 1)), (f"lse_{dtype}_1_0", (3, 6))]:
@@ -93,16 +93,16 @@ def test_strided_outputs_and_output_is_input(emulated, rng, dtype):
         np.testing.assert_allclose(x, want, rtol=RTOL[dtype], atol=RTOL[dtype] * 1e-3)
 
 
-def test_partial_overlap_goes_through_a_copy(emulated, rng):
+def test_partial_overlap_goes_through_a_copy(on_host, rng):
     base = rng.normal(size=(5, 64))
     node = Softmax((1,))(var("float64", 2)).owner
     want = reference(node, base[:4].copy())
-    got = run_nnet(emulated, cuda_nnet.nnet_kernel(node), node, [base[:4]], out=base[1:])
+    got = run_nnet(on_host, cuda_nnet.nnet_kernel(node), node, [base[:4]], out=base[1:])
     np.testing.assert_allclose(got, want, rtol=1e-13)
 
 
-def test_errors(emulated):
-    mod = Entries(emulated)
+def test_errors(on_host):
+    mod = Entries(on_host)
     a = np.zeros((2, 3, 4), "float32")
     with pytest.raises(TypeError, match=r"input 0: expected a 3-d array of dtype float32, "
                                         r"got 3-d float64"):

@@ -1,8 +1,8 @@
 """Random-graph property tests on the CUDA linker: on graphs hypothesis
 draws, the function computes what the C linker computes, and keeps the
 memory contract (tests/linkers/property_checks.py, as for the C linker's
-property tests) -- the kernels under host emulation on host arrays
-(``Mode(linker="cuda_emulated")``), and the device path
+property tests) -- the kernels run on the host over host arrays
+(``Mode(linker="cuda_host")``), and the device path
 (``Mode(linker="cuda")``: device arguments, whose ``In`` flags decide what
 may be written) on the emulated device and on a GPU where there is one.
 Fewer examples: every example compiles its kernels."""
@@ -15,7 +15,7 @@ from tests.linkers.cuda.conftest import host
 from tests.linkers.property_checks import check_elementwise_tree, check_graph_with_in_flags
 from tests.rewrites.test_inplace import random_graphs
 
-EMULATED = tn.Mode(linker="cuda_emulated")
+HOST = tn.Mode(linker="cuda_host")
 C = tn.Mode(linker="c")
 
 PROPERTY = settings(max_examples=20, deadline=None,
@@ -26,13 +26,13 @@ PROPERTY = settings(max_examples=20, deadline=None,
 @PROPERTY
 @given(data=st.data())
 def test_random_elementwise_trees_match_the_c_linker(cc_or_skip, data):
-    check_elementwise_tree(data, EMULATED, C)
+    check_elementwise_tree(data, HOST, C)
 
 
 @PROPERTY
 @given(graph=random_graphs(), seed=st.integers(0, 2**16), alias=st.booleans())
 def test_random_graphs_with_random_in_flags_match_the_c_linker(cc_or_skip, graph, seed, alias):
-    check_graph_with_in_flags(graph, seed, alias, EMULATED, C)
+    check_graph_with_in_flags(graph, seed, alias, HOST, C)
 
 
 @PROPERTY

@@ -3,7 +3,7 @@ every reduction kind on every dtype over several axes, FusedReduce nodes
 from real graphs, both strategies (a block per output, its threads meeting
 at ``__syncthreads``; a thread per output), empty and 0-d inputs, NaN and
 inf, strided / reversed / broadcast inputs.  Compiled for the device in CI
-(NVRTC, else nvcc) and run under host emulation (block threads as coroutines
+(NVRTC, else nvcc) and run on the host (block threads as coroutines
 meeting at each barrier), and on a CUDA device where there is one.
 """
 
@@ -69,7 +69,7 @@ def test_reduce_every_dtype_and_axes(backend, kind, strategy):
 def _block_order_product(threads: int):
     """A float32 product of everything in the order of a ``block`` launch
     of ``threads`` threads (each thread's elements ``t, t + threads, ...``,
-    then the tree): the device's order, which emulation's small blocks do
+    then the tree): the device's order, which the host's small blocks do
     not reach."""
     def fn(x):
         flat = np.ascontiguousarray(x).reshape(-1)
@@ -128,7 +128,7 @@ def test_nan_propagates_and_integers_wrap(backend, strategy):
     np.testing.assert_array_equal(run("prod__int64__a1", big), big.prod(axis=1))
 
 
-def test_output_any_layout(emulated):
+def test_output_any_layout(on_host):
     """An output given in another layout (transposed, reversed) is written
     where it lies."""
     node = REDUCE_CASES["sum__float64__a1"]
@@ -136,25 +136,25 @@ def test_output_any_layout(emulated):
     x = rng.standard_normal((6, 9, 5))
     for strategy in cuda_reduce.STRATEGIES:
         for out in (np.zeros((5, 6)).T, np.zeros((6, 10))[::-1, ::2]):
-            fn = runner(emulated, node, strategy)
+            fn = runner(on_host, node, strategy)
             assert fn(x, out=out) is out
             np.testing.assert_allclose(out, x.sum(axis=1), rtol=1e-13)
     with pytest.raises(ValueError, match=r"output 0: expected shape \(6, 5\), got \(6, 1\)"):
-        runner(emulated, node, "block")(x, out=np.zeros((6, 1)))
+        runner(on_host, node, "block")(x, out=np.zeros((6, 1)))
 
 
-def test_bad_inputs_are_refused(emulated):
+def test_bad_inputs_are_refused(on_host):
     node = REDUCE_CASES["sum__float64__a1"]
     kernel = cuda_reduce.reduce_kernel(node)
     with pytest.raises(TypeError, match=r"input 0: expected a 3-d array of dtype float64, "
                                         r"got 3-d float32"):
-        run_reduce(emulated, kernel, node, [np.zeros((2, 3, 4), np.float32)])
+        run_reduce(on_host, kernel, node, [np.zeros((2, 3, 4), np.float32)])
     with pytest.raises(TypeError, match="output 0: expected dtype float64, got int8"):
-        run_reduce(emulated, kernel, node, [np.zeros((2, 3, 4))], out=np.zeros((2, 4), np.int8))
+        run_reduce(on_host, kernel, node, [np.zeros((2, 3, 4))], out=np.zeros((2, 4), np.int8))
     fused = GRAPH_CASES["expmul_float64"]
     with pytest.raises(ValueError, match=r"input 0 \(x\) of shape \(3, 4\), input 1 \(y\) of "
                                          r"shape \(3, 5\) do not broadcast together"):
-        run_reduce(emulated, cuda_reduce.reduce_kernel(fused), fused,
+        run_reduce(on_host, cuda_reduce.reduce_kernel(fused), fused,
                    [np.zeros((3, 4)), np.zeros((3, 5))])
 
 
@@ -222,10 +222,10 @@ _HYP_KEYS = sorted(k for k, n in REDUCE_CASES.items() if n.inputs[0].ndim == 3)
        steps=st.tuples(*[st.sampled_from([1, 2, -1, -3]) for _ in range(3)]),
        seed=st.integers(0, 2 ** 16), special=st.booleans(),
        strategy=st.sampled_from(cuda_reduce.STRATEGIES))
-def test_random_shapes_axes_layouts(emulated, key, shape, perm, steps, seed, special, strategy):
+def test_random_shapes_axes_layouts(on_host, key, shape, perm, steps, seed, special, strategy):
     node = REDUCE_CASES[key]
     rng = np.random.default_rng(seed)
     x = values(rng, node.inputs[0].dtype, shape, special, node.op.fn_name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        check(node, runner(emulated, node, strategy), [permuted_view(x, perm, steps)])
+        check(node, runner(on_host, node, strategy), [permuted_view(x, perm, steps)])

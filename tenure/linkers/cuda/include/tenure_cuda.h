@@ -6,7 +6,7 @@
  *
  * Compiled two ways, from the same text:
  * - by NVRTC (through CuPy) for the device: no C library, no includes;
- * - as host C++ after host_emulation.h (TN_HOST_EMULATION), so CI runs
+ * - as host C++ after host_kernels.h (TN_ON_HOST), so CI runs
  *   the kernels' logic on the CPU without a GPU. */
 #ifndef TENURE_CUDA_H
 #define TENURE_CUDA_H
@@ -29,13 +29,13 @@ typedef long long npy_intp;
 
 /* TN_AT(T, p, offset): the T at byte `offset` from operand pointer `p`, how
  * every generated kernel reads and writes its operands.  On the device a
- * plain access; host emulation defines it first, as an access checked
- * against the operand's bytes (host_emulation.h). */
+ * plain access; host_kernels.h defines it first (on the host), as an access checked
+ * against the operand's bytes (host_kernels.h). */
 #ifndef TN_AT
 #define TN_AT(T, p, offset) (*(T *)((p) + (offset)))
 #endif
 
-/* The scalar helpers are device functions (host ones under emulation). */
+/* The scalar helpers are device functions (host ones on the host). */
 #define TN_SCALAR_FN static __device__ __forceinline__
 
 /* C99's quiet comparisons: plain comparisons give the same answers (false

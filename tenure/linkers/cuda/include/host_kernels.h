@@ -1,30 +1,30 @@
-/* Host emulation of the CUDA that tenure's generated kernels use, so that CI
- * (which has no GPU) runs every generated elementwise kernel on the CPU and
- * compares it with NumPy: the kernel source is compiled as host C++ with
- * TN_HOST_EMULATION defined and this header first.
+/* The CUDA that tenure's generated kernels use, on the host (host-compiled
+ * kernels), so that CI (which has no GPU) runs every generated elementwise
+ * kernel on the CPU and compares it with NumPy: the kernel source is
+ * compiled as host C++ with TN_ON_HOST defined and this header first.
  *
  * - __global__ / __device__ / __forceinline__ vanish: kernels are functions.
  * - blockIdx, threadIdx, blockDim, gridDim are per-thread globals set for
- *   each emulated thread.  Two ways to launch:
- *   TN_EMULATE runs a kernel once per thread of the launch grid, one thread
- *   after another: faithful for kernels whose threads never wait for each
+ *   each thread run on the host.  Two ways to launch:
+ *   TN_RUN_ON_HOST runs a kernel once per thread of the launch grid, one
+ *   thread after another: faithful for kernels whose threads never wait for each
  *   other (the elementwise kernels, whose threads each own the elements of
  *   a grid-stride loop).
- *   TN_EMULATE_THREADS runs the threads of each block as coroutines that
+ *   TN_RUN_ON_HOST_THREADS runs the threads of each block as coroutines that
  *   meet at __syncthreads (one block after another, see below), so kernels
  *   that share memory within a block (reductions) run as on the device;
  *   __shared__ variables are static: one copy, which the block running owns.
- * - atomicOr is an atomic |= (GCC's built-in; TN_EMULATE launches may run on
- *   several process threads at once).
+ * - atomicOr is an atomic |= (GCC's built-in; TN_RUN_ON_HOST launches may
+ *   run on several process threads at once).
  * - math functions are <math.h>'s, with the CUDA intrinsics the prelude
  *   (tenure_cuda.h) uses for infinities.
  *
- * TN_EMULATE launches may run at once on several process threads (the launch
- * globals are thread_local); TN_EMULATE_THREADS launches one at a time per
+ * TN_RUN_ON_HOST launches may run at once on several process threads (the
+ * launch globals are thread_local); TN_RUN_ON_HOST_THREADS launches one at a time per
  * library (one scheduler, one copy of each __shared__ variable).  Tests only:
- * the emulated grid is small (a few blocks of a few threads). */
-#ifndef TENURE_HOST_EMULATION_H
-#define TENURE_HOST_EMULATION_H
+ * the grid on the host is small (a few blocks of a few threads). */
+#ifndef TENURE_HOST_KERNELS_H
+#define TENURE_HOST_KERNELS_H
 
 /* The C library's own headers, not libstdc++'s C++ wrappers around them:
  * <cmath>'s templates would cost a third of a second per compilation, and
@@ -66,7 +66,7 @@ static inline double __longlong_as_double(long long bits)
 }
 
 /* Run `kernel(...)` as a launch of `grid` blocks of `block` threads (x only). */
-#define TN_EMULATE(kernel, grid, block, ...)                              \
+#define TN_RUN_ON_HOST(kernel, grid, block, ...)                              \
     do {                                                                  \
         gridDim.x = (grid); gridDim.y = gridDim.z = 1;                    \
         blockDim.x = (block); blockDim.y = blockDim.z = 1;                \
@@ -80,23 +80,23 @@ static inline double __longlong_as_double(long long bits)
         }                                                                 \
     } while (0)
 
-/* TN_EMULATE_THREADS: the threads of a block are coroutines (ucontext) on
+/* TN_RUN_ON_HOST_THREADS: the threads of a block are coroutines (ucontext) on
  * one process thread, each with its own stack; __syncthreads returns to the
  * scheduler, which runs every other thread of the block up to the same
  * barrier (or to its end) before resuming any: a round per barrier.  Cheap
- * enough to emulate every launch of the tests, and deterministic. */
-#define TN_EMULATED_MAX_THREADS 64
-#define TN_EMULATED_STACK (64 * 1024)
+ * enough to run every launch of the tests on the host, and deterministic. */
+#define TN_HOST_MAX_THREADS 64
+#define TN_HOST_STACK (64 * 1024)
 
 /* Set when a launch could not run (a block of more than
- * TN_EMULATED_MAX_THREADS threads, no memory for the stacks): the caller
- * (tenure/linkers/cuda/emulation.py) clears it before a launch and raises
+ * TN_HOST_MAX_THREADS threads, no memory for the stacks): the caller
+ * (tenure/linkers/cuda/host_kernels.py) clears it before a launch and raises
  * when it is set after. */
-extern "C" int tn_emulation_failed;
-int tn_emulation_failed = 0;
+extern "C" int tn_host_failed;
+int tn_host_failed = 0;
 
-static ucontext_t tn_scheduler, tn_contexts[TN_EMULATED_MAX_THREADS];
-static int tn_finished[TN_EMULATED_MAX_THREADS];
+static ucontext_t tn_scheduler, tn_contexts[TN_HOST_MAX_THREADS];
+static int tn_finished[TN_HOST_MAX_THREADS];
 static unsigned int tn_current;
 static void (*tn_thread_body)(void *);
 static void *tn_thread_arg;
@@ -119,17 +119,17 @@ static void tn_call_body(void *body)
 }
 
 /* Run `body` as a launch of `grid` blocks of `block` threads (at most
- * TN_EMULATED_MAX_THREADS; a larger block sets tn_emulation_failed). */
+ * TN_HOST_MAX_THREADS; a larger block sets tn_host_failed). */
 template <typename Body>
-static void tn_emulate_threads(unsigned int grid, unsigned int block, Body body)
+static void tn_run_threads_on_host(unsigned int grid, unsigned int block, Body body)
 {
-    if (block == 0 || block > TN_EMULATED_MAX_THREADS) {
-        tn_emulation_failed = 1;
+    if (block == 0 || block > TN_HOST_MAX_THREADS) {
+        tn_host_failed = 1;
         return;
     }
-    char *stacks = (char *)malloc((size_t)block * TN_EMULATED_STACK);
+    char *stacks = (char *)malloc((size_t)block * TN_HOST_STACK);
     if (stacks == NULL) {
-        tn_emulation_failed = 1;
+        tn_host_failed = 1;
         return;
     }
     tn_thread_body = tn_call_body<Body>;
@@ -141,8 +141,8 @@ static void tn_emulate_threads(unsigned int grid, unsigned int block, Body body)
         blockIdx.x = b;
         for (unsigned int t = 0; t < block; t++) {
             getcontext(&tn_contexts[t]);
-            tn_contexts[t].uc_stack.ss_sp = stacks + (size_t)t * TN_EMULATED_STACK;
-            tn_contexts[t].uc_stack.ss_size = TN_EMULATED_STACK;
+            tn_contexts[t].uc_stack.ss_sp = stacks + (size_t)t * TN_HOST_STACK;
+            tn_contexts[t].uc_stack.ss_size = TN_HOST_STACK;
             tn_contexts[t].uc_link = &tn_scheduler;
             makecontext(&tn_contexts[t], tn_thread_start, 0);
             tn_finished[t] = 0;
@@ -161,10 +161,10 @@ static void tn_emulate_threads(unsigned int grid, unsigned int block, Body body)
     free(stacks);
 }
 
-#define TN_EMULATE_THREADS(kernel, grid, block, ...) \
-    tn_emulate_threads((grid), (block), [&]() { kernel(__VA_ARGS__); })
+#define TN_RUN_ON_HOST_THREADS(kernel, grid, block, ...) \
+    tn_run_threads_on_host((grid), (block), [&]() { kernel(__VA_ARGS__); })
 
-/* Checked operand access.  Before a launch, the caller (emulation.py)
+/* Checked operand access.  Before a launch, the caller (host_kernels.py)
  * registers each operand's pointer and the bytes it spans around that
  * pointer, [lo, hi) (lo < 0 under negative strides; an empty array spans
  * nothing).  Every TN_AT of a kernel then checks its bytes lie in the span
@@ -185,7 +185,7 @@ static thread_local long long tn_fault[4];   /* operand (-1: none), offset, byte
 static thread_local int tn_faulted;
 alignas(16) static thread_local char tn_scratch[64];
 
-extern "C" void tn_emulation_set_spans(int n, const long long *bases, const long long *lo,
+extern "C" void tn_host_set_spans(int n, const long long *bases, const long long *lo,
                                        const long long *hi)
 {
     tn_n_spans = n < TN_MAX_SPANS ? n : TN_MAX_SPANS;
@@ -198,7 +198,7 @@ extern "C" void tn_emulation_set_spans(int n, const long long *bases, const long
 }
 
 /* Whether an access fell outside; then `out` gets operand, offset, bytes. */
-extern "C" int tn_emulation_fault(long long *out)
+extern "C" int tn_host_fault(long long *out)
 {
     for (int k = 0; k < 3; k++) out[k] = tn_fault[k];
     return tn_faulted;
@@ -228,4 +228,4 @@ static inline T *tn_checked(const char *p, long long offset)
 
 #define TN_AT(T, p, offset) (*tn_checked<T>((const char *)(p), (offset)))
 
-#endif /* TENURE_HOST_EMULATION_H */
+#endif /* TENURE_HOST_KERNELS_H */

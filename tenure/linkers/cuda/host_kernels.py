@@ -1,11 +1,11 @@
-"""Generated CUDA kernels run on the CPU: how CI, which has no GPU, executes
-the kernels' logic (indexing, broadcasting, strides, in place, the scalar
-code, a block's threads meeting at ``__syncthreads``) and compares it with
-NumPy.
+"""Generated CUDA kernels run on the host (host-compiled kernels): how CI,
+which has no GPU, executes the kernels' logic (indexing, broadcasting,
+strides, in place, the scalar code, a block's threads meeting at
+``__syncthreads``) and compares it with NumPy.
 
 :func:`load` compiles kernel sources (:func:`.kernel_source.module_source`:
 the same text NVRTC compiles for a device) as host C++ with
-``TN_HOST_EMULATION`` defined and ``include/host_emulation.h`` first
+``TN_ON_HOST`` defined and ``include/host_kernels.h`` first
 (``__global__`` vanishes, ``blockIdx``/``threadIdx`` become per-thread
 globals, math comes from ``<math.h>``), into a shared library kept in
 tenure's compile cache, and returns a :class:`HostModule`.
@@ -15,9 +15,9 @@ arguments, a (small, odd) grid of blocks of threads.  A kernel whose
 threads never wait for each other (elementwise) runs thread after thread; one
 that synchronises (reductions, softmax) runs each block's threads as
 coroutines, a round between barriers (see the header).
-:class:`EmulatedBackend` is the :class:`.launch.Backend` over all this.
+:class:`HostBackend` is the :class:`.launch.Backend` over all this.
 
-Every operand access of an emulated kernel is checked against the bytes of
+Every operand access of a host-compiled kernel is checked against the bytes of
 the array it belongs to (``TN_AT`` in the header, :func:`span`): an access
 outside them is not made, and the launch raises :class:`KernelBoundsError`
 naming the kernel, the operand and the bytes -- so a kernel that would
@@ -39,31 +39,31 @@ from tenure.linkers.c import cache, compiler
 from tenure.linkers.cuda import nvrtc
 from tenure.linkers.cuda.kernel_source import INCLUDE, module_source
 
-__all__ = ["EMULATED_BLOCKS", "EMULATED_REDUCTION_THREADS", "EMULATED_THREADS", "EmulatedBackend",
+__all__ = ["HOST_BLOCKS", "HOST_REDUCTION_THREADS", "HOST_THREADS", "HostBackend",
            "EmulatedDeviceBackend", "HostModule", "KernelBoundsError", "load", "span"]
 
-#: the emulated grid: a few blocks of an odd number of threads, so the
+#: the grid on the host: a few blocks of an odd number of threads, so the
 #: grid-stride loops wrap and threads end on different elements; a block
 #: reduction's threads are a power of two (coroutines: see the header)
-EMULATED_BLOCKS = 3
-EMULATED_THREADS = 5
-EMULATED_REDUCTION_THREADS = 8
-#: the most threads an emulated block that synchronises may have
-#: (TN_EMULATED_MAX_THREADS in the header)
-EMULATED_MAX_THREADS = 64
+HOST_BLOCKS = 3
+HOST_THREADS = 5
+HOST_REDUCTION_THREADS = 8
+#: the most threads a block that synchronises may have on the host
+#: (TN_HOST_MAX_THREADS in the header)
+HOST_MAX_THREADS = 64
 
-#: how the host compiler builds emulated kernels: C++ (the source is CUDA C++),
-#: the emulation header first, no contraction into FMAs (as on the device),
+#: how the host compiler builds the kernels: C++ (the source is CUDA C++),
+#: ``include/host_kernels.h`` first, no contraction into FMAs (as on the device),
 #: and no optimisation: the tests' arrays are small, and a module of hundreds
 #: of kernels compiles in a third of -O1's time (the same IEEE arithmetic: SSE)
 HOST_FLAGS = ("-x", "c++", "-std=c++17", "-O0", "-ffp-contract=off",
-              "-DTN_HOST_EMULATION", "-include", str(INCLUDE / "host_emulation.h"))
+              "-DTN_ON_HOST", "-include", str(INCLUDE / "host_kernels.h"))
 
 _LIBRARY = "kernels.so"
 
 
 class KernelBoundsError(RuntimeError):
-    """An emulated kernel accessed bytes outside an operand's array: a bug
+    """A kernel run on the host accessed bytes outside an operand's array: a bug
     of the kernel or of its launch, never of the caller's input."""
 
 
@@ -94,7 +94,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class HostModule:
-    """Emulated kernels loaded from one shared library."""
+    """Host-compiled kernels loaded from one shared library."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -102,7 +102,7 @@ class HostModule:
         # threads never meet in the one coroutine scheduler and the static
         # __shared__ arrays of a library.
         self.library = ctypes.PyDLL(str(path))
-        self._failed = ctypes.c_int.in_dll(self.library, "tn_emulation_failed")
+        self._failed = ctypes.c_int.in_dll(self.library, "tn_host_failed")
 
     def launch(self, variant: str, grid: int, block: int, addresses: list[int],
                integers: list[int], spans: list[tuple[int, int]] | None = None) -> int:
@@ -119,11 +119,11 @@ class HostModule:
         function(ctypes.c_uint(grid), ctypes.c_uint(block), *pointers, ctypes.byref(status),
                  *[ctypes.c_longlong(v) for v in integers])
         if self._failed.value:
-            raise RuntimeError(f"host emulation could not run {variant} on blocks of {block} "
-                               f"threads (at most {EMULATED_MAX_THREADS}, and memory for their "
+            raise RuntimeError(f"could not run {variant} on blocks of {block} threads on the "
+                               f"host (at most {HOST_MAX_THREADS}, and memory for their "
                                f"stacks)")
         fault = (ctypes.c_longlong * 3)()
-        if self.library.tn_emulation_fault(fault):
+        if self.library.tn_host_fault(fault):
             operand, offset, size = fault
             where = ("an unknown pointer" if operand < 0 else
                      f"operand {operand} ({'the output' if operand == 0 else 'an input'}), "
@@ -137,19 +137,19 @@ class HostModule:
         n = len(addresses) if spans is not None else -1
         spans = spans or []
         array = ctypes.c_longlong * max(1, len(addresses))
-        self.library.tn_emulation_set_spans(
+        self.library.tn_host_set_spans(
             ctypes.c_int(n), array(*addresses), array(*(lo for lo, _ in spans)),
             array(*(hi for _, hi in spans)))
 
 
-class EmulatedBackend:
-    """The :class:`.launch.Backend` of host emulation: NumPy arrays, kernels
+class HostBackend:
+    """The :class:`.launch.Backend` of kernels run on the host: NumPy arrays, kernels
     from :func:`load` (each kernel's module built the first time it runs, or
     all at once by :meth:`prepare`), small grids (see the module doc)."""
 
-    elementwise_threads = EMULATED_THREADS
-    reduction_threads = EMULATED_REDUCTION_THREADS
-    max_blocks = EMULATED_BLOCKS
+    elementwise_threads = HOST_THREADS
+    reduction_threads = HOST_REDUCTION_THREADS
+    max_blocks = HOST_BLOCKS
 
     def __init__(self, check_device_compile: bool = False):
         #: also compile each module for the device (:func:`.nvrtc.compile_ptx`):
@@ -198,8 +198,8 @@ class EmulatedBackend:
                                                  [span(a) for a in arrays])
 
 
-class EmulatedDeviceBackend(EmulatedBackend):
-    """Host emulation over the emulated device's arrays
+class EmulatedDeviceBackend(HostBackend):
+    """Host-compiled kernels over the emulated device's arrays
     (:class:`~tenure.linkers.cuda.runtime.EmulatedRuntime`): the backend of
     ``Mode(linker="cuda")`` under ``config.cuda_emulation``."""
 
@@ -253,14 +253,14 @@ class EmulatedDeviceBackend(EmulatedBackend):
 
 
 def load(kernels: list) -> HostModule:
-    """The emulated module of ``kernels`` (elementwise or reduction kernels:
+    """The host-compiled module of ``kernels`` (elementwise or reduction kernels:
     built once, then from the cache)."""
     kernels = tuple(kernels)
     source = module_source(kernels)
     with _lock:
         if source not in _loaded:
             recipe = _recipe()
-            entry = cache.load_files("cuda_emulated", source, recipe,
+            entry = cache.load_files("cuda_host", source, recipe,
                                      lambda directory: _build(directory, source, recipe))
             _loaded[source] = HostModule(entry / _LIBRARY)
         return _loaded[source]
@@ -269,13 +269,13 @@ def load(kernels: list) -> HostModule:
 def _recipe() -> compiler.Recipe:
     command = compiler.find_compiler()
     if command is None:
-        raise compiler.CompileError("no working C compiler to emulate CUDA kernels with: set "
-                                    "tenure.config.cxx or $CC")
-    header = (INCLUDE / "host_emulation.h").read_text()
+        raise compiler.CompileError("no working C compiler to run CUDA kernels on the host "
+                                    "with: set tenure.config.cxx or $CC")
+    header = (INCLUDE / "host_kernels.h").read_text()
     # The header's text is part of the recipe, hence of the cache key.
     digest = hashlib.sha256(header.encode()).hexdigest()[:16]
     return compiler.Recipe(command, compiler.compiler_version(command), None,
-                           ("-fPIC", "-shared", *HOST_FLAGS, f"-DTN_EMULATION_HEADER={digest}"),
+                           ("-fPIC", "-shared", *HOST_FLAGS, f"-DTN_HOST_HEADER={digest}"),
                            ())
 
 
