@@ -18,7 +18,8 @@ import numpy as np
 from tenure.compile.calls import ReentrantCallError
 from tenure.compile.compiled import Function, FunctionSpec, restore_function
 from tenure.compile.io import In, Out, as_in, as_out
-from tenure.compile.mode import LINKERS, Mode, as_mode
+from tenure.compile.mode import Mode, as_mode
+from tenure.linkers.table import LINKERS
 from tenure.compile.prepare import UnusedInputError, check_updates, with_default_updates
 from tenure.linkers.profile import check_profiled_linker
 from tenure.symbolic.graph import Variable

@@ -3,7 +3,7 @@
 Every behavioural test that compiles a function takes the ``mode``
 parameter; :data:`SUITES` says, per linker, which test files run on it (one
 declarative table).  A new linker joins by adding one row: its name (a key
-of ``tenure.compile.mode.LINKERS``, the linker table), the files and
+of ``tenure.linkers.table.LINKERS``, the linker table), the files and
 op-suite directories it runs, the files it does not run and why, and what it
 needs installed (without it the row is dropped: a missing optional
 dependency is not a failure; ``TENURE_REQUIRE_OPTIONAL=1`` in CI makes sure

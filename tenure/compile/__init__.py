@@ -3,8 +3,8 @@ point and re-exports the public names):
 
 - :mod:`.io`: :class:`~.io.In` and :class:`~.io.Out`, how each input and
   output may be aliased;
-- :mod:`.mode`: :class:`~.mode.Mode` (rewrites and linker) and the
-  :data:`~.mode.LINKERS` table;
+- :mod:`.mode`: :class:`~.mode.Mode` (rewrites, and a linker named in
+  :data:`tenure.linkers.table.LINKERS`);
 - :mod:`.prepare`: givens, updates and default updates, unused and missing
   inputs, where shared storage must be, swapping shared variables in a copy;
 - :mod:`.aliasing`: what may alias what, decided at compile time, and the

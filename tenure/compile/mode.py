@@ -1,64 +1,21 @@
 """How to compile: :class:`Mode` (which rewrites run, which linker runs the
-result) and :data:`LINKERS`, the one table of linkers a mode may name.
-
-A linker joins by adding a row to :data:`LINKERS`: how a mode makes it, and
-what its thunks need from the function (see :class:`LinkerEntry`).
+result).  The linkers a mode may name are the rows of
+:data:`tenure.linkers.table.LINKERS`, the one table of linkers (a linker
+joins by adding a row there).
 """
 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable
-from typing import NamedTuple
 
 import numpy as np
 
 from tenure import config
-from tenure.linkers.c.linker import CLinker
-from tenure.linkers.check import CheckLinker
-from tenure.linkers.cuda.device_linker import CudaLinker
-from tenure.linkers.cuda.linker import HostCudaLinker
-from tenure.linkers.python import PythonLinker
+from tenure.linkers.table import LINKERS, chunk_linkers
 from tenure.linkers.thunk import Linker, Thunk
 from tenure.rewrites.engine import Query
 from tenure.rewrites.knapsack import SOLVERS
 from tenure.symbolic.device import cuda_runtime
-
-
-class LinkerEntry(NamedTuple):
-    """One row of :data:`LINKERS`."""
-    #: ``make(mode) -> linker`` (the mode carries the linker's options)
-    make: Callable[[Mode], Linker]
-    #: whether ``make_thunk`` also takes the function's ``In`` specs and its
-    #: number of outputs (the rest of the graph's outputs are updates)
-    takes_input_specs: bool = False
-    #: rewrites every mode of this linker leaves out
-    excludes: tuple[str, ...] = ()
-
-
-def _dask_linker(mode: Mode) -> Linker:
-    # Imported here, not at the top: Dask is an optional extra (and slow to
-    # import), needed only by modes that name it.
-    try:
-        from tenure.linkers.dask.linker import DaskLinker
-    except ImportError as exc:
-        raise ImportError(f"Mode(linker='dask') needs Dask, which is not installed "
-                          f"({exc}); pip install 'dask[array]' distributed (or pip "
-                          f"install -e '.[dask]' in tenure's source tree)") from exc
-    return DaskLinker(compute=mode.compute, chunk_linker=mode.chunk_linker, query=mode.query)
-
-
-#: every linker a mode may name, in the order errors list them
-#: (``config.LINKERS`` first: those may be the default)
-LINKERS: dict[str, LinkerEntry] = {
-    "py": LinkerEntry(lambda mode: PythonLinker()),
-    "c": LinkerEntry(lambda mode: CLinker()),
-    "check": LinkerEntry(lambda mode: CheckLinker()),
-    # A chunk Dask holds may be read by other tasks: nothing is overwritten.
-    "dask": LinkerEntry(_dask_linker, takes_input_specs=True, excludes=("inplace",)),
-    "cuda": LinkerEntry(lambda mode: CudaLinker(emulated=mode.cuda_emulation)),
-    "cuda_host": LinkerEntry(lambda mode: HostCudaLinker()),
-}
 
 
 class Mode:
@@ -181,8 +138,9 @@ def check_dask_options(linker: str, compute, chunk_linker) -> tuple[bool, str]:
     if not isinstance(compute, (bool, np.bool_)):
         raise TypeError(f"Mode: compute must be a bool, got {type(compute).__name__} "
                         f"{compute!r}")
-    if chunk_linker not in ("c", "py"):
-        raise ValueError(f"Mode: chunk_linker must be 'c' or 'py', got {chunk_linker!r}")
+    if chunk_linker not in chunk_linkers():
+        raise ValueError(f"Mode: chunk_linker must be one of {', '.join(chunk_linkers())}, "
+                         f"got {chunk_linker!r}")
     if linker != "dask" and (compute or chunk_linker != "c"):
         raise ValueError(f"Mode: compute= and chunk_linker= are options of the dask linker; "
                          f"this mode's linker is {linker!r}")

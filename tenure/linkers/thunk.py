@@ -102,7 +102,7 @@ class Linker(Protocol):
     the indices of the outputs whose buffers may be kept between calls
     (borrowed outputs); ``allow_gc``: free intermediates as soon as they
     are dead.  A linker that reads the ``In`` specs says so in
-    :data:`tenure.compile.mode.LINKERS` and also gets ``input_specs`` and
+    :data:`tenure.linkers.table.LINKERS` and also gets ``input_specs`` and
     ``n_outputs``."""
 
     name: str

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tenure as tn
-from tenure.compile.mode import LINKERS
+from tenure.linkers.table import LINKERS
 from tenure.linkers.cuda.device_linker import DeviceThunk
 from tenure.linkers.thunk import Thunk
 from tenure.symbolic.types import TensorType

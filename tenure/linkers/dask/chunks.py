@@ -31,8 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tenure.linkers.c.linker import CLinker
-from tenure.linkers.python import PythonLinker
+from tenure.linkers.table import LINKERS, chunk_linkers
 from tenure.rewrites.engine import Query, rewrite_graph
 from tenure.symbolic.fgraph import FunctionGraph
 from tenure.symbolic.graph import Constant
@@ -40,9 +39,6 @@ from tenure.symbolic.types import TensorType
 
 __all__ = ["FUSION", "Arg", "ChunkKernel", "Result", "Step", "chunk_type", "joined",
            "non_destructive", "steps_of"]
-
-#: the linkers a chunk kernel may be compiled with
-CHUNK_LINKERS = {"c": CLinker, "py": PythonLinker}
 
 #: the rewrites a kernel of several steps runs before it is compiled: fusion
 #: only (the function's graph went through every other rewrite when it was
@@ -137,9 +133,9 @@ class ChunkKernel:
                  key: str | None = None):
         for step in steps:
             non_destructive(step.op)
-        if linker not in CHUNK_LINKERS:
+        if linker not in chunk_linkers():
             raise ValueError(f"dask linker: chunk_linker must be one of "
-                             f"{', '.join(CHUNK_LINKERS)}, got {linker!r}")
+                             f"{', '.join(chunk_linkers())}, got {linker!r}")
         self.steps = tuple(steps)
         self.arg_types = tuple(chunk_type(t) for t in arg_types)
         self.outputs = tuple(outputs)
@@ -194,7 +190,7 @@ class ChunkKernel:
         fgraph = FunctionGraph(args, outputs)
         if len(self.steps) > 1:
             rewrite_graph(fgraph, FUSION)
-        return CHUNK_LINKERS[self.linker]().make_thunk(fgraph, set(), allow_gc=True)
+        return LINKERS[self.linker].make(None).make_thunk(fgraph, set(), allow_gc=True)
 
     def __call__(self, *chunks):
         values = [np.asarray(joined(c, axes), dtype=t.numpy_dtype)

@@ -218,7 +218,7 @@ def test_a_kernel_error_names_the_task():
 def test_options_are_checked():
     with pytest.raises(ValueError, match="options of the dask linker"):
         tn.Mode(linker="c", compute=True)
-    with pytest.raises(ValueError, match="chunk_linker must be 'c' or 'py'"):
+    with pytest.raises(ValueError, match="chunk_linker must be one of py, c, got 'cuda'"):
         tn.Mode(linker="dask", chunk_linker="cuda")
     with pytest.raises(TypeError, match="compute must be a bool"):
         tn.Mode(linker="dask", compute="yes")
