@@ -128,13 +128,9 @@ NOMINAL_DIM = 1024
 
 def _product_operands(node) -> tuple[Variable, Variable] | None:
     """The two operands of a matrix product whose inner lengths must agree
-    (``a``'s last axis against ``b``'s second-to-last), or None."""
-    name = type(node.op).__name__
-    if name in ("MatMul", "Dot") and all(v.type.ndim >= 2 for v in node.inputs):
-        return node.inputs[0], node.inputs[1]
-    if name == "Gemm":
-        return node.inputs[2], node.inputs[3]
-    return None
+    (``a``'s last axis against ``b``'s second-to-last), or None
+    (:meth:`Op.matrix_operands <tenure.symbolic.graph.Op.matrix_operands>`)."""
+    return node.op.matrix_operands(node)
 
 
 def _input_dims(fgraph) -> dict[Variable, list]:
@@ -226,17 +222,9 @@ def _align_with_elementwise_operands(fgraph, dims, shapes) -> bool:
 
 def _broadcast_partners(node, shapes) -> list:
     """``[(input, [(operand, shape), ...])]``: the inputs of ``node`` broadcast
-    together with other operands (whose shapes are given)."""
-    from tenure.symbolic.ops.elemwise import Elemwise
-    if isinstance(node.op, Elemwise):
-        partners = [(v, shapes.get(v)) for v in node.inputs]
-        return [(v, partners) for v in node.inputs]
-    if type(node.op).__name__ == "Gemm":
-        x, y = shapes.get(node.inputs[2]), shapes.get(node.inputs[3])
-        if x is not None and y is not None and len(x) >= 1 and len(y) >= 1:
-            product = tuple(x[:-1]) + tuple(y[-1:]) if len(y) >= 2 else tuple(x[:-1])
-            return [(node.inputs[0], [(None, product)])]
-    return []
+    together with other operands (whose shapes are given; see
+    :meth:`Op.broadcast_partners <tenure.symbolic.graph.Op.broadcast_partners>`)."""
+    return node.op.broadcast_partners(node, shapes)
 
 
 def _nominal(var, dims, axis) -> bool:

@@ -218,6 +218,20 @@ class Op:
             return 0.0
         return float(cost_facts.inputs_outputs_nbytes(node, shapes))
 
+    def matrix_operands(self, node: Apply):
+        """Shape facts for compile-time sizes (:mod:`tenure.rewrites.sizes`):
+        the two operands of a matrix product whose inner lengths must agree
+        (the first's last axis against the second's second-to-last), or None
+        (the default: not a matrix product)."""
+        return None
+
+    def broadcast_partners(self, node: Apply, shapes) -> list:
+        """Shape facts for compile-time sizes: ``[(input, [(operand, shape),
+        ...])]``, the inputs of ``node`` broadcast together with other
+        operands (``operand`` None for a shape with no variable of its own),
+        given the known ``shapes``.  Default: none."""
+        return []
+
     def __call__(self, *inputs, **kwargs):
         node = self.make_node(*inputs, **kwargs)
         if len(node.outputs) == 1:

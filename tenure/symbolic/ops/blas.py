@@ -114,6 +114,11 @@ def _product_flops(node, shapes) -> float:
     return 2.0 * cost_facts.outputs_size(node, shapes) * k
 
 
+def _matrix_operands(node):
+    a, b = node.inputs
+    return (a, b) if a.type.ndim >= 2 and b.type.ndim >= 2 else None
+
+
 class Dot(Op):
     """``np.dot(a, b)`` for operands of any number of dimensions."""
 
@@ -158,6 +163,10 @@ class Dot(Op):
     def flops(self, node, shapes) -> float:
         """``2 * m * n * k``: each output element sums ``k`` products."""
         return _product_flops(node, shapes)
+
+    def matrix_operands(self, node):
+        """Both operands, when both are matrices (or stacks of them)."""
+        return _matrix_operands(node)
 
     def grad(self, inputs, output_grads):
         a, b = inputs
@@ -267,6 +276,10 @@ class MatMul(Op):
     def flops(self, node, shapes) -> float:
         """``2 * m * n * k``: each output element sums ``k`` products."""
         return _product_flops(node, shapes)
+
+    def matrix_operands(self, node):
+        """Both operands, when both are matrices (or stacks of them)."""
+        return _matrix_operands(node)
 
     def grad(self, inputs, output_grads):
         from tenure.symbolic.grad import is_differentiable

@@ -248,6 +248,11 @@ class Elemwise(Op):
         return model(self.scalar_op.step_dtypes(probes), shapes, out_shape,
                      into_inputs={i for _, i in self.inplace_pattern})
 
+    def broadcast_partners(self, node, shapes) -> list:
+        """Every input is broadcast against every other."""
+        partners = [(v, shapes.get(v)) for v in node.inputs]
+        return [(v, partners) for v in node.inputs]
+
     def flops(self, node, shapes) -> float:
         """The output size times the number of primitive scalar ops (a fused
         ``Composite`` counts each of its steps)."""

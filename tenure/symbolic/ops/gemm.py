@@ -184,6 +184,18 @@ class Gemm(Op):
             return 0
         return product[0] * product[1] * node.outputs[0].type.numpy_dtype.itemsize
 
+    def matrix_operands(self, node):
+        """``x`` and ``y`` of ``z * beta + alpha * x @ y``."""
+        return node.inputs[2], node.inputs[3]
+
+    def broadcast_partners(self, node, shapes) -> list:
+        """``z`` is broadcast against the product's shape."""
+        x, y = shapes.get(node.inputs[2]), shapes.get(node.inputs[3])
+        if x is None or y is None or len(x) < 1 or len(y) < 1:
+            return []
+        product = tuple(x[:-1]) + tuple(y[-1:]) if len(y) >= 2 else tuple(x[:-1])
+        return [(node.inputs[0], [(None, product)])]
+
     def flops(self, node, shapes) -> float:
         """The product ``x @ y`` (``2 * m * n * k``), then the scaling and the
         sum: 3 per output element."""
