@@ -311,7 +311,16 @@ def test_a_plan_counts_in_the_allocators_unit():
     assert plan.step_peaks(unit=1) == plan.step_peaks()
 
 
-def test_the_cuda_runtime_predicts_in_cupys_allocation_unit():
-    from tenure.linkers.cuda.runtime import CupyRuntime, EmulatedRuntime
-    assert CupyRuntime.allocation_unit == 512
-    assert EmulatedRuntime.allocation_unit == 1
+def test_a_device_report_predicts_in_its_runtimes_allocation_unit(monkeypatch):
+    """The report asks the thunk's runtime for its unit: an emulated runtime
+    told CuPy's 512 predicts a 4x4 float64 result (128 bytes) as 512, and
+    the measured peak (the emulated device counts exact bytes) stays under."""
+    from tenure.linkers.cuda.runtime import EmulatedRuntime
+    x = tn.matrix("x")
+    with tn.config.change_flags(cuda_emulation=True):
+        f = tn.function([x], tn.exp(x) * 2, mode=tn.Mode(linker="cuda"))
+        exact = f.memory_report(np.ones((4, 4)), print_report=False).predicted_peak
+        monkeypatch.setattr(EmulatedRuntime, "allocation_unit", 512)
+        report = f.memory_report(np.ones((4, 4)), print_report=False)
+    assert exact == 128 and report.predicted_peak == 512
+    assert report.measured_peak <= report.predicted_peak

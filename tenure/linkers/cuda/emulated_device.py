@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import math
 import threading
 import weakref
 from dataclasses import dataclass
@@ -568,8 +569,7 @@ def _cupy_array_split(ary, indices_or_sections, axis=0):
         cuts.append((prev, max(point - prev, 0)))
         prev = point
     cuts.append((prev, length - prev))
-    others = ary.size // length if length else int(np.prod(
-        [n for i, n in enumerate(ary.shape) if i != axis]))
+    others = math.prod(n for i, n in enumerate(ary.shape) if i != axis)
     lead = (slice(None),) * axis
     pieces = []
     for start, size in cuts:

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from functools import lru_cache
 
 from tenure.symbolic.device import CudaUnavailable
 from tenure.linkers.cuda.kernel_source import NVRTC_OPTIONS
@@ -44,9 +45,11 @@ def compiler_name() -> str:
                           "pip install cupy-cuda13x nvidia-cuda-nvrtc")
 
 
+@lru_cache(maxsize=None)
 def compiler_version() -> str:
     """The compiler :func:`compile_ptx` uses and its version, e.g.
-    ``"nvrtc 13.0"`` (part of what names a cached PTX file)."""
+    ``"nvrtc 13.0"`` (part of what names a cached binary; asked once per
+    process: nvcc's answer is a subprocess)."""
     if compiler_name() == "nvrtc":
         major, minor = _nvrtc().getVersion()
         return f"nvrtc {major}.{minor}"

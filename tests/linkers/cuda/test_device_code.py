@@ -33,10 +33,6 @@ def private_cache(tmp_path):
         yield tmp_path / "cache"
 
 
-def test_the_options_keep_float32_subnormals():
-    assert "--ftz=false" in NVRTC_OPTIONS and "--use_fast_math" not in NVRTC_OPTIONS
-
-
 def test_the_device_code_flushes_no_subnormal():
     """The PTX of the options the binaries are compiled with (machine code
     cannot be read back so simply): no ``.ftz`` instruction."""
