@@ -23,6 +23,7 @@ from tenure.linkers.table import LINKERS
 from tenure.compile.prepare import UnusedInputError, check_updates, with_default_updates
 from tenure.linkers.profile import check_profiled_linker
 from tenure.symbolic.graph import Variable
+from tenure.symbolic.inner_graph import register_inner_compiler
 from tenure.symbolic.variable import register_eval_compiler
 
 __all__ = ["Function", "In", "LINKERS", "Mode", "Out", "ReentrantCallError",
@@ -100,3 +101,16 @@ def _compile_for_eval(inputs: list, output: Variable) -> Function:
 
 
 register_eval_compiler(_compile_for_eval)
+
+
+def _compile_inner_graph(fgraph, mode) -> Function:
+    """What an op's ``perform`` runs an inner graph with (a loop's step): a
+    function of the inner graph's inputs that borrows them and lends its
+    results (the caller copies what it keeps), compiled by ``mode`` (the
+    compiling linker's :meth:`Mode.inner_mode`; None: the default)."""
+    return function([In(var, borrow=True) for var in fgraph.inputs],
+                    [Out(var, borrow=True) for var in fgraph.outputs], mode=mode,
+                    on_unused_input="ignore", no_default_updates=True)
+
+
+register_inner_compiler(_compile_inner_graph)

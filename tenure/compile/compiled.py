@@ -129,6 +129,7 @@ class Function:
                                             self.mode.activation_memory_budget_solver)
         #: the names of the rewrites that changed the graph, in order
         self.rewrites_applied = rewrite_graph(fg, self.mode.query)
+        bind_inner_modes(fg, self.mode)
 
     def _take_aliasing(self, aliasing) -> None:
         """Keep what each call needs of the aliasing analysis as attributes
@@ -388,6 +389,18 @@ class Function:
 
     def __repr__(self):
         return f"<Function {self.name or ''}{self._signature()} mode={self.mode}>"
+
+
+def bind_inner_modes(fgraph, mode: Mode) -> None:
+    """Give every op of ``fgraph`` that compiles inner graphs (``with_inner_mode``:
+    a loop) the mode they compile with, ``mode.inner_mode()``.  The nodes are
+    this function's own (:func:`build_graph` copied the user's graph): each
+    gets a copy of its op, and the user's graph keeps the op it had."""
+    inner = None
+    for node in fgraph.apply_nodes:
+        if hasattr(node.op, "with_inner_mode"):
+            inner = inner or mode.inner_mode()
+            node.op = node.op.with_inner_mode(inner)
 
 
 def restore_function(spec: FunctionSpec, trust_input: bool) -> Function:

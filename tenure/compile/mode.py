@@ -97,6 +97,17 @@ class Mode:
         """The linker this mode names, with its options."""
         return LINKERS[self.linker].make(self)
 
+    def inner_mode(self) -> Mode:
+        """The mode an inner graph of a graph this mode compiles (a loop's
+        step) is compiled with: the linker's ``inner_linker`` (see
+        :data:`~tenure.linkers.table.LINKERS`) and the same rewrites; no
+        activation-memory budget (a step keeps nothing for a backward pass)."""
+        linker = LINKERS[self.linker].inner_linker or self.linker
+        own = LINKERS[self.linker].excludes
+        return Mode(linker=linker, include=self.include,
+                    exclude=[name for name in self.exclude if name not in own],
+                    rewrites=self.rewrites)
+
     def make_thunk(self, fgraph, keep: set[int], input_specs, n_outputs: int) -> Thunk:
         """The linker's thunk for ``fgraph``; a linker that reads the ``In``
         specs (the dask linker's chunks, borrow and mutable flags) gets them

@@ -35,6 +35,10 @@ class LinkerEntry(NamedTuple):
     #: whether it may compile the kernel of a Dask chunk (a host linker
     #: that needs no options: a worker makes it with ``make(None)``)
     chunk_kernels: bool = False
+    #: the linker that compiles an inner graph (a loop's step) of a graph
+    #: this linker compiles; None: this one.  The step runs on the host from
+    #: the loop's ``perform`` (the dask and cuda linkers hand it host values)
+    inner_linker: str | None = None
 
 
 def _dask_linker(mode) -> Linker:
@@ -56,9 +60,11 @@ LINKERS: dict[str, LinkerEntry] = {
     "c": LinkerEntry(lambda mode: CLinker(), chunk_kernels=True),
     "check": LinkerEntry(lambda mode: CheckLinker()),
     # A chunk Dask holds may be read by other tasks: nothing is overwritten.
-    "dask": LinkerEntry(_dask_linker, takes_input_specs=True, excludes=("inplace",)),
-    "cuda": LinkerEntry(lambda mode: CudaLinker(emulated=mode.cuda_emulation)),
-    "cuda_host": LinkerEntry(lambda mode: HostCudaLinker()),
+    "dask": LinkerEntry(_dask_linker, takes_input_specs=True, excludes=("inplace",),
+                        inner_linker="c"),
+    "cuda": LinkerEntry(lambda mode: CudaLinker(emulated=mode.cuda_emulation),
+                        inner_linker="c"),
+    "cuda_host": LinkerEntry(lambda mode: HostCudaLinker(), inner_linker="c"),
 }
 
 

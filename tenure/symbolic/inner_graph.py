@@ -26,7 +26,10 @@ graphs' structure, not at the Python objects holding them; these are the rules
   copied by :meth:`clone` or pickled, and reset by :meth:`_reset_caches`.
 
 How an inner graph runs is the linker's business, as it is for the outer
-graph: this layer knows only its structure.
+graph: this layer knows only its structure.  An op's ``perform`` runs an inner
+graph through :func:`compile_inner_graph`, which the function layer provides
+(:func:`register_inner_compiler`: this layer sits below it and never imports
+it), with the mode the compiling linker chose for inner graphs.
 """
 
 from __future__ import annotations
@@ -35,6 +38,28 @@ from collections.abc import Sequence
 
 from tenure.symbolic.fgraph import FunctionGraph
 from tenure.symbolic.graph import Constant, Op
+
+
+#: ``compile(fgraph, mode) -> step``, registered by the function layer
+_inner_compiler = None
+
+
+def register_inner_compiler(compile) -> None:
+    """Make ``compile(fgraph, mode)`` what :func:`compile_inner_graph` uses:
+    it returns ``step(*values) -> list of output values`` computing
+    ``fgraph``'s outputs from its inputs (``mode`` None: the default mode)."""
+    global _inner_compiler
+    _inner_compiler = compile
+
+
+def compile_inner_graph(fgraph: FunctionGraph, mode=None):
+    """``fgraph`` compiled into ``step(*values) -> [outputs]`` (see
+    :func:`register_inner_compiler`).  The step may return buffers it reuses
+    on its next call: a caller keeps what it needs by copying."""
+    if _inner_compiler is None:
+        raise RuntimeError("no inner-graph compiler is registered: import tenure (its "
+                           "function layer registers one)")
+    return _inner_compiler(fgraph, mode)
 
 
 def graph_signature(fgraph: FunctionGraph) -> tuple:

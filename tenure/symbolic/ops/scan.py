@@ -1,0 +1,330 @@
+"""``Scan``: a loop as one op, holding its step as an inner graph.
+
+:func:`tenure.scan.scan` (PyTensor's interface) builds it; this module holds
+the op, how it runs and its gradient.
+
+The op's **inner graph** is one step of the loop.  Its inputs, in order:
+
+- one *slice* per sequence (``seq[t]``; a sequence read at several taps is
+  several sequences, sliced outside the loop);
+- one value per *tap* of every *state* (``y[t + tap]``, ``tap < 0``),
+  state by state, taps in increasing order;
+- the *non-sequences* (everything else the step reads: weights, shared
+  variables read but not updated, values computed outside the loop).
+
+Its outputs: every state's new value (``y[t]``), then every *nit-sot* (an
+output that no step reads back), then, for a ``until`` loop, the condition.
+
+The **node's** inputs: ``n_steps`` (an int64 scalar), the sequences, each
+state's *initial buffer* (``L`` entries for a state whose earliest tap is
+``-L``, oldest first: tap ``-L`` at step 0 reads entry 0), the
+non-sequences.  Its outputs: every state's trajectory ``y[0..n-1]`` and every
+nit-sot's, stacked along a new first axis, then every state's *final value*
+(``y[n-1]``, or the last initial entry when no step ran).  A shared variable
+updated in the loop is a state with one tap; its new value is its final value.
+
+**Running**: ``perform`` calls the inner graph compiled once (by the function
+layer's compiler, see :func:`tenure.symbolic.inner_graph.register_inner_compiler`;
+with the mode the compiling linker chose, :attr:`Scan.inner_mode`) for each
+step, and writes each step's results into the stacked outputs, which are last
+call's buffers when they fit.  A step whose state comes back with a shape
+other than its initial value's, sequences of the wrong length and a negative
+``n_steps`` raise before any result is given, naming the loop argument; a
+``until`` loop stops after the first step whose condition is true, so its
+outputs have that many entries.
+
+**Gradient**: reverse mode by a second scan that runs the steps backwards.
+It carries, per state, a *window* of the gradient reaching the last ``L``
+values of that state from the steps already taken back, and per
+non-sequence the sum of its gradients; each backward step recomputes the
+forward step from the stored trajectories (a random draw inside the loop
+draws the same numbers again: its generator state is a state of the loop)
+and takes the step's vector-Jacobian product with :func:`tenure.grad`.
+``truncate_gradient=k`` runs only the last ``k`` steps back.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tenure.symbolic import inner_graph
+from tenure.symbolic.fgraph import FunctionGraph
+from tenure.symbolic.graph import Apply, Variable, clone_get_equiv
+from tenure.symbolic.types import TensorType
+from tenure.symbolic.variable import as_tensor_variable
+
+__all__ = ["Scan", "ScanParts", "scan_node"]
+
+
+class ScanParts:
+    """Where each kind of input and output sits, for one scan op's layout."""
+
+    def __init__(self, n_seqs: int, state_taps: tuple, n_nitsot: int, n_nonseqs: int):
+        self.n_seqs = n_seqs
+        self.state_taps = state_taps
+        self.n_states = len(state_taps)
+        self.n_taps = sum(len(taps) for taps in state_taps)
+        self.n_nitsot = n_nitsot
+        self.n_nonseqs = n_nonseqs
+
+    def outer(self, inputs: list) -> tuple:
+        """The node's inputs as ``(n_steps, sequences, initial buffers, non-sequences)``."""
+        seqs_end = 1 + self.n_seqs
+        states_end = seqs_end + self.n_states
+        return inputs[0], inputs[1:seqs_end], inputs[seqs_end:states_end], inputs[states_end:]
+
+    def inner(self, inputs: list) -> tuple:
+        """The inner graph's inputs as ``(slices, taps per state, non-sequences)``."""
+        slices, rest = inputs[:self.n_seqs], inputs[self.n_seqs:]
+        per_state = []
+        for taps in self.state_taps:
+            per_state.append(rest[:len(taps)])
+            rest = rest[len(taps):]
+        return slices, per_state, rest
+
+
+class Scan(inner_graph.OpWithInnerGraphs):
+    """A loop: ``n_steps`` runs of its inner graph (the module doc says the layout).
+
+    ``state_taps``: per state, its taps (negative ints, increasing);
+    ``n_nitsot``: outputs no step reads back; ``as_while``: the inner graph's
+    last output is a ``until`` condition; ``exact_length``: every sequence
+    must have ``n_steps`` entries (``n_steps`` was taken from them; else they
+    may be longer); ``truncate_gradient``: how many steps the gradient runs
+    back (-1: all).  ``labels`` name each node input and output in errors
+    (the loop argument it came from); ``inner_mode`` is the mode the inner
+    graph is compiled with (None: the default one).  Neither takes part in
+    equality.
+    """
+
+    __props__ = ("n_seqs", "state_taps", "n_nitsot", "as_while", "exact_length",
+                 "truncate_gradient")
+    _cache_attrs = ("_step",)
+
+    def __init__(self, inner: FunctionGraph, n_seqs: int, state_taps, n_nitsot: int,
+                 as_while: bool = False, exact_length: bool = True,
+                 truncate_gradient: int = -1, labels=None, inner_mode=None):
+        super().__init__([inner])
+        self.n_seqs = int(n_seqs)
+        self.state_taps = tuple(tuple(int(t) for t in taps) for taps in state_taps)
+        self.n_nitsot = int(n_nitsot)
+        self.as_while = bool(as_while)
+        self.exact_length = bool(exact_length)
+        self.truncate_gradient = int(truncate_gradient)
+        for taps in self.state_taps:
+            if not taps or any(t >= 0 for t in taps) or list(taps) != sorted(set(taps)):
+                raise ValueError(f"Scan: a state's taps must be distinct negative ints in "
+                                 f"increasing order, got {taps}")
+        n_nonseqs = len(inner.inputs) - self.n_seqs - sum(len(t) for t in self.state_taps)
+        expected_outputs = len(self.state_taps) + self.n_nitsot + int(self.as_while)
+        if n_nonseqs < 0 or len(inner.outputs) != expected_outputs:
+            raise ValueError(f"Scan: the inner graph has {len(inner.inputs)} inputs and "
+                             f"{len(inner.outputs)} outputs, which do not fit {self.n_seqs} "
+                             f"sequences, taps {self.state_taps} and {self.n_nitsot} "
+                             f"nit-sot outputs")
+        self.parts = ScanParts(self.n_seqs, self.state_taps, self.n_nitsot, n_nonseqs)
+        self.labels = labels
+        self.inner_mode = inner_mode
+
+    @property
+    def inner(self) -> FunctionGraph:
+        return self.inner_graphs[0]
+
+    def __str__(self) -> str:
+        return "scan_until" if self.as_while else "scan"
+
+    def with_inner_mode(self, mode) -> Scan:
+        """This op with its inner graph compiled by ``mode`` (a fresh clone)."""
+        new = self.clone()
+        new.inner_mode = mode
+        return new
+
+    # -- labels for errors --------------------------------------------------
+    def label(self, kind: str, i: int) -> str:
+        names = (self.labels or {}).get(kind)
+        if names is not None and i < len(names):
+            return names[i]
+        return f"{kind}[{i}]"
+
+    # -- graph ---------------------------------------------------------------
+    def make_node(self, n_steps, *outer) -> Apply:
+        parts = self.parts
+        n_steps = as_tensor_variable(n_steps)
+        if n_steps.ndim != 0 or n_steps.type.numpy_dtype.kind not in "iu":
+            raise TypeError(f"scan: n_steps must be a 0-d integer, got {n_steps} "
+                            f"({n_steps.type})")
+        outer = [as_tensor_variable(v) for v in outer]
+        expected = parts.n_seqs + parts.n_states + parts.n_nonseqs
+        if len(outer) != expected:
+            raise TypeError(f"scan: expected {expected} inputs after n_steps, got {len(outer)}")
+        _, seqs, inits, nonseqs = parts.outer([n_steps] + outer)
+        slices, taps, inner_nonseqs = parts.inner(list(self.inner.inputs))
+        for i, (seq, piece) in enumerate(zip(seqs, slices)):
+            _require_type(seq, piece.type.clone(shape=(None,) + piece.type.shape),
+                          self.label("sequences", i))
+        for k, (init, state_taps) in enumerate(zip(inits, taps)):
+            _require_type(init, state_taps[0].type.clone(
+                shape=(None,) + state_taps[0].type.shape), self.label("states", k))
+        for i, (value, inner_var) in enumerate(zip(nonseqs, inner_nonseqs)):
+            _require_type(value, inner_var.type, self.label("non_sequences", i))
+        stacked = [TensorType(out.type.dtype, (None,) + out.type.shape)()
+                   for out in self.inner.outputs[:parts.n_states + parts.n_nitsot]]
+        finals = [state_taps[0].type() for state_taps in taps]
+        return Apply(self, [n_steps] + outer, stacked + finals)
+
+    def infer_shape(self, node, input_shapes):
+        if self.as_while:
+            raise NotImplementedError("a until loop's length is known once it has run")
+        n = node.inputs[0]
+        stacked = [(n,) + tuple(_inner_output_dims(node, k, input_shapes))
+                   for k in range(self.parts.n_states + self.n_nitsot)]
+        return stacked + [tuple(_inner_output_dims(node, k, input_shapes))
+                          for k in range(self.parts.n_states)]
+
+    # -- running -------------------------------------------------------------
+    def _compiled_step(self):
+        if self._step is None:
+            self._step = inner_graph.compile_inner_graph(self.inner, self.inner_mode)
+        return self._step
+
+    def perform(self, node, inputs, output_storage):
+        parts = self.parts
+        n_steps, seqs, inits, nonseqs = parts.outer(list(inputs))
+        n = self._checked_steps(n_steps, seqs)
+        inits = [self._checked_initial(k, init) for k, init in enumerate(inits)]
+        step = self._compiled_step()
+        stores = [_buffer(output_storage[k][0], (n,) + init.shape[1:], init.dtype)
+                  for k, init in enumerate(inits)]
+        nitsots: list = [None] * self.n_nitsot
+        args = [None] * len(self.inner.inputs)
+        args[len(args) - parts.n_nonseqs:] = nonseqs
+        done = n
+        for t in range(n):
+            self._fill_step_arguments(args, t, seqs, inits, stores)
+            results = step(*args)
+            for k in range(parts.n_states):
+                self._store_state(k, t, stores[k], results[k])
+            for j in range(self.n_nitsot):
+                value = results[parts.n_states + j]
+                if nitsots[j] is None:
+                    nitsots[j] = _buffer(output_storage[parts.n_states + j][0],
+                                         (n,) + np.shape(value), node.outputs[
+                                             parts.n_states + j].type.numpy_dtype)
+                self._store_nitsot(j, t, nitsots[j], value)
+            if self.as_while and bool(results[-1]):
+                done = t + 1
+                break
+        for j in range(self.n_nitsot):
+            if nitsots[j] is None:    # no step ran: an empty trajectory
+                out = node.outputs[parts.n_states + j]
+                nitsots[j] = np.empty((0,) + tuple(d or 0 for d in out.type.shape[1:]),
+                                      dtype=out.type.numpy_dtype)
+        for cell, value in zip(output_storage, stores + nitsots):
+            cell[0] = value if done == len(value) else value[:done]
+        finals = output_storage[parts.n_states + self.n_nitsot:]
+        for cell, store, init in zip(finals, stores, inits):
+            last = store[done - 1] if done else init[-1]
+            cell[0] = _buffer(cell[0], last.shape, last.dtype)
+            cell[0][...] = last
+
+    def _checked_steps(self, n_steps, seqs) -> int:
+        n = int(n_steps)
+        if n < 0:
+            raise ValueError(f"scan: n_steps must be >= 0, got {n}")
+        for i, seq in enumerate(seqs):
+            length = len(seq)
+            if self.exact_length and length != n:
+                raise ValueError(f"scan: the sequences have different lengths: "
+                                 f"{self.label('sequences', 0)} has {n} entries, "
+                                 f"{self.label('sequences', i)} has {length}; pass "
+                                 f"n_steps to loop over the first n_steps of each")
+            if length < n:
+                raise ValueError(f"scan: {self.label('sequences', i)} has {length} entries, "
+                                 f"fewer than n_steps={n}")
+        return n
+
+    def _checked_initial(self, k: int, init):
+        need = -self.state_taps[k][0]
+        if len(init) != need:
+            raise ValueError(f"scan: {self.label('states', k)} has {len(init)} initial "
+                             f"entries; its taps {list(self.state_taps[k])} need {need}")
+        return init
+
+    def _fill_step_arguments(self, args: list, t: int, seqs, inits, stores) -> None:
+        for i, seq in enumerate(seqs):
+            args[i] = seq[t]
+        pos = len(seqs)
+        for init, store, taps in zip(inits, stores, self.state_taps):
+            for tap in taps:
+                j = t + tap
+                args[pos] = store[j] if j >= 0 else init[len(init) + j]
+                pos += 1
+
+    def _store_state(self, k: int, t: int, store, value) -> None:
+        if np.shape(value) != store.shape[1:]:
+            raise ValueError(f"scan: step {t} gave {self.label('states', k)} the shape "
+                             f"{np.shape(value)}; it must keep its initial value's shape "
+                             f"{store.shape[1:]}")
+        store[t] = value
+
+    def _store_nitsot(self, j: int, t: int, store, value) -> None:
+        if np.shape(value) != store.shape[1:]:
+            raise ValueError(f"scan: step {t} gave {self.label('outputs', j)} the shape "
+                             f"{np.shape(value)}, step 0 gave {store.shape[1:]}: every step "
+                             f"must give an output of one shape")
+        store[t] = value
+
+    # -- gradient ------------------------------------------------------------
+    def grad(self, inputs, output_grads):
+        # scan_grad builds scans (it imports this module): imported when asked.
+        from tenure.symbolic.ops.scan_grad import scan_grad
+        return scan_grad(self, list(inputs), list(output_grads))
+
+
+def _require_type(value: Variable, expected: TensorType, label: str) -> None:
+    if value.type.dtype != expected.dtype or value.ndim != expected.ndim:
+        raise TypeError(f"scan: {label} is {value} ({value.type}); the loop expects "
+                        f"{expected}")
+    if not expected.is_compatible_replacement(value.type):
+        raise TypeError(f"scan: {label} has the static shape {value.type.shape}; the loop "
+                        f"expects {expected.shape}")
+
+
+def _inner_output_dims(node: Apply, k: int, input_shapes) -> list:
+    """Output ``k``'s per-step dims: a state's are its initial buffer's (bar the
+    first); a nit-sot's are its static shape (or unknown)."""
+    op = node.op
+    parts = op.parts
+    if k < parts.n_states:
+        return list(input_shapes[1 + parts.n_seqs + k][1:])
+    static = node.outputs[k].type.shape[1:]
+    if any(d is None for d in static):
+        raise NotImplementedError("a nit-sot output's shape is known once a step has run")
+    return list(static)
+
+
+def _buffer(previous, shape: tuple, dtype):
+    """Last call's output buffer when it fits (shape, dtype, a whole C-contiguous
+    array of its own), else a new one."""
+    dtype = np.dtype(dtype)
+    if (isinstance(previous, np.ndarray) and previous.shape == shape
+            and previous.dtype == dtype and previous.flags.c_contiguous
+            and previous.flags.writeable and previous.base is None):
+        return previous
+    return np.empty(shape, dtype=dtype)
+
+
+def scan_node(inner_inputs: list, inner_outputs: list, n_steps, sequences: list,
+              initial_buffers: list, non_sequences: list, *, state_taps, n_nitsot: int,
+              as_while: bool = False, exact_length: bool = True,
+              truncate_gradient: int = -1, labels=None) -> list:
+    """Build a scan node over the given inner graph (the module doc's layout)
+    and return its outputs.  The inner graph is copied: its inputs and outputs
+    may be used elsewhere."""
+    equiv = clone_get_equiv(inner_inputs, inner_outputs)
+    inner = FunctionGraph([equiv[v] for v in inner_inputs],
+                          [equiv.get(v, v) for v in inner_outputs])
+    op = Scan(inner, len(sequences), state_taps, n_nitsot, as_while, exact_length,
+              truncate_gradient, labels)
+    node = op.make_node(n_steps, *sequences, *initial_buffers, *non_sequences)
+    return list(node.outputs)
