@@ -45,6 +45,7 @@ from tenure.symbolic.ops.indexing import (AdvancedSubtensor, Subtensor, advanced
 from tenure.symbolic.ops.join import Join, Split, SplitGrad, Stack
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, OneHot, Softmax
 from tenure.symbolic.ops.random import RandomVariable, host_inputs_on_device, perform_on_device
+from tenure.symbolic.ops.scan import Scan
 from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, SumTo, Var
 from tenure.symbolic.ops.shape import DimShuffle, MakeVector, Reshape, Shape, SpecifyShape
 from tenure.symbolic.ops.sorting import ArgSort, PermuteAlongAxis, Sort
@@ -481,6 +482,10 @@ register_cuda_op(IncSubtensor, device=DeviceOp(_basic_update, _index_scalars))
 register_cuda_op(FusedReduce, device=DeviceOp(_fused_reduce))
 # drawn on the host
 register_cuda_op(RandomVariable, device=DeviceOp(perform_on_device, host_inputs_on_device))
+# A loop runs its steps on the host (its inner graph compiled by the cuda
+# linker's inner linker), its results copied to the device: a loop whose
+# state stays on the device is what remains.
+register_cuda_op(Scan, device=DeviceOp(_on_the_host))
 # Ops that create arrays: on the device even from host inputs (a shape).
 register_cuda_op(Alloc, device=DeviceOp(_alloc, _all_but_first), placement=DEVICE)
 register_cuda_op(Arange, device=DeviceOp(_arange, _every_input), placement=DEVICE)

@@ -18,7 +18,8 @@ entry of :data:`LOWERINGS` for its op's class:
   var): the axes they need whole are rechunked into one chunk, then a
   kernel runs per chunk;
 - ``dot``, ``matmul``, ``tensordot``, ``outer``, ``gemm``: Dask's blocked
-  algorithms; shape ops and indexing: Dask's own.
+  algorithms; shape ops and indexing: Dask's own;
+- a loop (``scan``): one task runs it whole, its outputs one chunk each.
 
 :func:`unsupported` names, at compile time, every op that a lazy value
 reaches and no entry lowers; lowering never computes a lazy value (it runs
@@ -53,6 +54,7 @@ from tenure.symbolic.ops.indexing import AdvancedSubtensor, Subtensor, index_tup
 from tenure.symbolic.ops.join import Join, Split, Stack
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
 from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, SumTo, Var
+from tenure.symbolic.ops.scan import Scan
 from tenure.symbolic.ops.shape import DimShuffle, Reshape, Shape, SpecifyShape
 from tenure.symbolic.ops.sorting import ArgSort, Sort
 from tenure.symbolic.ops.subtensor_update import IncSubtensor
@@ -725,6 +727,38 @@ def lower_expand_to(node, values, ctx) -> list:
     return [da.broadcast_to(as_lazy(value), dims)]
 
 
+def lower_scan(node, values, ctx) -> list:
+    """A loop's steps run one after the other: one task runs the whole loop
+    (the inputs whole, as NumPy arrays; the step compiled on the worker with
+    the loop's inner mode), and each output is one chunk of that task.  The
+    length of a nit-sot output, or of any output of a ``until`` loop, is
+    known once the task has run (Dask's unknown chunk size, NaN)."""
+    task = dask.delayed(_run_scan, nout=len(node.outputs), pure=True)(
+        node.op, [var.type for var in node.inputs], *values)
+    return [da.from_delayed(task[k], shape=shape, dtype=out.type.numpy_dtype)
+            for k, (out, shape) in enumerate(zip(node.outputs, _scan_shapes(node, values)))]
+
+
+def _scan_shapes(node, values) -> list[tuple]:
+    """Each output's shape as far as it is known before the loop runs."""
+    op = node.op
+    parts = op.parts
+    n_steps, _, inits, _ = parts.outer(list(values))
+    n = math.nan if op.as_while else int(n_steps)
+    stacked = [(n,) + tuple(np.shape(init)[1:]) for init in inits]
+    stacked += [(n,) + tuple(math.nan if d is None else d for d in out.type.shape[1:])
+                for out in node.outputs[parts.n_states:parts.n_states + parts.n_nitsot]]
+    return stacked + [tuple(np.shape(init)[1:]) for init in inits]
+
+
+def _run_scan(op, input_types, *values) -> tuple:
+    """The loop run on concrete values (a task: the op travels, not the graph)."""
+    node = op.make_node(*[t() for t in input_types])
+    storage = [[None] for _ in node.outputs]
+    op.perform(node, list(values), storage)
+    return tuple(cell[0] for cell in storage)
+
+
 #: the lowering of each op class a lazy value may reach
 LOWERINGS: dict[type, Callable] = {
     Elemwise: lower_elemwise,
@@ -756,6 +790,7 @@ LOWERINGS: dict[type, Callable] = {
     IncSubtensor: lower_inc_subtensor,
     Stack: lower_stack,
     Trace: lower_by_perform,   # np.trace of a dask array is Dask's
+    Scan: lower_scan,
 }
 
 

@@ -98,12 +98,12 @@ class Scan(inner_graph.OpWithInnerGraphs):
     """
 
     __props__ = ("n_seqs", "state_taps", "n_nitsot", "as_while", "exact_length",
-                 "truncate_gradient")
+                 "truncate_gradient", "stored")
     _cache_attrs = ("_step",)
 
     def __init__(self, inner: FunctionGraph, n_seqs: int, state_taps, n_nitsot: int,
                  as_while: bool = False, exact_length: bool = True,
-                 truncate_gradient: int = -1, labels=None, inner_mode=None):
+                 truncate_gradient: int = -1, labels=None, inner_mode=None, stored=None):
         super().__init__([inner])
         self.n_seqs = int(n_seqs)
         self.state_taps = tuple(tuple(int(t) for t in taps) for taps in state_taps)
@@ -123,6 +123,11 @@ class Scan(inner_graph.OpWithInnerGraphs):
                              f"sequences, taps {self.state_taps} and {self.n_nitsot} "
                              f"nit-sot outputs")
         self.parts = ScanParts(self.n_seqs, self.state_taps, self.n_nitsot, n_nonseqs)
+        self.stored = (tuple(bool(v) for v in stored) if stored is not None
+                       else (True,) * len(self.state_taps))
+        if len(self.stored) != len(self.state_taps):
+            raise ValueError(f"Scan: stored has {len(self.stored)} entries for "
+                             f"{len(self.state_taps)} states")
         self.labels = labels
         self.inner_mode = inner_mode
 
@@ -181,6 +186,22 @@ class Scan(inner_graph.OpWithInnerGraphs):
         return stacked + [tuple(_inner_output_dims(node, k, input_shapes))
                           for k in range(self.parts.n_states)]
 
+    def workspace_bytes(self, node, input_shapes, output_shapes) -> int:
+        """The rings of the states whose trajectory is not kept (``L`` values
+        each), and one step's results (the step function's buffers, lent to
+        the loop)."""
+        total = 0
+        for k, stored in enumerate(self.stored):
+            shape = input_shapes[1 + self.n_seqs + k]
+            if shape is not None:
+                one = _nbytes(shape[1:], node.outputs[k])
+                total += one if stored else one * (shape[0] + 1)
+        for j in range(self.n_nitsot):
+            shape = output_shapes[self.parts.n_states + j]
+            if shape is not None:
+                total += _nbytes(shape[1:], node.outputs[self.parts.n_states + j])
+        return total
+
     # -- running -------------------------------------------------------------
     def _compiled_step(self):
         if self._step is None:
@@ -193,17 +214,18 @@ class Scan(inner_graph.OpWithInnerGraphs):
         n = self._checked_steps(n_steps, seqs)
         inits = [self._checked_initial(k, init) for k, init in enumerate(inits)]
         step = self._compiled_step()
-        stores = [_buffer(output_storage[k][0], (n,) + init.shape[1:], init.dtype)
-                  for k, init in enumerate(inits)]
+        states = [(_Trajectory if stored else _Ring)(output_storage[k][0], n, init)
+                  for k, (init, stored) in enumerate(zip(inits, self.stored))]
         nitsots: list = [None] * self.n_nitsot
         args = [None] * len(self.inner.inputs)
         args[len(args) - parts.n_nonseqs:] = nonseqs
         done = n
         for t in range(n):
-            self._fill_step_arguments(args, t, seqs, inits, stores)
+            self._fill_step_arguments(args, t, seqs, states)
             results = step(*args)
-            for k in range(parts.n_states):
-                self._store_state(k, t, stores[k], results[k])
+            for k, state in enumerate(states):
+                self._check_state_shape(k, t, state, results[k])
+                state.write(t, results[k])
             for j in range(self.n_nitsot):
                 value = results[parts.n_states + j]
                 if nitsots[j] is None:
@@ -219,11 +241,12 @@ class Scan(inner_graph.OpWithInnerGraphs):
                 out = node.outputs[parts.n_states + j]
                 nitsots[j] = np.empty((0,) + tuple(d or 0 for d in out.type.shape[1:]),
                                       dtype=out.type.numpy_dtype)
-        for cell, value in zip(output_storage, stores + nitsots):
+        stacked = [state.trajectory(done) for state in states] + nitsots
+        for cell, value in zip(output_storage, stacked):
             cell[0] = value if done == len(value) else value[:done]
         finals = output_storage[parts.n_states + self.n_nitsot:]
-        for cell, store, init in zip(finals, stores, inits):
-            last = store[done - 1] if done else init[-1]
+        for cell, state in zip(finals, states):
+            last = state.last(done)
             cell[0] = _buffer(cell[0], last.shape, last.dtype)
             cell[0][...] = last
 
@@ -250,22 +273,20 @@ class Scan(inner_graph.OpWithInnerGraphs):
                              f"entries; its taps {list(self.state_taps[k])} need {need}")
         return init
 
-    def _fill_step_arguments(self, args: list, t: int, seqs, inits, stores) -> None:
+    def _fill_step_arguments(self, args: list, t: int, seqs, states) -> None:
         for i, seq in enumerate(seqs):
             args[i] = seq[t]
         pos = len(seqs)
-        for init, store, taps in zip(inits, stores, self.state_taps):
+        for state, taps in zip(states, self.state_taps):
             for tap in taps:
-                j = t + tap
-                args[pos] = store[j] if j >= 0 else init[len(init) + j]
+                args[pos] = state.read(t + tap)
                 pos += 1
 
-    def _store_state(self, k: int, t: int, store, value) -> None:
-        if np.shape(value) != store.shape[1:]:
+    def _check_state_shape(self, k: int, t: int, state, value) -> None:
+        if np.shape(value) != state.shape:
             raise ValueError(f"scan: step {t} gave {self.label('states', k)} the shape "
                              f"{np.shape(value)}; it must keep its initial value's shape "
-                             f"{store.shape[1:]}")
-        store[t] = value
+                             f"{state.shape}")
 
     def _store_nitsot(self, j: int, t: int, store, value) -> None:
         if np.shape(value) != store.shape[1:]:
@@ -301,6 +322,56 @@ def _inner_output_dims(node: Apply, k: int, input_shapes) -> list:
     if any(d is None for d in static):
         raise NotImplementedError("a nit-sot output's shape is known once a step has run")
     return list(static)
+
+
+def _nbytes(shape, var) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * var.type.numpy_dtype.itemsize
+
+
+class _Trajectory:
+    """A stored state: every step's value, in the output buffer (last call's
+    when it fits); ``read(j)`` of a step before the first is the initial
+    buffer's entry."""
+
+    def __init__(self, previous, n: int, init):
+        self.init = init
+        self.shape = init.shape[1:]
+        self.store = _buffer(previous, (n,) + self.shape, init.dtype)
+
+    def read(self, j: int):
+        return self.store[j] if j >= 0 else self.init[len(self.init) + j]
+
+    def write(self, t: int, value) -> None:
+        self.store[t] = value
+
+    def trajectory(self, done: int):
+        return self.store
+
+    def last(self, done: int):
+        return self.store[done - 1] if done else self.init[-1]
+
+
+class _Ring:
+    """A state whose trajectory is not kept: its last ``L`` values in a ring
+    of ``L`` entries, overwritten in place from step to step (value ``j``,
+    initial entries included as ``-L..-1``, lives at ``j mod L``)."""
+
+    def __init__(self, previous, n: int, init):
+        self.shape = init.shape[1:]
+        self.ring = np.array(init, copy=True, order="C")
+        self.empty = np.empty((0,) + self.shape, dtype=init.dtype)
+
+    def read(self, j: int):
+        return self.ring[j % len(self.ring)]
+
+    def write(self, t: int, value) -> None:
+        self.ring[t % len(self.ring)] = value
+
+    def trajectory(self, done: int):
+        return self.empty
+
+    def last(self, done: int):
+        return self.ring[(done - 1) % len(self.ring)]
 
 
 def _buffer(previous, shape: tuple, dtype):
