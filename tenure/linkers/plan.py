@@ -32,8 +32,10 @@ from dataclasses import dataclass, field
 
 from tenure.rewrites.destroy import buffer_roots, destroy_orderings
 from tenure.rewrites.schedule import memory_schedule, plain_schedule
+from tenure.rewrites.sizes import SizeModel, placeholder
 from tenure.rewrites.sizes import nbytes as _nbytes
 from tenure.symbolic.graph import Apply, Constant, Variable
+from tenure.symbolic.inner_graph import register_inner_planner
 
 
 def schedule(fgraph) -> list[Apply]:
@@ -351,3 +353,14 @@ def reuse_possible(plan: Plan, kept=None) -> bool:
     takers = [s for step in plan.steps for s in step.outputs
               if plan.roots[s] == s and s not in kept]
     return len(takers) >= 2
+
+
+def inner_graph_peak(fgraph, input_shapes: list) -> int:
+    """The planned peak of one run of ``fgraph`` (an op's inner graph: a
+    loop's step) for inputs of ``input_shapes``: what the op adds to its
+    workspace (:func:`tenure.symbolic.inner_graph.inner_graph_peak`)."""
+    values = [placeholder(var, shape) for var, shape in zip(fgraph.inputs, input_shapes)]
+    return make_plan(fgraph, shapes=SizeModel(fgraph).shapes(values)).peak()
+
+
+register_inner_planner(inner_graph_peak)

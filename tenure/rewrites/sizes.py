@@ -38,13 +38,18 @@ class SizeModel:
         self.inputs = list(fgraph.inputs)
         memo: dict = {}
         self.variables: list[Variable] = []
+        seen: set = set()
+        # Every variable once, also the sibling outputs of a node whose dims
+        # the memo got together with the first one asked.
         for node in fgraph.toposort():
             for var in node.inputs + node.outputs:
-                if var not in memo:
+                if var not in seen:
+                    seen.add(var)
                     infer_dims(var, memo)
                     self.variables.append(var)
         for var in fgraph.outputs:
-            if var not in memo:
+            if var not in seen:
+                seen.add(var)
                 infer_dims(var, memo)
                 self.variables.append(var)
         self.dims = {var: memo[var] for var in self.variables}

@@ -62,6 +62,27 @@ def compile_inner_graph(fgraph: FunctionGraph, mode=None):
     return _inner_compiler(fgraph, mode)
 
 
+#: ``peak(fgraph, input_shapes) -> bytes``, registered by the linkers layer
+_inner_planner = None
+
+
+def register_inner_planner(peak) -> None:
+    """Make ``peak(fgraph, input_shapes)`` what :func:`inner_graph_peak` uses:
+    the planned peak bytes of one run of ``fgraph`` for inputs of these shapes
+    (the memory plan's, :mod:`tenure.linkers.plan`)."""
+    global _inner_planner
+    _inner_planner = peak
+
+
+def inner_graph_peak(fgraph: FunctionGraph, input_shapes) -> int:
+    """The bytes one run of ``fgraph`` allocates at its peak, for inputs of
+    ``input_shapes`` (0 when no planner is registered or a shape is unknown):
+    what an op running the graph per step adds to its workspace."""
+    if _inner_planner is None or any(shape is None for shape in input_shapes):
+        return 0
+    return int(_inner_planner(fgraph, list(input_shapes)))
+
+
 def graph_signature(fgraph: FunctionGraph) -> tuple:
     """A hashable description of ``fgraph``'s structure: equal for two graphs
     exactly when they compute the same thing the same way.

@@ -181,26 +181,31 @@ class Scan(inner_graph.OpWithInnerGraphs):
         if self.as_while:
             raise NotImplementedError("a until loop's length is known once it has run")
         n = node.inputs[0]
-        stacked = [(n,) + tuple(_inner_output_dims(node, k, input_shapes))
-                   for k in range(self.parts.n_states + self.n_nitsot)]
+        lengths = [n if stored else 0 for stored in self.stored] + [n] * self.n_nitsot
+        stacked = [(length,) + tuple(_inner_output_dims(node, k, input_shapes))
+                   for k, length in enumerate(lengths)]
         return stacked + [tuple(_inner_output_dims(node, k, input_shapes))
                           for k in range(self.parts.n_states)]
 
     def workspace_bytes(self, node, input_shapes, output_shapes) -> int:
         """The rings of the states whose trajectory is not kept (``L`` values
-        each), and one step's results (the step function's buffers, lent to
-        the loop)."""
+        each), and one step's peak: the memory plan of the compiled step
+        (which counts the results it lends the loop)."""
         total = 0
         for k, stored in enumerate(self.stored):
             shape = input_shapes[1 + self.n_seqs + k]
-            if shape is not None:
-                one = _nbytes(shape[1:], node.outputs[k])
-                total += one if stored else one * (shape[0] + 1)
-        for j in range(self.n_nitsot):
-            shape = output_shapes[self.parts.n_states + j]
-            if shape is not None:
-                total += _nbytes(shape[1:], node.outputs[self.parts.n_states + j])
-        return total
+            if shape is not None and not stored:
+                total += _nbytes(shape, node.outputs[k])
+        # The compiled step's graph (rewritten: in-place, fused) is what runs.
+        step_graph = getattr(self._compiled_step(), "fgraph", self.inner)
+        return total + inner_graph.inner_graph_peak(step_graph, self._step_shapes(input_shapes))
+
+    def _step_shapes(self, input_shapes) -> list:
+        """The inner graph's input shapes for the node's input shapes."""
+        _, seqs, inits, nonseqs = self.parts.outer(list(input_shapes))
+        taps = [init for init, state_taps in zip(inits, self.state_taps) for _ in state_taps]
+        return [None if shape is None else tuple(shape[1:]) for shape in seqs + taps] + \
+            [None if shape is None else tuple(shape) for shape in nonseqs]
 
     # -- running -------------------------------------------------------------
     def _compiled_step(self):
@@ -220,12 +225,19 @@ class Scan(inner_graph.OpWithInnerGraphs):
         args = [None] * len(self.inner.inputs)
         args[len(args) - parts.n_nonseqs:] = nonseqs
         done = n
+        reads = self._tap_reads(len(seqs), states)
+        n_states = parts.n_states
         for t in range(n):
-            self._fill_step_arguments(args, t, seqs, states)
+            for i, seq in enumerate(seqs):
+                args[i] = seq[t, ...]   # a view (a 0-d array, not a NumPy scalar)
+            for pos, state, tap in reads:
+                args[pos] = state.read(t + tap)
             results = step(*args)
-            for k, state in enumerate(states):
-                self._check_state_shape(k, t, state, results[k])
-                state.write(t, results[k])
+            for k in range(n_states):
+                value = results[k]
+                if getattr(value, "shape", None) != states[k].shape:
+                    self._bad_state_shape(k, t, states[k], value)
+                states[k].write(t, value)
             for j in range(self.n_nitsot):
                 value = results[parts.n_states + j]
                 if nitsots[j] is None:
@@ -273,20 +285,20 @@ class Scan(inner_graph.OpWithInnerGraphs):
                              f"entries; its taps {list(self.state_taps[k])} need {need}")
         return init
 
-    def _fill_step_arguments(self, args: list, t: int, seqs, states) -> None:
-        for i, seq in enumerate(seqs):
-            args[i] = seq[t]
-        pos = len(seqs)
+    def _tap_reads(self, first: int, states) -> list:
+        """``(argument position, state, tap)`` for every state tap, in the
+        inner graph's input order (after the ``first`` sequence slices)."""
+        reads, pos = [], first
         for state, taps in zip(states, self.state_taps):
             for tap in taps:
-                args[pos] = state.read(t + tap)
+                reads.append((pos, state, tap))
                 pos += 1
+        return reads
 
-    def _check_state_shape(self, k: int, t: int, state, value) -> None:
-        if np.shape(value) != state.shape:
-            raise ValueError(f"scan: step {t} gave {self.label('states', k)} the shape "
-                             f"{np.shape(value)}; it must keep its initial value's shape "
-                             f"{state.shape}")
+    def _bad_state_shape(self, k: int, t: int, state, value):
+        raise ValueError(f"scan: step {t} gave {self.label('states', k)} the shape "
+                         f"{np.shape(value)}; it must keep its initial value's shape "
+                         f"{state.shape}")
 
     def _store_nitsot(self, j: int, t: int, store, value) -> None:
         if np.shape(value) != store.shape[1:]:
@@ -339,7 +351,7 @@ class _Trajectory:
         self.store = _buffer(previous, (n,) + self.shape, init.dtype)
 
     def read(self, j: int):
-        return self.store[j] if j >= 0 else self.init[len(self.init) + j]
+        return self.store[j, ...] if j >= 0 else self.init[len(self.init) + j, ...]
 
     def write(self, t: int, value) -> None:
         self.store[t] = value
@@ -362,7 +374,7 @@ class _Ring:
         self.empty = np.empty((0,) + self.shape, dtype=init.dtype)
 
     def read(self, j: int):
-        return self.ring[j % len(self.ring)]
+        return self.ring[j % len(self.ring), ...]
 
     def write(self, t: int, value) -> None:
         self.ring[t % len(self.ring)] = value
