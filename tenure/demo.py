@@ -1,5 +1,9 @@
 """``python -m tenure.demo``: train a small MLP classifier with tenure.
 
+``python -m tenure.demo rnn [options]`` trains a small recurrent network with
+``tn.scan`` instead (:mod:`tenure.demo_rnn`); without the ``rnn`` subcommand
+the demo is the MLP.
+
 The data set is generated here (three interleaved spirals, no download).  The
 model's parameters are shared variables created with ``borrow=True`` (tenure
 keeps the arrays without copying), one training step is a compiled function
@@ -11,13 +15,14 @@ whose ``updates`` apply SGD to every parameter, mini-batches are lent with
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
 from tqdm import tqdm
 
 import tenure as tn
-from tenure import In, Out
+from tenure import In, Out, demo_rnn
 
 
 def make_spirals(rng: np.random.Generator, n_per_class: int, n_classes: int = 3,
@@ -79,11 +84,20 @@ On a terminal each epoch shows a progress bar; when the output goes to a
 file or a pipe, each epoch prints one line instead.
 """
 
+#: ``--help``'s epilog: the other demo
+EPILOG = """python -m tenure.demo rnn [options] trains a small recurrent network (a loop
+written with tenure's scan) instead; python -m tenure.demo rnn --help lists
+its options.
+"""
+
+#: the subcommand that picks the RNN demo (the first argument)
+RNN_COMMAND = "rnn"
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``python -m tenure.demo``."""
     parser = argparse.ArgumentParser(
-        prog="python -m tenure.demo", description=DESCRIPTION,
+        prog="python -m tenure.demo", description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=40,
                         help="passes over the training set (default: %(default)s)")
@@ -106,8 +120,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == [RNN_COMMAND]:
+        return demo_rnn.main(argv[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if RNN_COMMAND in extra:
+        parser.error(f"the subcommand {RNN_COMMAND} comes first: "
+                     f"python -m tenure.demo {RNN_COMMAND} [options]")
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     for name in ("epochs", "batch_size", "hidden", "samples"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be a positive integer")

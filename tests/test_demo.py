@@ -181,3 +181,132 @@ def test_demo_help_describes_every_option_with_its_default():
         default = "none" if action.default is None else str(action.default)
         assert f"(default: {default}" in " ".join(description.split()), \
             f"{option}: no default {default!r} in {description!r}"
+
+
+# ----------------------------------------------------------------------------
+# ``python -m tenure.demo rnn``: a recurrent network trained through tn.scan,
+# and the MLP demo's command line unchanged beside it.
+
+RNN_TINY = ["rnn", "--epochs", "3", "--samples", "400", "--steps", "9", "--hidden", "8",
+            "--batch-size", "16", "--seed", "1"]
+
+
+def _number_after(text: str, marker: str) -> float:
+    return float(text.split(marker, 1)[1].split()[0].rstrip(";,"))
+
+
+def test_rnn_demo_learns_to_tell_the_sign_of_a_sum(capsys):
+    assert demo.main(RNN_TINY) == 0
+    out = capsys.readouterr().out
+    assert "RNN h_t = tanh(x_t Wx + h_(t-1) Wh + b), 1-8-2" in out, out
+    assert "scan over 9 steps, on 400 sequences" in out, out
+    epochs = [line for line in out.splitlines() if line.startswith("epoch")]
+    assert [line.split()[1] for line in epochs] == ["1/3", "2/3", "3/3"], out
+    before = _number_after(out, "test loss ")
+    after = _number_after(out, "before training, ")
+    assert after < 0.6 * before, out
+    accuracy = _number_after(out, "final test accuracy ")
+    baseline = _number_after(out, f"test accuracy {accuracy:.3f} vs ")
+    assert 0.5 <= baseline < 0.7 and accuracy >= baseline + 0.2, out
+    assert "the RNN beats the majority-class baseline" in out, out
+    assert "final test accuracy" in out and "MLP" not in out
+
+
+def test_rnn_demo_model_trains_shared_parameters_through_scan():
+    from tenure import demo_rnn
+    rng = np.random.default_rng(0)
+    params, train, evaluate = demo_rnn.build_model(rng, 1, 4, 2, 0.1)
+    assert all(isinstance(p, tn.SharedVariable) for p in params)
+    assert [p.name for p in params] == ["Wx", "Wh", "b", "Wy", "by"]
+    X, y = demo_rnn.make_sign_sequences(rng, 6, 5)
+    assert X.shape == (6, 5, 1) and y.dtype == np.int32
+    assert np.array_equal(y, (X.sum(axis=(1, 2)) > 0).astype(np.int32))
+    # the forward pass is the cell's recurrence, step by step
+    Wx, Wh, b, Wy, by = (p.get_value() for p in params)
+    h = np.zeros((6, 4))
+    for t in range(5):
+        h = np.tanh(X[:, t] @ Wx + h @ Wh + b)
+    logits = h @ Wy + by
+    expected = -np.mean((logits - np.log(np.exp(logits).sum(axis=1, keepdims=True)))
+                        [np.arange(6), y])
+    loss, predicted = evaluate(X, y)
+    np.testing.assert_allclose(loss, expected, rtol=1e-10)
+    np.testing.assert_array_equal(predicted, logits.argmax(axis=1))
+    before = [p.get_value() for p in params]  # copies: the update may go in place
+    np.testing.assert_allclose(train(X, y), expected, rtol=1e-10)
+    # the gradient reached every parameter, the recurrent weights included
+    assert all(not np.array_equal(b, p.get_value()) for b, p in zip(before, params))
+    assert train.inputs[0].borrow and train.inputs[1].borrow
+
+
+@pytest.mark.parametrize("args", [["--epochs", "0"], ["--steps", "0"], ["--hidden", "-3"],
+                                  ["--lr", "0"], ["--momentum", "1"], ["--batch-size", "x"],
+                                  ["--memory-picture", "x.png"]])
+def test_rnn_demo_rejects_bad_arguments(args, capsys):
+    with pytest.raises(SystemExit) as info:
+        demo.main(["rnn", *args])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "error" in err and "python -m tenure.demo rnn" in err, err
+
+
+def test_mlp_demo_still_parses_its_options():
+    """Without the subcommand the demo is the MLP, with all its options as before."""
+    args = demo.build_parser().parse_args(
+        ["--epochs", "5", "--batch-size", "16", "--hidden", "32", "--lr", "0.05",
+         "--seed", "3", "--samples", "200", "--memory-picture", "step.png"])
+    assert vars(args) == dict(epochs=5, batch_size=16, hidden=32, lr=0.05, seed=3,
+                              samples=200, memory_picture="step.png")
+    defaults = vars(demo.build_parser().parse_args([]))
+    assert defaults == dict(epochs=40, batch_size=32, hidden=64, lr=0.1, seed=0, samples=1000,
+                            memory_picture=None)
+
+
+def test_mlp_demo_tells_where_the_subcommand_goes(capsys):
+    for args in (["--epochs", "1", "rnn"], ["--no-such-option"]):
+        with pytest.raises(SystemExit) as info:
+            demo.main(args)
+        assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "the subcommand rnn comes first: python -m tenure.demo rnn" in err, err
+    assert "unrecognized arguments: --no-such-option" in err, err
+
+
+def test_rnn_demo_runs_as_a_module_and_logs_one_line_per_epoch():
+    args = ["rnn", "--epochs", "2", "--samples", "100", "--steps", "5", "--hidden", "8"]
+    proc = _run_demo(args, capture_output=True, text=False)
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = proc.stdout.decode()
+    assert b"\r" not in proc.stdout and b"\r" not in proc.stderr, (out, proc.stderr.decode())
+    epochs = [line for line in out.splitlines() if line.startswith("epoch")]
+    assert [line.split()[1] for line in epochs] == ["1/2", "2/2"], out
+    assert "final test accuracy" in out and "majority-class baseline" in out, out
+
+
+def _help(args, capsys) -> str:
+    with pytest.raises(SystemExit) as info:
+        demo.main([*args, "--help"])
+    assert info.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_both_helps_say_what_they_do(capsys, monkeypatch):
+    from tenure import demo_rnn
+    monkeypatch.setenv("COLUMNS", "100")
+    mlp = _help([], capsys)
+    assert mlp.startswith("usage: python -m tenure.demo [-h]"), mlp
+    assert "Train a small MLP classifier" in mlp, mlp
+    assert "python -m tenure.demo rnn --help" in " ".join(mlp.split()), mlp
+    text = _help(["rnn"], capsys)
+    assert text.startswith("usage: python -m tenure.demo rnn "), text
+    assert "Train a small recurrent network with tenure's scan" in text, text
+    assert "demo_rnn.py" not in text and "`" not in text, text
+    entries = _help_entries(text)
+    for action in demo_rnn.build_parser()._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        option = action.option_strings[-1]
+        description = entries.get(option, "")
+        assert description, f"{option} has no description in --help:\n{text}"
+        assert f"(default: {action.default}" in " ".join(description.split()), \
+            f"{option}: no default {action.default!r} in {description!r}"
