@@ -15,7 +15,10 @@ first axis (one entry per step run), a single variable when there is one
 output (unless ``return_list=True``), and the updates to pass on to
 :func:`tenure.function` -- the shared variables ``fn`` updated, with their
 values after the last step, random streams drawn inside the loop included
-(their generator state advances once per step).
+(their generator state advances once per step).  A stream drawn inside the
+loop also gets the loop's final state as its ``default_update``, so a
+function computing the loop advances it by the steps run even when the
+updates are not passed on.
 
 What the loop reads but is given neither as a sequence nor as a state --
 weights, shared variables, values computed outside ``fn`` -- is a
@@ -304,7 +307,8 @@ def scan(fn, sequences=None, outputs_info=None, non_sequences=None, n_steps=None
         raise ValueError(f"scan: {fn_name} updates a shared variable twice")
     reads = state_outputs + nitsot_outputs + [v for _, v in updates] + \
         ([condition] if condition is not None else [])
-    updates += [(s, s.default_update) for s in _random_states(reads, explicit)]
+    random_states = _random_states(reads, explicit)
+    updates += [(s, s.default_update) for s in random_states]
     reads += [v for _, v in updates[len(explicit):]]
     shared_holders = {shared: shared.type(name=f"{shared.name or 'shared'}[t-1]")
                       for shared, _ in updates}
@@ -332,7 +336,12 @@ def scan(fn, sequences=None, outputs_info=None, non_sequences=None, n_steps=None
                         invariants, state_taps=state_taps, n_nitsot=len(nitsot_outputs),
                         as_while=condition is not None, exact_length=exact,
                         truncate_gradient=truncate_gradient, labels=labels)
-    return _user_results(results, states_info, updates, return_list)
+    outputs, new_values = _user_results(results, states_info, updates, return_list)
+    # A stream drawn in the loop advances once per step: its default update
+    # (the draw made in fn, which would run once, outside) becomes the loop's.
+    for state in random_states:
+        state.default_update = new_values[state]
+    return outputs, new_values
 
 
 def _replace(outputs: list, mapping: dict) -> list:

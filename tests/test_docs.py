@@ -24,7 +24,7 @@ DOC = ROOT / "doc"
 
 #: pages whose examples must run (each must report at least one doctest)
 PAGES_WITH_EXAMPLES = ("index", "install", "tutorial", "training", "memory", "inplace", "planning",
-                       "seeing", "api", "distributed", "gpu", "cuda", "writing_an_op")
+                       "seeing", "api", "distributed", "gpu", "cuda", "writing_an_op", "loops")
 
 
 def _sphinx(builder: str, outdir: Path) -> subprocess.CompletedProcess:

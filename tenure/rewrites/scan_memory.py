@@ -6,10 +6,11 @@ updated in the loop, an RNN's hidden state when only the last one is used,
 an iterative solver's iterate), the rewritten loop keeps that state in a
 ring of its last ``L`` values (``L``: its earliest tap), overwritten in
 place from step to step, and gives its final value only: the memory of the
-state goes from ``n_steps`` values to ``L``.  Reading only the
-trajectory's last entry (``hs[-1]``) is reading the final value
-(``scan_last_entry``).  An output no step reads back
-(a nit-sot) that nothing reads is dropped from the step altogether.
+state goes from ``n_steps`` values to ``L``.  Reading only the trajectory's
+last entry (``hs[-1]``) is reading the final value; the loop then raises
+NumPy's ``IndexError`` when no step ran, as ``hs[-1]`` of an empty
+trajectory does.  An output no step reads back (a nit-sot) that nothing
+reads is dropped from the step altogether.
 
 A gradient reads the trajectories (the backward loop recomputes each step
 from them), so in a training step they stay stored.
@@ -17,66 +18,74 @@ from them), so in a training step they stay stored.
 
 from __future__ import annotations
 
-from tenure.rewrites.engine import register_node_rewrite
-from tenure.symbolic.fgraph import FunctionGraph
+from tenure.rewrites.engine import register_graph_rewrite
+from tenure.symbolic.fgraph import OUTPUT, FunctionGraph
 from tenure.symbolic.ops.indexing import Subtensor
 from tenure.symbolic.ops.scan import Scan
 
 _WHOLE_AXIS = ("slice", None, None, None)
 
 
-def _read(fgraph, var) -> bool:
-    return bool(fgraph.clients.get(var))
+def _is_last_entry(client) -> bool:
+    """Whether a client of a trajectory is ``trajectory[-1]``."""
+    node = client[0]
+    if node == OUTPUT or not isinstance(node.op, Subtensor):
+        return False
+    pattern = node.op.pattern
+    return pattern[0] == ("int", -1) and all(entry == _WHOLE_AXIS for entry in pattern[1:])
 
 
-@register_node_rewrite("memory", tags=("scan_save_memory",))
-def scan_save_memory(fgraph, node):
-    """Unread trajectories become rings; unread nit-sot outputs are dropped."""
+@register_graph_rewrite("memory", tags=("scan_last_entry",))
+def scan_save_memory(fgraph) -> bool:
+    """Unread trajectories become rings (``hs[-1]`` read from the final
+    value); unread nit-sot outputs are dropped."""
+    changed = False
+    for node in [n for n in fgraph.toposort() if isinstance(n.op, Scan)]:
+        if node in fgraph.apply_nodes:
+            changed |= _save_memory(fgraph, node)
+    return changed
+
+
+def _save_memory(fgraph, node) -> bool:
     op = node.op
-    if not isinstance(op, Scan):
-        return None
     parts = op.parts
     outputs = node.outputs
-    stored = tuple(was and _read(fgraph, outputs[k]) for k, was in enumerate(op.stored))
-    nitsots = [j for j in range(op.n_nitsot) if _read(fgraph, outputs[parts.n_states + j])]
-    if stored == op.stored and len(nitsots) == op.n_nitsot:
-        return None
+    last_reads = [[] for _ in range(parts.n_states)]
+    stored, checks_empty = [], []
+    for k in range(parts.n_states):
+        clients = fgraph.clients.get(outputs[k], [])
+        only_last = bool(clients) and all(_is_last_entry(c) for c in clients)
+        if only_last:
+            last_reads[k] = [c[0].outputs[0] for c in clients]
+        stored.append(op.stored[k] and bool(clients) and not only_last)
+        checks_empty.append(op.final_checks_empty[k] or only_last)
+    nitsots = [j for j in range(op.n_nitsot)
+               if fgraph.clients.get(outputs[parts.n_states + j])]
+    if tuple(stored) == op.stored and len(nitsots) == op.n_nitsot:
+        return False
+    new = _rebuilt(op, nitsots, stored, checks_empty).make_node(*node.inputs).outputs
+    finals = new[parts.n_states + len(nitsots):]
+    pairs = [(outputs[k], new[k]) for k in range(parts.n_states) if not last_reads[k]]
+    pairs += [(outputs[parts.n_states + j], new[parts.n_states + i])
+              for i, j in enumerate(nitsots)]
+    pairs += list(zip(outputs[parts.n_states + op.n_nitsot:], finals))
+    pairs += [(read, finals[k]) for k in range(parts.n_states) for read in last_reads[k]]
+    pairs = [(old, new_var) for old, new_var in pairs if fgraph.clients.get(old)]
+    return fgraph.replace_all_validate(pairs, reason="scan_save_memory")
+
+
+def _rebuilt(op: Scan, nitsots: list, stored: list, checks_empty: list) -> Scan:
+    parts = op.parts
     inner = op.inner
     kept_outputs = (inner.outputs[:parts.n_states]
                     + [inner.outputs[parts.n_states + j] for j in nitsots]
                     + inner.outputs[parts.n_states + op.n_nitsot:])
-    new_op = Scan(FunctionGraph(list(inner.inputs), kept_outputs).clone(), op.n_seqs,
-                  op.state_taps, len(nitsots), op.as_while, op.exact_length,
-                  op.truncate_gradient, _kept_labels(op, nitsots), op.inner_mode, stored)
-    new = new_op.make_node(*node.inputs).outputs
-    replacements = list(new[:parts.n_states])
-    replacements += [new[parts.n_states + nitsots.index(j)] if j in nitsots else None
-                     for j in range(op.n_nitsot)]
-    replacements += new[parts.n_states + len(nitsots):]
-    return replacements
-
-
-@register_node_rewrite("memory", tags=("scan_save_memory", "scan_last_entry"))
-def scan_last_entry(fgraph, node):
-    """``trajectory[-1]`` of a loop's state is the loop's final value of it."""
-    if not isinstance(node.op, Subtensor):
-        return None
-    pattern = node.op.pattern
-    if pattern[0] != ("int", -1) or any(entry != _WHOLE_AXIS for entry in pattern[1:]):
-        return None
-    source = node.inputs[0]
-    loop = source.owner
-    if loop is None or not isinstance(loop.op, Scan) or source.index >= loop.op.parts.n_states:
-        return None
-    parts = loop.op.parts
-    return loop.outputs[parts.n_states + parts.n_nitsot + source.index]
-
-
-def _kept_labels(op: Scan, nitsots: list) -> dict | None:
-    if op.labels is None:
-        return None
-    labels = dict(op.labels)
-    if "outputs" in labels:
-        labels["outputs"] = [labels["outputs"][j] for j in nitsots
-                             if j < len(labels["outputs"])]
-    return labels
+    labels = None
+    if op.labels is not None:
+        labels = dict(op.labels)
+        if "outputs" in labels:
+            labels["outputs"] = [labels["outputs"][j] for j in nitsots
+                                 if j < len(labels["outputs"])]
+    return Scan(FunctionGraph(list(inner.inputs), kept_outputs).clone(), op.n_seqs,
+                op.state_taps, len(nitsots), op.as_while, op.exact_length,
+                op.truncate_gradient, labels, op.inner_mode, stored, checks_empty)

@@ -37,10 +37,10 @@ def test_an_unread_trajectory_becomes_a_ring(linker):
     f = tn.function([x, h0], hs[-1], mode=tn.Mode(linker=linker))
     (loop,) = _loops(f)
     assert loop.stored == (False,)
-    assert "scan_last_entry" in f.rewrites_applied and "scan_save_memory" in f.rewrites_applied
+    assert "scan_save_memory" in f.rewrites_applied
     np.testing.assert_allclose(f(X, H), _rnn_reference(X, H, W.get_value()))
-    kept = tn.function([x, h0], hs[-1], mode=tn.Mode(linker=linker,
-                                                    exclude=["scan_save_memory"]))
+    kept = tn.function([x, h0], hs[-1],
+                       mode=tn.Mode(linker=linker, exclude=["scan_save_memory"]))
     assert _loops(kept)[0].stored == (True,)
     np.testing.assert_allclose(kept(X, H), f(X, H))
     ring = f.memory_report(X, H, print_report=False)
@@ -71,13 +71,20 @@ def test_a_shared_update_keeps_only_its_final_value():
     np.testing.assert_array_equal(total.get_value(), np.arange(12.0).reshape(4, 3).sum(0))
 
 
-def test_the_last_entry_of_an_empty_loop_is_the_initial_value():
+@pytest.mark.parametrize("linker", ["py", "c"])
+def test_the_last_entry_of_an_empty_loop_raises_as_numpy_does(linker):
+    """hs[-1] read from the loop's final value still raises when no step ran
+    (the final value alone would be the initial one)."""
     h0 = tn.vector("h0")
     n = tn.scalar("n", dtype="int64")
-    hs, _ = tn.scan(lambda h: h + 1, outputs_info=[h0], n_steps=n)
-    f = tn.function([h0, n], hs[-1])
-    np.testing.assert_array_equal(f(np.ones(2), 0), np.ones(2))
+    hs, updates = tn.scan(lambda h: h + 1, outputs_info=[h0], n_steps=n)
+    f = tn.function([h0, n], hs[-1], mode=tn.Mode(linker=linker))
+    assert _loops(f)[0].stored == (False,)
     np.testing.assert_array_equal(f(np.ones(2), 3), np.full(2, 4.0))
+    with pytest.raises(IndexError, match="out of bounds for axis 0 with size 0"):
+        f(np.ones(2), 0)
+    whole = tn.function([h0, n], hs, mode=tn.Mode(linker=linker))
+    assert whole(np.ones(2), 0).shape == (0, 2)   # no last entry read: nothing raises
 
 
 @pytest.mark.parametrize("linker, inner", [("py", "py"), ("c", "c"), ("check", "check")])

@@ -98,12 +98,13 @@ class Scan(inner_graph.OpWithInnerGraphs):
     """
 
     __props__ = ("n_seqs", "state_taps", "n_nitsot", "as_while", "exact_length",
-                 "truncate_gradient", "stored")
+                 "truncate_gradient", "stored", "final_checks_empty")
     _cache_attrs = ("_step",)
 
     def __init__(self, inner: FunctionGraph, n_seqs: int, state_taps, n_nitsot: int,
                  as_while: bool = False, exact_length: bool = True,
-                 truncate_gradient: int = -1, labels=None, inner_mode=None, stored=None):
+                 truncate_gradient: int = -1, labels=None, inner_mode=None, stored=None,
+                 final_checks_empty=None):
         super().__init__([inner])
         self.n_seqs = int(n_seqs)
         self.state_taps = tuple(tuple(int(t) for t in taps) for taps in state_taps)
@@ -125,9 +126,13 @@ class Scan(inner_graph.OpWithInnerGraphs):
         self.parts = ScanParts(self.n_seqs, self.state_taps, self.n_nitsot, n_nonseqs)
         self.stored = (tuple(bool(v) for v in stored) if stored is not None
                        else (True,) * len(self.state_taps))
-        if len(self.stored) != len(self.state_taps):
-            raise ValueError(f"Scan: stored has {len(self.stored)} entries for "
-                             f"{len(self.state_taps)} states")
+        self.final_checks_empty = (tuple(bool(v) for v in final_checks_empty)
+                                   if final_checks_empty is not None
+                                   else (False,) * len(self.state_taps))
+        for name in ("stored", "final_checks_empty"):
+            if len(getattr(self, name)) != len(self.state_taps):
+                raise ValueError(f"Scan: {name} has {len(getattr(self, name))} entries for "
+                                 f"{len(self.state_taps)} states")
         self.labels = labels
         self.inner_mode = inner_mode
 
@@ -256,6 +261,9 @@ class Scan(inner_graph.OpWithInnerGraphs):
         stacked = [state.trajectory(done) for state in states] + nitsots
         for cell, value in zip(output_storage, stacked):
             cell[0] = value if done == len(value) else value[:done]
+        if done == 0 and any(self.final_checks_empty):
+            raise IndexError("index -1 is out of bounds for axis 0 with size 0 (the last "
+                             "entry of a loop that ran no step)")
         finals = output_storage[parts.n_states + self.n_nitsot:]
         for cell, state in zip(finals, states):
             last = state.last(done)
