@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from tenure.symbolic.graph import Constant, Variable, io_toposort
+from tenure.symbolic.inner_graph import OpWithInnerGraphs
 from tenure.symbolic.shared import SharedVariable
 from tenure.symbolic.ops.shape import infer_dims
 from tenure.symbolic.types import TensorType
@@ -92,6 +93,10 @@ class SizeModel:
                 for i in _destroyed_inputs(node):
                     if isinstance(inputs[i], np.ndarray):
                         inputs[i] = inputs[i].copy()
+                if isinstance(node.op, OpWithInnerGraphs):
+                    # It runs its inner graphs (a loop: n_steps of them):
+                    # what only its run would tell stays unknown.
+                    continue
                 cells = [[None] for _ in node.outputs]
                 try:
                     node.op.perform(node, inputs, cells)

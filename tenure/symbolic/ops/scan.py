@@ -49,7 +49,8 @@ import numpy as np
 
 from tenure.symbolic import inner_graph
 from tenure.symbolic.fgraph import FunctionGraph
-from tenure.symbolic.graph import Apply, Variable, clone_get_equiv
+from tenure.symbolic.graph import Apply, Variable, ancestors, clone_get_equiv, clone_replace
+from tenure.symbolic.ops.shape import Shape, as_dim, infer_dims, stack_scalars
 from tenure.symbolic.types import TensorType
 from tenure.symbolic.variable import as_tensor_variable
 
@@ -333,15 +334,45 @@ def _require_type(value: Variable, expected: TensorType, label: str) -> None:
 
 def _inner_output_dims(node: Apply, k: int, input_shapes) -> list:
     """Output ``k``'s per-step dims: a state's are its initial buffer's (bar the
-    first); a nit-sot's are its static shape (or unknown)."""
+    first); a nit-sot's are the step's output dims, inferred through the inner
+    graph from the node's input dims."""
     op = node.op
     parts = op.parts
     if k < parts.n_states:
         return list(input_shapes[1 + parts.n_seqs + k][1:])
     static = node.outputs[k].type.shape[1:]
-    if any(d is None for d in static):
-        raise NotImplementedError("a nit-sot output's shape is known once a step has run")
-    return list(static)
+    if all(d is not None for d in static):
+        return list(static)
+    return list(_step_output_dims(op, op.inner.outputs[k], input_shapes))
+
+
+def _step_output_dims(op, inner_output, input_shapes) -> tuple:
+    """The dims of an output of the step, as expressions of the node's input
+    dims (``NotImplementedError`` where they would need a value computed in
+    the step)."""
+    _, seqs, inits, nonseqs = op.parts.outer(list(input_shapes))
+    slices, taps, inner_nonseqs = op.parts.inner(list(op.inner.inputs))
+    memo = {var: tuple(dims[1:]) for var, dims in zip(slices, seqs)}
+    for holders, dims in zip(taps, inits):
+        memo.update((var, tuple(dims[1:])) for var in holders)
+    memo.update((var, tuple(dims)) for var, dims in zip(inner_nonseqs, nonseqs))
+    dims = infer_dims(inner_output, memo)
+    symbolic = [d for d in dims if isinstance(d, Variable)]
+    # The step's own graph may read the shape of one of its inputs (a
+    # gradient's shape arithmetic does): that is the outer dims' vector.
+    shapes_read = {var: stack_scalars([as_dim(d) for d in memo[var.owner.inputs[0]]],
+                                      dtype="int64")
+                   for var in ancestors(symbolic)
+                   if var.owner is not None and isinstance(var.owner.op, Shape)
+                   and var.owner.inputs[0] in memo and memo[var.owner.inputs[0]]}
+    if shapes_read:
+        outer = iter(clone_replace(symbolic, shapes_read))
+        dims = tuple(next(outer) if isinstance(d, Variable) else d for d in dims)
+    inner = op.inner.variables
+    if any(isinstance(d, Variable) and any(v in inner for v in ancestors([d]))
+           for d in dims):
+        raise NotImplementedError("a step output's shape that depends on the step's values")
+    return dims
 
 
 def _nbytes(shape, var) -> int:
