@@ -76,7 +76,7 @@ _OP_SUITE = frozenset({("symbolic", "ops")})
 #:   (``TENURE_TEST_LINKERS=c``), but compiling every graph of every test
 #:   costs more than a CI run may take.
 #: - ``dask`` (where Dask is installed) runs the contract suite and the op
-#:   families it lowers whole.  Not yet the rest of the op suite (indexing,
+#:   families it lowers whole (loops included: one task each).  Not yet the rest of the op suite (indexing,
 #:   join, sorting, shape, blas and nnet have cases it does not lower or
 #:   whose errors read differently; test_elemwise passes but takes a minute)
 #:   nor test_transactions (Ctrl-C between steps, per-step errors and backup
@@ -99,7 +99,7 @@ SUITES = {
     "dask": Suites(files=frozenset(_CONTRACT | {"test_array_types.py", "test_foreign_arrays.py",
                                                 "test_reduce.py", "test_creation.py",
                                                 "test_elemwise_grad.py",
-                                                "test_specify_shape.py"}),
+                                                "test_specify_shape.py", "test_scan.py"}),
                    needs=lambda: HAVE_DASK),
     "cuda": Suites(files=frozenset(_CONTRACT | {"test_transactions.py", "test_remat.py"}),
                    dirs=_OP_SUITE, not_files=frozenset({"test_elemwise.py"}),

@@ -740,15 +740,29 @@ def lower_scan(node, values, ctx) -> list:
 
 
 def _scan_shapes(node, values) -> list[tuple]:
-    """Each output's shape as far as it is known before the loop runs."""
+    """Each output's shape as far as it is known before the loop runs (a
+    nit-sot's per-step dims inferred through the step from the inputs'
+    shapes; NaN where only running tells)."""
     op = node.op
     parts = op.parts
     n_steps, _, inits, _ = parts.outer(list(values))
     n = math.nan if op.as_while else int(n_steps)
     stacked = [(n,) + tuple(np.shape(init)[1:]) for init in inits]
-    stacked += [(n,) + tuple(math.nan if d is None else d for d in out.type.shape[1:])
-                for out in node.outputs[parts.n_states:parts.n_states + parts.n_nitsot]]
+    for j, out in enumerate(node.outputs[parts.n_states:parts.n_states + parts.n_nitsot]):
+        stacked.append((n,) + _nit_sot_step_dims(node, parts.n_states + j, out, values))
     return stacked + [tuple(np.shape(init)[1:]) for init in inits]
+
+
+def _nit_sot_step_dims(node, k: int, out, values) -> tuple:
+    static = out.type.shape[1:]
+    if None not in static:
+        return tuple(static)
+    try:
+        dims = node.op.infer_shape(node, [tuple(np.shape(v)) for v in values])[k][1:]
+        return tuple(int(d) if isinstance(d, (int, np.integer)) else int(d.eval())
+                     for d in dims)
+    except Exception:  # noqa: BLE001 -- unknown until the loop has run
+        return tuple(math.nan if d is None else d for d in static)
 
 
 def _run_scan(op, input_types, *values) -> tuple:
