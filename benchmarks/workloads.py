@@ -657,8 +657,416 @@ class BorrowSteadyState:
         return Elemwise.pytensor(d, mode_variant, borrow_out=variant == "borrow=True")
 
 
+# ============================================================================
+# rnn_train: one SGD step of a tanh RNN through its loop (scan), float32
+#
+# h_t = tanh(x_t @ Wx + h_{t-1} @ Wh + b), h_0 = 0; a linear readout of every
+# h_t, y_t = h_t @ Wy + by; loss = mean((y - target)^2) over all steps.
+# tenure: tn.scan; PyTensor: pytensor.scan (C and Numba modes); JAX:
+# lax.scan under jit; PyTorch: a Python loop over the steps, eager and
+# through torch.compile (the variant "torch.compile").
+
+#: the peers' loops compiled as a whole: torch.compile (PyTorch only)
+TORCH_COMPILE = "torch.compile"
+
+
+def _torch_wrap(variant):
+    """``torch.compile`` for the variant "torch.compile" (its default mode:
+    Inductor; the backward is compiled with the forward by AOTAutograd), the
+    function itself for eager (variant None)."""
+    import torch
+    return torch.compile if variant == TORCH_COMPILE else (lambda fn: fn)
+
+
+def _torch_sgd(loss_fn, params, variant):
+    """``(run, observe)``: ``run(*args)`` takes one SGD step on
+    ``loss_fn(*args, *params)`` (eager, or through torch.compile for the
+    variant "torch.compile": its compilation happens in the first call, so it
+    shows in ``first_call_s``, not ``compile_s``), the gradients by
+    ``torch.autograd.grad`` (no .grad tensors kept between calls), the update
+    in place; it returns the loss."""
+    import torch
+    loss_fn = _torch_wrap(variant)(loss_fn)
+
+    def run(*args):
+        loss = loss_fn(*args, *params)
+        grads = torch.autograd.grad(loss, params)
+        with torch.no_grad():
+            for p, g in zip(params, grads):
+                p.sub_(g, alpha=LR)
+        return loss.detach()
+    return run, lambda r: [_np(r)] + [_np(p) for p in params]
+
+
+def _jax_sgd(loss_fn, params, args, rng_key=None):
+    """``(run, observe, compile_s)``: ``run(*args)`` takes one SGD step on
+    ``loss_fn(params, *args)`` as one ``jit`` function (compiled for arrays
+    like ``args``) that donates the parameters, as ``mlp_train``'s; with
+    ``rng_key`` it is ``loss_fn(params, key, *args)`` and the step threads the
+    key (split once per call, the next key donated and returned)."""
+    jax = _jax()
+    import jax.numpy as jnp
+    lr = jnp.float32(LR)
+
+    if rng_key is None:
+        def train_step(params, *args):
+            loss, grads = jax.value_and_grad(loss_fn)(params, *args)
+            return loss, [p - lr * g for p, g in zip(params, grads)]
+        state = [[jnp.asarray(p) for p in params]]
+    else:
+        def train_step(params, key, *args):
+            key, sub = jax.random.split(key)
+            loss, grads = jax.value_and_grad(loss_fn)(params, sub, *args)
+            return loss, [p - lr * g for p, g in zip(params, grads)], key
+        state = [[jnp.asarray(p) for p in params], rng_key]
+    clock = _Clock()
+    with clock:
+        compiled = jax.jit(train_step, donate_argnums=tuple(range(len(state)))
+                           ).lower(*state, *args).compile()
+
+    def run(*args):
+        out = _jax_ready(compiled(*state, *args))
+        state[:] = out[1:]
+        return out[0]
+    return run, lambda r: [_np(r)] + [_np(p) for p in state[0]], clock.s
+
+
+def _rnn_data(steps, batch, n_in, hidden, n_out, rng):
+    f32 = np.float32
+    params = [rng.standard_normal((n_in, hidden), dtype=f32) * f32(1 / np.sqrt(n_in)),
+              rng.standard_normal((hidden, hidden), dtype=f32) * f32(1 / np.sqrt(hidden)),
+              rng.standard_normal(hidden, dtype=f32) * f32(0.1),
+              rng.standard_normal((hidden, n_out), dtype=f32) * f32(1 / np.sqrt(hidden)),
+              rng.standard_normal(n_out, dtype=f32) * f32(0.1)]
+    return {"x": rng.standard_normal((steps, batch, n_in), dtype=f32),
+            "t": rng.standard_normal((steps, batch, n_out), dtype=f32),
+            "h0": np.zeros((batch, hidden), dtype=f32),
+            "params": params}
+
+
+def _rnn_reference64(d):
+    """[loss, *parameters after one SGD step]: the forward loop and
+    backpropagation through time written out in float64."""
+    x, t, h0 = (d[k].astype(np.float64) for k in ("x", "t", "h0"))
+    Wx, Wh, b, Wy, by = (p.astype(np.float64) for p in d["params"])
+    hs, h = [], h0
+    for x_t in x:
+        h = np.tanh(x_t @ Wx + h @ Wh + b)
+        hs.append(h)
+    hs = np.stack(hs)                                   # (steps, batch, hidden)
+    diff = hs @ Wy + by - t
+    loss = np.mean(diff ** 2)
+    g_y = 2 * diff / diff.size
+    g_Wy = hs.reshape(-1, hs.shape[-1]).T @ g_y.reshape(-1, g_y.shape[-1])
+    g_by = g_y.sum(axis=(0, 1))
+    g_hs = g_y @ Wy.T
+    g_Wx, g_Wh, g_b = np.zeros_like(Wx), np.zeros_like(Wh), np.zeros_like(b)
+    g_h = np.zeros_like(h0)
+    for k in reversed(range(len(x))):
+        g_a = (g_h + g_hs[k]) * (1 - hs[k] ** 2)        # through tanh
+        g_Wx += x[k].T @ g_a
+        g_Wh += (hs[k - 1] if k > 0 else h0).T @ g_a
+        g_b += g_a.sum(axis=0)
+        g_h = g_a @ Wh.T                                # to h_{k-1}
+    grads = [g_Wx, g_Wh, g_b, g_Wy, g_by]
+    return [np.float64(loss)] + [p - LR * g for p, g in zip(d["params"], grads)]
+
+
+class RnnTrain:
+    """One SGD step (lr 0.01) of a tanh RNN, the gradient through all its steps.
+
+    Checked like ``mlp_train``: the loss and each parameter's step against a
+    float64 NumPy forward loop and hand-written backpropagation through time.
+    PyTorch's eager loop and torch.compile are two rows (torch.compile in the
+    variant "torch.compile", measured for PyTorch only; its compilation is in
+    its first call)."""
+
+    name = "rnn_train"
+    title = "tanh RNN, MSE of a readout of every step + BPTT + SGD, float32"
+    gradient = True
+    variants = (None, TORCH_COMPILE)
+    sizes = {"full": {"steps": 100, "batch": 64, "n_in": 32, "hidden": 256, "n_out": 32},
+             "quick": {"steps": 10, "batch": 8, "n_in": 8, "hidden": 16, "n_out": 8}}
+
+    @staticmethod
+    def data(steps, batch, n_in, hidden, n_out, rng):
+        return _rnn_data(steps, batch, n_in, hidden, n_out, rng)
+
+    reference = staticmethod(_rnn_reference64)
+
+    @staticmethod
+    def tenure(d, linker):
+        import tenure as tn
+        clock = _Clock()
+        with clock:
+            params = [tn.shared(p, borrow=True) for p in d["params"]]
+            Wx, Wh, b, Wy, by = params
+            x = tn.tensor3("x", dtype="float32")
+            t = tn.tensor3("t", dtype="float32")
+            h0 = tn.matrix("h0", dtype="float32")
+            hs, _ = tn.scan(lambda x_t, h: tn.tanh(x_t @ Wx + h @ Wh + b),
+                            sequences=x, outputs_info=h0)
+            loss = tn.mean((hs @ Wy + by - t) ** 2)
+            grads = tn.grad(loss, params)
+            f = tn.function([tn.In(v, borrow=True) for v in (x, t, h0)], loss,
+                            updates=[(p, p - LR * g) for p, g in zip(params, grads)],
+                            mode=_tenure_mode(linker))
+        xv, tv, h0v = d["x"], d["t"], d["h0"]
+        return Built(lambda: f(xv, tv, h0v),
+                     lambda r: [_np(r)] + [_np(p.get_value(borrow=True)) for p in params],
+                     clock.s)
+
+    @staticmethod
+    def pytensor(d, variant):
+        import pytensor
+        import pytensor.tensor as pt
+        clock = _Clock()
+        with clock:
+            params = [pytensor.shared(p, borrow=True) for p in d["params"]]
+            Wx, Wh, b, Wy, by = params
+            x = pt.tensor3("x", dtype="float32")
+            t = pt.tensor3("t", dtype="float32")
+            h0 = pt.matrix("h0", dtype="float32")
+            hs, _ = pytensor.scan(lambda x_t, h: pt.tanh(x_t @ Wx + h @ Wh + b),
+                                  sequences=x, outputs_info=h0)
+            loss = pt.mean((hs @ Wy + by - t) ** 2)
+            grads = pytensor.grad(loss, params)
+            lr = np.float32(LR)  # a Python float would upcast float32 to float64 in PyTensor
+            f = pytensor.function([pytensor.In(v, borrow=True) for v in (x, t, h0)], loss,
+                                  updates=[(p, p - lr * g) for p, g in zip(params, grads)],
+                                  mode=pytensor_mode(variant))
+        xv, tv, h0v = d["x"], d["t"], d["h0"]
+        return Built(lambda: f(xv, tv, h0v),
+                     lambda r: [_np(r)] + [_np(p.get_value(borrow=True)) for p in params],
+                     clock.s)
+
+    @staticmethod
+    def torch(d, variant=None):
+        import torch
+
+        def loss_fn(x, t, h0, Wx, Wh, b, Wy, by):
+            h, hs = h0, []
+            for x_t in x:  # the Python loop (torch.compile unrolls it)
+                h = torch.tanh(x_t @ Wx + h @ Wh + b)
+                hs.append(h)
+            return torch.mean((torch.stack(hs) @ Wy + by - t) ** 2)
+
+        args = [torch.from_numpy(d[k]) for k in ("x", "t", "h0")]
+        params = [torch.from_numpy(p).requires_grad_() for p in d["params"]]
+        run, observe = _torch_sgd(loss_fn, params, variant)
+        return Built(lambda: run(*args), observe)
+
+    @staticmethod
+    def jax(d):
+        jax = _jax()
+        import jax.numpy as jnp
+
+        def loss_fn(params, x, t, h0):
+            Wx, Wh, b, Wy, by = params
+
+            def cell(h, x_t):
+                h = jnp.tanh(x_t @ Wx + h @ Wh + b)
+                return h, h
+            _, hs = jax.lax.scan(cell, h0, x)
+            return jnp.mean((hs @ Wy + by - t) ** 2)
+        args = [jnp.asarray(d[k]) for k in ("x", "t", "h0")]
+        run, observe, compile_s = _jax_sgd(loss_fn, d["params"], args)
+        return Built(lambda: run(*args), observe, compile_s)
+
+
+# ============================================================================
+# dropout_mlp_train: mlp_train with (inverted) dropout after every hidden ReLU
+
+#: the dropout probability of the measured calls (the first call runs at 0)
+DROPOUT_P = 0.5
+
+
+def symbolic_dropout_mlp(relu, dropout, x, params):
+    """``symbolic_mlp`` with ``dropout(h)`` after each hidden activation."""
+    h = x
+    n = len(params) // 2
+    for i in range(n):
+        h = h @ params[2 * i] + params[2 * i + 1]
+        if i < n - 1:
+            h = dropout(relu(h))
+    return h
+
+
+#: how far the first loss at DROPOUT_P may lie from NumPy's estimate (relative)
+DROPOUT_LOSS_BAND = 0.25
+
+
+def _dropout_loss_estimate(d, p, samples=2, seed=0) -> float:
+    """The loss at dropout probability ``p`` and the initial parameters,
+    averaged over ``samples`` NumPy masks (float32): what a step at ``p`` should
+    report whatever its random numbers."""
+    rng = np.random.default_rng(seed)
+    keep = np.float32(1 - p)
+
+    def dropout(h):
+        return h * (rng.random(h.shape, dtype=np.float32) < keep) / keep
+    return float(np.mean([np.mean((symbolic_dropout_mlp(lambda h: np.maximum(h, 0), dropout,
+                                                        d["x"], d["params"]) - d["t"]) ** 2)
+                          for _ in range(samples)]))
+
+
+def _dropout_steps(run, d, name):
+    """``step()`` for ``run(p)``, one SGD step at dropout probability ``p``
+    (a float32 0-d array, an input of the compiled function): the first call,
+    the one checked against the reference, at p = 0; every later call at
+    DROPOUT_P.  The second call (a warm-up call) checks its loss against
+    NumPy's estimate at DROPOUT_P (``_dropout_loss_estimate``, within
+    DROPOUT_LOSS_BAND); the estimate is made from ``d``'s parameters as they
+    are now, before any step."""
+    calls = [0]
+    p0, p = np.float32(0.0), np.float32(DROPOUT_P)
+    start = {"x": d["x"], "t": d["t"], "params": [q.copy() for q in d["params"]]}
+
+    def step():
+        calls[0] += 1
+        if calls[0] == 1:
+            return run(p0)
+        out = run(p)
+        if calls[0] == 2:
+            loss, expected = float(_np(out)), _dropout_loss_estimate(start, DROPOUT_P)
+            if not abs(loss - expected) <= DROPOUT_LOSS_BAND * expected:
+                raise AssertionError(f"{name}: loss {loss:.4g} at dropout p={DROPOUT_P}, "
+                                     f"NumPy's estimate {expected:.4g} (allowed: "
+                                     f"±{DROPOUT_LOSS_BAND:.0%})")
+            del start["params"]
+        return out
+    return step
+
+
+class DropoutMlpTrain:
+    """``mlp_train`` with inverted dropout after each hidden ReLU (``h * mask /
+    (1 - p)``, ``mask`` Bernoulli(1 - p) drawn afresh each call: tenure and
+    PyTensor through a ``RandomStream``, JAX through a PRNG key threaded
+    through the jitted step, PyTorch through ``nn.functional.dropout``).
+
+    The check: every system draws different random numbers, so no reference
+    can predict a step taken with p > 0.  ``p`` is therefore an input of every
+    system's step (a float32 scalar, as a dropout schedule would pass it): the
+    first call -- the one the worker checks -- runs at p = 0, where the masks
+    are all ones and the step must equal ``mlp_train``'s float64 reference (the
+    whole graph runs, random draws and masking included, so this checks the
+    wiring and the gradient, not the drop rate).  Every later call, warm-up
+    and measured runs, is at p = DROPOUT_P, and the first of them checks the
+    rate loosely: its loss must lie within DROPOUT_LOSS_BAND (25%) of a NumPy
+    estimate from two other masks at the initial parameters (at either size
+    the estimate is about 17.7, the systems' losses 2-7% below it after the
+    first step; p = 0.25 or 0.75 would give about 6 or 131, p = 0 about 3.1).
+    Under p = 0 PyTorch's dropout returns its input without drawing; the
+    others draw.
+    """
+
+    name = "dropout_mlp_train"
+    title = f"ReLU MLP with dropout p={DROPOUT_P} + grads + SGD step, float32"
+    gradient = True
+    variants = (None, TORCH_COMPILE)
+    sizes = _MLP_SIZES
+
+    @staticmethod
+    def data(batch, layers, rng):
+        return _mlp_data(batch, layers, rng)
+
+    reference = staticmethod(MlpTrain.reference)
+
+    @staticmethod
+    def tenure(d, linker):
+        import tenure as tn
+        clock = _Clock()
+        with clock:
+            params = [tn.shared(p, borrow=True) for p in d["params"]]
+            x = tn.matrix("x", dtype="float32")
+            t = tn.matrix("t", dtype="float32")
+            p = tn.scalar("p", dtype="float32")
+            keep = 1 - p
+            srng = tn.random.RandomStream(42)
+
+            def dropout(h):
+                return h * srng.bernoulli(keep, size=h.shape, dtype="float32") / keep
+            loss = tn.mean((symbolic_dropout_mlp(tn.relu, dropout, x, params) - t) ** 2)
+            grads = tn.grad(loss, params)
+            f = tn.function([tn.In(x, borrow=True), tn.In(t, borrow=True), p], loss,
+                            updates=[(q, q - LR * g) for q, g in zip(params, grads)],
+                            mode=_tenure_mode(linker))
+        xv, tv = d["x"], d["t"]
+        return Built(_dropout_steps(lambda pv: f(xv, tv, pv), d, DropoutMlpTrain.name),
+                     lambda r: [_np(r)] + [_np(q.get_value(borrow=True)) for q in params],
+                     clock.s)
+
+    @staticmethod
+    def pytensor(d, variant):
+        import pytensor
+        import pytensor.tensor as pt
+        from pytensor.tensor.random.utils import RandomStream
+        clock = _Clock()
+        with clock:
+            params = [pytensor.shared(p, borrow=True) for p in d["params"]]
+            x = pt.matrix("x", dtype="float32")
+            t = pt.matrix("t", dtype="float32")
+            p = pt.scalar("p", dtype="float32")
+            keep = 1 - p
+            srng = RandomStream(42)
+
+            def dropout(h):
+                return h * pt.cast(srng.bernoulli(keep, size=h.shape), "float32") / keep
+            loss = pt.mean((symbolic_dropout_mlp(_pt_relu, dropout, x, params) - t) ** 2)
+            grads = pytensor.grad(loss, params)
+            lr = np.float32(LR)
+            f = pytensor.function([pytensor.In(x, borrow=True), pytensor.In(t, borrow=True), p],
+                                  loss, updates=[(q, q - lr * g) for q, g in zip(params, grads)],
+                                  mode=pytensor_mode(variant))
+        xv, tv = d["x"], d["t"]
+        return Built(_dropout_steps(lambda pv: f(xv, tv, pv), d, DropoutMlpTrain.name),
+                     lambda r: [_np(r)] + [_np(q.get_value(borrow=True)) for q in params],
+                     clock.s)
+
+    @staticmethod
+    def torch(d, variant=None):
+        import torch
+        import torch.nn.functional as F
+        torch.manual_seed(42)
+
+        def loss_fn(x, t, p, *params):
+            dropout = lambda h: F.dropout(h, p=p, training=True)  # noqa: E731
+            return torch.mean((symbolic_dropout_mlp(torch.relu, dropout, x, params) - t) ** 2)
+
+        x, t = torch.from_numpy(d["x"]), torch.from_numpy(d["t"])
+        params = [torch.from_numpy(q).requires_grad_() for q in d["params"]]
+        run, observe = _torch_sgd(loss_fn, params, variant)
+        # (p as a Python float: torch.compile specializes on it and compiles
+        # once more for DROPOUT_P, in the warm-up)
+        return Built(_dropout_steps(lambda pv: run(x, t, float(pv)), d,
+                                    DropoutMlpTrain.name),
+                     observe)
+
+    @staticmethod
+    def jax(d):
+        jax = _jax()
+        import jax.numpy as jnp
+
+        def loss_fn(params, key, x, t, p):
+            keep = 1 - p
+            keys = iter(jax.random.split(key, len(params) // 2 - 1))
+
+            def dropout(h):
+                mask = jax.random.bernoulli(next(keys), keep, h.shape).astype(h.dtype)
+                return h * mask / keep
+            return jnp.mean((symbolic_dropout_mlp(jax.nn.relu, dropout, x, params) - t) ** 2)
+
+        x, t = jnp.asarray(d["x"]), jnp.asarray(d["t"])
+        ps = {np.float32(0.0): jnp.float32(0.0), np.float32(DROPOUT_P): jnp.float32(DROPOUT_P)}
+        run, observe, compile_s = _jax_sgd(loss_fn, d["params"], [x, t, ps[np.float32(0.0)]],
+                                           rng_key=jax.random.key(42))
+        return Built(_dropout_steps(lambda pv: run(x, t, ps[pv]), d, DropoutMlpTrain.name),
+                     observe, compile_s)
+
+
 WORKLOADS = {w.name: w for w in (Overhead, Elemwise, SoftmaxInfer, SoftmaxGrad, MlpInfer,
-                                 MlpTrain, MlpTrainBudget, MlpTrainBudget8, BorrowSteadyState)}
+                                 MlpTrain, MlpTrainBudget, MlpTrainBudget8, BorrowSteadyState,
+                                 RnnTrain, DropoutMlpTrain)}
 
 
 def family(system: str) -> str:
@@ -668,9 +1076,12 @@ def family(system: str) -> str:
 
 def measured(workload: str, system: str, variant: str | None) -> bool:
     """Whether the run is part of the benchmark at all: peers have no
-    activation budget, so they run the budget workloads at 1.0 only."""
+    activation budget, so they run the budget workloads at 1.0 only; the
+    variant "torch.compile" is PyTorch's alone."""
     if issubclass(WORKLOADS[workload], MlpTrainBudget):
         return family(system) == "tenure" or variant == BUDGETS[0]
+    if variant == TORCH_COMPILE:
+        return family(system) == "torch"
     return True
 
 
