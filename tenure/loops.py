@@ -256,7 +256,7 @@ def _random_states(outputs: list, explicit: set) -> list[SharedVariable]:
 
 def scan(fn, sequences=None, outputs_info=None, non_sequences=None, n_steps=None,
          truncate_gradient: int = -1, go_backwards: bool = False, name: str | None = None,
-         strict: bool = False, return_list: bool = False):
+         strict: bool = False, return_list: bool = False, checkpoint_every: int | None = None):
     """A loop (see the module doc): returns ``(outputs, updates)``.
 
     ``sequences``: tensors iterated over their first axis (each a tensor, or
@@ -269,13 +269,18 @@ def scan(fn, sequences=None, outputs_info=None, non_sequences=None, n_steps=None
     0-d integer tensor); by default the sequences' length, which must then be
     the same for all.  ``go_backwards``: iterate the sequences from the end.
     ``truncate_gradient``: the gradient runs back at most that many steps
-    (-1: all).
+    (-1: all).  ``checkpoint_every=k``: the gradient keeps only the states
+    before every ``k``-th step and recomputes the others, a segment at a time
+    (for ``n`` steps, ``n / k + k`` states instead of ``n``; ``k`` near
+    ``sqrt(n)`` keeps fewest), at the cost of one more forward pass; not for
+    a ``until`` loop.
     """
     fn_name = name or getattr(fn, "__name__", "fn")
     seqs = _sequences(sequences)
     states_info = _outputs_info(outputs_info)
     explicit_nonseqs = [as_tensor_variable(v) for v in _as_list(non_sequences, "non_sequences")]
     truncate_gradient = int(truncate_gradient)
+    every = _checkpoint_every(checkpoint_every)
     if truncate_gradient == 0 or truncate_gradient < -1:
         raise ValueError(f"scan: truncate_gradient must be -1 (no truncation) or a positive "
                          f"number of steps, got {truncate_gradient}")
@@ -335,13 +340,31 @@ def scan(fn, sequences=None, outputs_info=None, non_sequences=None, n_steps=None
     results = scan_node(inner_inputs, step_outputs, n_steps, slice_values, outer_buffers,
                         invariants, state_taps=state_taps, n_nitsot=len(nitsot_outputs),
                         as_while=condition is not None, exact_length=exact,
-                        truncate_gradient=truncate_gradient, labels=labels)
+                        truncate_gradient=truncate_gradient, labels=labels,
+                        checkpoint_every=_no_checkpoints_in_until(every, condition, fn_name))
     outputs, new_values = _user_results(results, states_info, updates, return_list)
     # A stream drawn in the loop advances once per step: its default update
     # (the draw made in fn, which would run once, outside) becomes the loop's.
     for state in random_states:
         state.default_update = new_values[state]
     return outputs, new_values
+
+
+def _checkpoint_every(value) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)) \
+            or value < 1:
+        raise ValueError(f"scan: checkpoint_every must be a positive number of steps (or None), "
+                         f"got {value!r}")
+    return int(value)
+
+
+def _no_checkpoints_in_until(every: int, condition, fn_name: str) -> int:
+    if every and condition is not None:
+        raise ValueError(f"scan: checkpoint_every is not available for a until loop "
+                         f"({fn_name} returns tn.until(...)): its length is known once it ran")
+    return every
 
 
 def _replace(outputs: list, mapping: dict) -> list:
@@ -399,9 +422,7 @@ def _check_strict(strict: bool, invariants: list, explicit: list, fn_name: str) 
 
 def _user_results(results: list, states_info: list, updates: list, return_list: bool):
     n_user = sum(s is not None for s in states_info)
-    n_states = n_user + len(updates)
-    trajectories, rest = results[:n_states], results[n_states:]
-    nitsots, finals = rest[:len(rest) - n_states], rest[len(rest) - n_states:]
+    trajectories, nitsots, finals, _ = results[0].owner.op.output_groups(results)
     outputs, state_i, nitsot_i = [], 0, 0
     for state in states_info:
         if state is None:

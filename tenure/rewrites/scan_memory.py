@@ -63,12 +63,13 @@ def _save_memory(fgraph, node) -> bool:
                if fgraph.clients.get(outputs[parts.n_states + j])]
     if tuple(stored) == op.stored and len(nitsots) == op.n_nitsot:
         return False
-    new = _rebuilt(op, nitsots, stored, checks_empty).make_node(*node.inputs).outputs
-    finals = new[parts.n_states + len(nitsots):]
-    pairs = [(outputs[k], new[k]) for k in range(parts.n_states) if not last_reads[k]]
-    pairs += [(outputs[parts.n_states + j], new[parts.n_states + i])
-              for i, j in enumerate(nitsots)]
-    pairs += list(zip(outputs[parts.n_states + op.n_nitsot:], finals))
+    new_op = _rebuilt(op, nitsots, stored, checks_empty)
+    old_trajs, old_nitsots, old_finals, old_checkpoints = op.output_groups(outputs)
+    trajs, kept_nitsots, finals, checkpoints = new_op.output_groups(
+        new_op.make_node(*node.inputs).outputs)
+    pairs = [(old_trajs[k], trajs[k]) for k in range(parts.n_states) if not last_reads[k]]
+    pairs += [(old_nitsots[j], kept_nitsots[i]) for i, j in enumerate(nitsots)]
+    pairs += list(zip(old_finals, finals)) + list(zip(old_checkpoints, checkpoints))
     pairs += [(read, finals[k]) for k in range(parts.n_states) for read in last_reads[k]]
     pairs = [(old, new_var) for old, new_var in pairs if fgraph.clients.get(old)]
     return fgraph.replace_all_validate(pairs, reason="scan_save_memory")
@@ -86,6 +87,6 @@ def _rebuilt(op: Scan, nitsots: list, stored: list, checks_empty: list) -> Scan:
         if "outputs" in labels:
             labels["outputs"] = [labels["outputs"][j] for j in nitsots
                                  if j < len(labels["outputs"])]
-    return Scan(FunctionGraph(list(inner.inputs), kept_outputs).clone(), op.n_seqs,
-                op.state_taps, len(nitsots), op.as_while, op.exact_length,
-                op.truncate_gradient, labels, op.inner_mode, stored, checks_empty)
+    return op.replaced(FunctionGraph(list(inner.inputs), kept_outputs).clone(),
+                       n_nitsot=len(nitsots), labels=labels, stored=tuple(stored),
+                       final_checks_empty=tuple(checks_empty))

@@ -117,3 +117,32 @@ def test_the_size_model_knows_every_output_of_a_loop():
     shapes = SizeModel(fg).shapes([np.zeros((5, 3)), np.zeros(3), W.get_value()])
     assert [shapes[v] for v in node.outputs] == [(5, 3), (3,)]
     assert len(loop.outputs) == 2
+
+
+def test_checkpoints_keep_a_fraction_of_the_trajectory():
+    """An RNN whose loss reads the last state: the stored gradient keeps all
+    n states (and their shifted copy), checkpoints every 10 of 100 steps keep
+    10 windows and one segment; the forward loop then keeps no trajectory.
+    Both compute the same gradient."""
+    x = tn.tensor("x", shape=(None, 8, 4))
+    h0 = tn.matrix("h0")
+    rng = np.random.default_rng(0)
+    Wx = tn.shared(rng.normal(size=(4, 64)) * 0.3, name="Wx")
+    Wh = tn.shared(rng.normal(size=(64, 64)) * 0.1, name="Wh")
+    X, H = rng.normal(size=(100, 8, 4)), np.zeros((8, 64))
+    peaks, results = [], []
+    for every in (None, 10):
+        hs, _ = tn.scan(lambda xt, h: tn.tanh(tn.dot(xt, Wx) + tn.dot(h, Wh)), sequences=[x],
+                        outputs_info=[h0], checkpoint_every=every)
+        cost = (hs[-1] ** 2).mean()
+        f = tn.function([x, h0], tn.grad(cost, [Wx, Wh]), mode=tn.Mode(linker="c"))
+        peaks.append(f.memory_report(X, H, print_report=False))
+        results.append(f(X, H))
+        if every:
+            (forward,) = _loops(f)
+            assert forward.stored == (False,) and forward.checkpoint_every == 10
+    for a, b in zip(*results):
+        np.testing.assert_allclose(b, a, rtol=1e-12)
+    stored, checkpointed = peaks
+    assert checkpointed.measured_peak < 0.4 * stored.measured_peak
+    assert checkpointed.predicted_peak == pytest.approx(checkpointed.measured_peak, rel=0.15)

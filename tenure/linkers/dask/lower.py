@@ -55,6 +55,7 @@ from tenure.symbolic.ops.join import Join, Split, Stack
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
 from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, SumTo, Var
 from tenure.symbolic.ops.scan import Scan
+from tenure.symbolic.ops.scan_grad import CheckpointedScanGrad
 from tenure.symbolic.ops.shape import DimShuffle, Reshape, Shape, SpecifyShape
 from tenure.symbolic.ops.sorting import ArgSort, Sort
 from tenure.symbolic.ops.subtensor_update import IncSubtensor
@@ -646,12 +647,16 @@ def lower_inc_subtensor(node, values, ctx) -> list:
     index = op.index_op.index(scalars)
     region = x[index]
     op.check_value_shape(np.shape(v), region.shape)
+    dtype = node.outputs[0].type.numpy_dtype
+    if 0 in region.shape:
+        # Nothing to write (Dask refuses to assign to an empty region a value
+        # that is not of size 1): x itself, a new array object.
+        return [x.astype(dtype, copy=True)]
     v = da.broadcast_to(as_lazy(v), region.shape)
     new_axes = _new_axes_of(index, x.ndim)
     if new_axes:
         v = v.squeeze(axis=new_axes)
     index = tuple(i for i in index if i is not None)
-    dtype = node.outputs[0].type.numpy_dtype
     value = v if op.set_instead_of_inc else x[index] + v
     out = x.copy()
     out[index] = value.astype(dtype, copy=False)
@@ -732,11 +737,21 @@ def lower_scan(node, values, ctx) -> list:
     (the inputs whole, as NumPy arrays; the step compiled on the worker with
     the loop's inner mode), and each output is one chunk of that task.  The
     length of a nit-sot output, or of any output of a ``until`` loop, is
-    known once the task has run (Dask's unknown chunk size, NaN)."""
+    known once the task has run (Dask's unknown chunk size, NaN).  A
+    checkpointed loop's backward pass runs the same way."""
+    shapes = _scan_shapes(node, values) if isinstance(node.op, Scan) else \
+        _inferred_shapes(node, values)
     task = dask.delayed(_run_scan, nout=len(node.outputs), pure=True)(
         node.op, [var.type for var in node.inputs], *values)
     return [da.from_delayed(task[k], shape=shape, dtype=out.type.numpy_dtype)
-            for k, (out, shape) in enumerate(zip(node.outputs, _scan_shapes(node, values)))]
+            for k, (out, shape) in enumerate(zip(node.outputs, shapes))]
+
+
+def _inferred_shapes(node, values) -> list[tuple]:
+    """The outputs' shapes from the inputs' (the op's ``infer_shape``)."""
+    dims = node.op.infer_shape(node, [tuple(np.shape(v)) for v in values])
+    return [tuple(int(d) if isinstance(d, (int, np.integer)) else int(d.eval()) for d in shape)
+            for shape in dims]
 
 
 def _scan_shapes(node, values) -> list[tuple]:
@@ -750,7 +765,11 @@ def _scan_shapes(node, values) -> list[tuple]:
     stacked = [(n,) + tuple(np.shape(init)[1:]) for init in inits]
     for j, out in enumerate(node.outputs[parts.n_states:parts.n_states + parts.n_nitsot]):
         stacked.append((n,) + _nit_sot_step_dims(node, parts.n_states + j, out, values))
-    return stacked + [tuple(np.shape(init)[1:]) for init in inits]
+    finals = [tuple(np.shape(init)[1:]) for init in inits]
+    every = op.checkpoint_every
+    checkpoints = [(-(-int(n_steps) // every),) + tuple(np.shape(init)) for init in inits] \
+        if every else []
+    return stacked + finals + checkpoints
 
 
 def _nit_sot_step_dims(node, k: int, out, values) -> tuple:
@@ -805,6 +824,7 @@ LOWERINGS: dict[type, Callable] = {
     Stack: lower_stack,
     Trace: lower_by_perform,   # np.trace of a dask array is Dask's
     Scan: lower_scan,
+    CheckpointedScanGrad: lower_scan,
 }
 
 

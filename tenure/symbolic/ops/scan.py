@@ -99,13 +99,13 @@ class Scan(inner_graph.OpWithInnerGraphs):
     """
 
     __props__ = ("n_seqs", "state_taps", "n_nitsot", "as_while", "exact_length",
-                 "truncate_gradient", "stored", "final_checks_empty")
+                 "truncate_gradient", "stored", "final_checks_empty", "checkpoint_every")
     _cache_attrs = ("_step",)
 
     def __init__(self, inner: FunctionGraph, n_seqs: int, state_taps, n_nitsot: int,
                  as_while: bool = False, exact_length: bool = True,
                  truncate_gradient: int = -1, labels=None, inner_mode=None, stored=None,
-                 final_checks_empty=None):
+                 final_checks_empty=None, checkpoint_every: int = 0):
         super().__init__([inner])
         self.n_seqs = int(n_seqs)
         self.state_taps = tuple(tuple(int(t) for t in taps) for taps in state_taps)
@@ -134,8 +134,31 @@ class Scan(inner_graph.OpWithInnerGraphs):
             if len(getattr(self, name)) != len(self.state_taps):
                 raise ValueError(f"Scan: {name} has {len(getattr(self, name))} entries for "
                                  f"{len(self.state_taps)} states")
+        self.checkpoint_every = int(checkpoint_every)
+        if self.checkpoint_every < 0 or (self.checkpoint_every and self.as_while):
+            raise ValueError(f"Scan: checkpoint_every must be 0 (none) or a positive number of "
+                             f"steps, and 0 for a until loop; got {checkpoint_every}")
         self.labels = labels
         self.inner_mode = inner_mode
+
+    def replaced(self, inner: FunctionGraph | None = None, **changes) -> Scan:
+        """A new op like this one, with ``changes`` to its constructor's
+        arguments (and ``inner`` as its step, when given)."""
+        params = dict(n_seqs=self.n_seqs, state_taps=self.state_taps, n_nitsot=self.n_nitsot,
+                      as_while=self.as_while, exact_length=self.exact_length,
+                      truncate_gradient=self.truncate_gradient, labels=self.labels,
+                      inner_mode=self.inner_mode, stored=self.stored,
+                      final_checks_empty=self.final_checks_empty,
+                      checkpoint_every=self.checkpoint_every)
+        params.update(changes)
+        return Scan(inner if inner is not None else self.inner.clone(), **params)
+
+    def output_groups(self, outputs: list) -> tuple:
+        """A node's outputs as ``(trajectories, nit-sots, finals, checkpoints)``
+        (checkpoints: empty unless ``checkpoint_every``)."""
+        s, j = self.parts.n_states, self.n_nitsot
+        return (outputs[:s], outputs[s:s + j], outputs[s + j:2 * s + j],
+                outputs[2 * s + j:])
 
     @property
     def inner(self) -> FunctionGraph:
@@ -181,7 +204,14 @@ class Scan(inner_graph.OpWithInnerGraphs):
         stacked = [TensorType(out.type.dtype, (None,) + out.type.shape)()
                    for out in self.inner.outputs[:parts.n_states + parts.n_nitsot]]
         finals = [state_taps[0].type() for state_taps in taps]
-        return Apply(self, [n_steps] + outer, stacked + finals)
+        checkpoints = [TensorType(t[0].type.dtype, (None, len(init_taps)) + t[0].type.shape)()
+                       for t, init_taps in zip(taps, self._depths())] \
+            if self.checkpoint_every else []
+        return Apply(self, [n_steps] + outer, stacked + finals + checkpoints)
+
+    def _depths(self) -> list:
+        """Per state, ``L`` (its earliest tap is ``-L``), as a range of that length."""
+        return [range(-taps[0]) for taps in self.state_taps]
 
     def infer_shape(self, node, input_shapes):
         if self.as_while:
@@ -190,8 +220,15 @@ class Scan(inner_graph.OpWithInnerGraphs):
         lengths = [n if stored else 0 for stored in self.stored] + [n] * self.n_nitsot
         stacked = [(length,) + tuple(_inner_output_dims(node, k, input_shapes))
                    for k, length in enumerate(lengths)]
-        return stacked + [tuple(_inner_output_dims(node, k, input_shapes))
-                          for k in range(self.parts.n_states)]
+        finals = [tuple(_inner_output_dims(node, k, input_shapes))
+                  for k in range(self.parts.n_states)]
+        checkpoints = []
+        if self.checkpoint_every:
+            every = self.checkpoint_every
+            count = (n + (every - 1)) // every
+            checkpoints = [(count, len(depth)) + dims
+                           for depth, dims in zip(self._depths(), finals)]
+        return stacked + finals + checkpoints
 
     def workspace_bytes(self, node, input_shapes, output_shapes) -> int:
         """The rings of the states whose trajectory is not kept (``L`` values
@@ -233,7 +270,16 @@ class Scan(inner_graph.OpWithInnerGraphs):
         done = n
         reads = self._tap_reads(len(seqs), states)
         n_states = parts.n_states
+        every = self.checkpoint_every
+        first_checkpoint = 2 * n_states + self.n_nitsot
+        checkpoints = [_checkpoints(output_storage[first_checkpoint + k][0], n, every, init)
+                       for k, init in enumerate(inits)] if every else []
         for t in range(n):
+            if every and t % every == 0:
+                for state, saved in zip(states, checkpoints):
+                    depth = saved.shape[1]
+                    for i in range(depth):
+                        saved[t // every, i] = state.read(t - depth + i)
             for i, seq in enumerate(seqs):
                 args[i] = seq[t, ...]   # a view (a 0-d array, not a NumPy scalar)
             for pos, state, tap in reads:
@@ -257,7 +303,7 @@ class Scan(inner_graph.OpWithInnerGraphs):
         for j in range(self.n_nitsot):
             if nitsots[j] is None:    # no step ran: an empty trajectory
                 out = node.outputs[parts.n_states + j]
-                nitsots[j] = np.empty((0,) + tuple(d or 0 for d in out.type.shape[1:]),
+                nitsots[j] = np.empty((0,) + _unrun_step_shape(node, parts.n_states + j, inputs),
                                       dtype=out.type.numpy_dtype)
         stacked = [state.trajectory(done) for state in states] + nitsots
         for cell, value in zip(output_storage, stacked):
@@ -265,7 +311,9 @@ class Scan(inner_graph.OpWithInnerGraphs):
         if done == 0 and any(self.final_checks_empty):
             raise IndexError("index -1 is out of bounds for axis 0 with size 0 (the last "
                              "entry of a loop that ran no step)")
-        finals = output_storage[parts.n_states + self.n_nitsot:]
+        for cell, saved in zip(output_storage[first_checkpoint:], checkpoints):
+            cell[0] = saved
+        finals = output_storage[n_states + self.n_nitsot:2 * n_states + self.n_nitsot]
         for cell, state in zip(finals, states):
             last = state.last(done)
             cell[0] = _buffer(cell[0], last.shape, last.dtype)
@@ -375,8 +423,27 @@ def _step_output_dims(op, inner_output, input_shapes) -> tuple:
     return dims
 
 
+def _unrun_step_shape(node: Apply, k: int, inputs) -> tuple:
+    """The per-step shape of nit-sot output ``k`` of a loop that ran no step:
+    inferred through the step from the inputs' shapes (a length nothing
+    tells is 0)."""
+    static = node.outputs[k].type.shape[1:]
+    try:
+        dims = _inner_output_dims(node, k, [tuple(np.shape(v)) for v in inputs])
+        return tuple(int(d) if isinstance(d, (int, np.integer)) else int(d.eval()) for d in dims)
+    except Exception:  # noqa: BLE001 -- a step's shape that only running tells
+        return tuple(d or 0 for d in static)
+
+
 def _nbytes(shape, var) -> int:
     return int(np.prod(shape, dtype=np.int64)) * var.type.numpy_dtype.itemsize
+
+
+def _checkpoints(previous, n: int, every: int, init):
+    """The buffer of a state's checkpoints: for each ``every``-th step, the
+    ``L`` values before it (last call's buffer when it fits)."""
+    count = -(-n // every)
+    return _buffer(previous, (count,) + init.shape, init.dtype)
 
 
 class _Trajectory:
@@ -439,7 +506,7 @@ def _buffer(previous, shape: tuple, dtype):
 def scan_node(inner_inputs: list, inner_outputs: list, n_steps, sequences: list,
               initial_buffers: list, non_sequences: list, *, state_taps, n_nitsot: int,
               as_while: bool = False, exact_length: bool = True,
-              truncate_gradient: int = -1, labels=None) -> list:
+              truncate_gradient: int = -1, labels=None, checkpoint_every: int = 0) -> list:
     """Build a scan node over the given inner graph (the module doc's layout)
     and return its outputs.  The inner graph is copied: its inputs and outputs
     may be used elsewhere."""
@@ -447,6 +514,6 @@ def scan_node(inner_inputs: list, inner_outputs: list, n_steps, sequences: list,
     inner = FunctionGraph([equiv[v] for v in inner_inputs],
                           [equiv.get(v, v) for v in inner_outputs])
     op = Scan(inner, len(sequences), state_taps, n_nitsot, as_while, exact_length,
-              truncate_gradient, labels)
+              truncate_gradient, labels, checkpoint_every=checkpoint_every)
     node = op.make_node(n_steps, *sequences, *initial_buffers, *non_sequences)
     return list(node.outputs)

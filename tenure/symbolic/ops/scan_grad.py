@@ -16,28 +16,39 @@ step.  The final value's gradient enters as the first window's ``W[0]``.
 
 from __future__ import annotations
 
-from tenure.symbolic.graph import clone_get_equiv
+import numpy as np
+
+from tenure.symbolic import inner_graph
+from tenure.symbolic.fgraph import FunctionGraph
+from tenure.symbolic.graph import Apply, Constant, clone_get_equiv
 from tenure.symbolic.grad import grad, is_differentiable
-from tenure.symbolic.ops.creation import zeros_like
+from tenure.symbolic.ops.creation import Alloc, zeros_like
 from tenure.symbolic.ops.elemwise import eq, maximum, where
 from tenure.symbolic.ops.join import concatenate
 from tenure.symbolic.ops.reduce import sum as tn_sum
 from tenure.symbolic.ops.scan import scan_node
 from tenure.symbolic.ops.shape import expand_dims, shape_tuple
-from tenure.symbolic.ops.subtensor_update import inc_subtensor
+from tenure.symbolic.ops.subtensor_update import IncSubtensor, inc_subtensor
+from tenure.symbolic.inner_graph import OpWithInnerGraphs
 from tenure.symbolic.types import TensorType
+from tenure.symbolic.variable import as_tensor_variable
 
-__all__ = ["scan_grad"]
+__all__ = ["CheckpointedScanGrad", "scan_grad"]
 
 
 class _Backward:
     """The backward loop's inner graph, built from the forward op's."""
 
-    def __init__(self, op, diff_states, diff_nitsots, diff_seqs, diff_nonseqs):
+    def __init__(self, op, diff_states, diff_nitsots, diff_seqs, diff_nonseqs, graded):
         parts = op.parts
+        self.diff_states = list(diff_states)
+        self.diff_seqs = list(diff_seqs)
+        #: the float states whose trajectory has a gradient (a sequence of
+        #: the backward loop); the others' cotangent is their window's alone
+        self.graded = list(graded)
         slices, taps, nonseqs = parts.inner(list(op.inner.inputs))
         self.g_states = [op.inner.outputs[k].type(name=f"grad_of_state{k}[t]")
-                         for k in diff_states]
+                         for k in self.graded]
         self.g_nitsots = [op.inner.outputs[parts.n_states + j].type(name=f"grad_of_out{j}[t]")
                           for j in diff_nitsots]
         self.slices = [v.type(name=v.name) for v in slices]
@@ -55,8 +66,9 @@ class _Backward:
         equiv = clone_get_equiv(list(op.inner.inputs), step_outputs, replace=replace,
                                 copy_inputs=False)
         forward = [equiv.get(v, v) for v in step_outputs]
-        terms = [tn_sum(forward[k] * (g + w[0]))
-                 for k, g, w in zip(diff_states, self.g_states, self.windows)]
+        g_of = dict(zip(self.graded, self.g_states))
+        terms = [tn_sum(forward[k] * (w[0] + g_of[k] if k in g_of else w[0]))
+                 for k, w in zip(diff_states, self.windows)]
         terms += [tn_sum(forward[parts.n_states + j] * g)
                   for j, g in zip(diff_nitsots, self.g_nitsots)]
         cost = terms[0]
@@ -101,9 +113,8 @@ def scan_grad(op, inputs: list, output_grads: list) -> list:
     parts = op.parts
     n_states, n_nitsot = parts.n_states, op.n_nitsot
     n_steps, seqs, inits, nonseqs = parts.outer(inputs)
-    g_trajs = output_grads[:n_states]
-    g_nitsots = output_grads[n_states:n_states + n_nitsot]
-    g_finals = output_grads[n_states + n_nitsot:]
+    g_trajs, g_nitsots, g_finals, _ = op.output_groups(output_grads)
+    g_trajs, g_finals = _last_entries_as_finals(g_trajs, g_finals)
     diff_states = [k for k in range(n_states) if is_differentiable(op.inner.outputs[k])]
     diff_nitsots = [j for j in range(n_nitsot) if g_nitsots[j] is not None
                     and is_differentiable(op.inner.outputs[n_states + j])]
@@ -112,53 +123,275 @@ def scan_grad(op, inputs: list, output_grads: list) -> list:
         return [None] * len(inputs)
     diff_seqs = [i for i, x in enumerate(seqs) if is_differentiable(x)]
     diff_nonseqs = [i for i, x in enumerate(nonseqs) if is_differentiable(x)]
-    back = _Backward(op, diff_states, diff_nitsots, diff_seqs, diff_nonseqs)
+    graded = [k for k in diff_states if g_trajs[k] is not None]
+    back = _Backward(op, diff_states, diff_nitsots, diff_seqs, diff_nonseqs, graded)
 
     outputs = op.make_node(*inputs).outputs
-    trajs = outputs[:n_states]
-    n = shape_tuple(outputs[0])[0]
+    trajs, _, _, checkpoints = op.output_groups(outputs)
+    # A until loop's length is its trajectories'; a checkpointed loop may keep
+    # none (a ring), but is never a until loop: its length is n_steps.
+    n = n_steps if op.checkpoint_every else shape_tuple(outputs[0])[0]
     truncated = op.truncate_gradient != -1
     start = maximum(n - op.truncate_gradient, 0) if truncated else 0
 
+    windows = []
+    for k in diff_states:
+        window = zeros_like(inits[k])
+        if g_finals[k] is not None:
+            window = inc_subtensor(window[0], g_finals[k])
+        windows.append(window)
+    sums = [zeros_like(nonseqs[i]) for i in diff_nonseqs]
+    g_states = [g_trajs[k] for k in graded]
+    g_outs = [g_nitsots[j] for j in diff_nitsots]
+    if op.checkpoint_every:
+        node = CheckpointedScanGrad(op, back).grouped(
+            n, start, seqs, checkpoints, nonseqs, g_states,
+            g_outs, windows, sums)
+        carried, seq_grads = node.outputs[:len(windows) + len(sums)], \
+            node.outputs[len(windows) + len(sums):]
+    else:
+        carried, seq_grads = _backward_loop(op, back, n, start, seqs, inits, trajs, g_states,
+                                            g_outs, windows, sums, nonseqs, diff_states,
+                                            diff_nonseqs)
+    d_inits = [None] * n_states
+    for k, window in zip(diff_states, carried[:len(diff_states)]):
+        d_init = window[::-1]
+        if truncated:
+            d_init = where(eq(start, 0), d_init, zeros_like(d_init))
+        d_inits[k] = d_init
+    d_nonseqs = [None] * len(nonseqs)
+    for i, total in zip(diff_nonseqs, carried[len(diff_states):]):
+        d_nonseqs[i] = total
+    d_seqs = [None] * len(seqs)
+    for i, steps in zip(diff_seqs, seq_grads):
+        d_seqs[i] = steps if op.checkpoint_every else \
+            inc_subtensor(zeros_like(seqs[i])[start:n], steps[::-1])
+    return [None] + d_seqs + d_inits + d_nonseqs
+
+
+def _last_entries_as_finals(g_trajs: list, g_finals: list) -> tuple:
+    """A trajectory's gradient that is zeros but in its last entry (the
+    gradient of ``hs[-1]``: ``inc_subtensor(zeros[-1], g)``) is a gradient of
+    the final value: so taken, the backward pass needs no array of ``n``
+    zeros, and the forward loop may keep no trajectory."""
+    g_trajs, g_finals = list(g_trajs), list(g_finals)
+    for k, g in enumerate(g_trajs):
+        last = _last_entry_gradient(g)
+        if last is not None:
+            g_trajs[k] = None
+            g_finals[k] = last if g_finals[k] is None else g_finals[k] + last
+    return g_trajs, g_finals
+
+
+def _last_entry_gradient(g):
+    """``v`` when ``g`` is ``inc_subtensor(zeros[-1], v)`` (or set_subtensor)."""
+    node = getattr(g, "owner", None)
+    if node is None or not isinstance(node.op, IncSubtensor) or node.op.pattern[0] != ("int", -1):
+        return None
+    if any(entry != ("slice", None, None, None) for entry in node.op.pattern[1:]):
+        return None
+    zeros = node.inputs[0].owner
+    if zeros is None or not isinstance(zeros.op, Alloc):
+        return None
+    fill = zeros.inputs[0]
+    if not isinstance(fill, Constant) or np.any(fill.data != 0):
+        return None
+    value = node.inputs[1]
+    return value if value.ndim == g.ndim - 1 else None
+
+
+def _backward_loop(op, back, n, start, seqs, inits, trajs, g_states, g_outs, windows, sums,
+                   nonseqs, diff_states, diff_nonseqs) -> tuple:
+    """The backward scan over the stored trajectories: ``(final windows and
+    sums, per-step sequence gradients in backward order)``."""
     def backwards(x):
         return x[start:n][::-1]
 
-    sequences = [backwards(g if g is not None else zeros_like(trajs[k]))
-                 for k, g in ((k, g_trajs[k]) for k in diff_states)]
-    sequences += [backwards(g_nitsots[j]) for j in diff_nitsots]
+    sequences = [backwards(g) for g in g_states]
+    sequences += [backwards(g) for g in g_outs]
     sequences += [backwards(x) for x in seqs]
     for k, (init, traj) in enumerate(zip(inits, trajs)):
         depth = -op.state_taps[k][0]
         history = concatenate([init, traj], axis=0)
         sequences += [backwards(history[depth + tap:depth + tap + n])
                       for tap in op.state_taps[k]]
-    buffers = []
-    for k in diff_states:
-        window = zeros_like(inits[k])
-        if g_finals[k] is not None:
-            window = inc_subtensor(window[0], g_finals[k])
-        buffers.append(expand_dims(window, 0))
-    buffers += [expand_dims(zeros_like(nonseqs[i]), 0) for i in diff_nonseqs]
-    n_carried = len(diff_states) + len(diff_nonseqs)
+    buffers = [expand_dims(v, 0) for v in windows + sums]
     labels = {"sequences": [f"the gradient's sequence {i}" for i in range(len(sequences))],
               "states": [f"the gradient of {op.label('states', k)}" for k in diff_states]
               + [f"the gradient of {op.label('non_sequences', i)}" for i in diff_nonseqs]}
     results = scan_node(back.inputs(), back.outputs(), n - start, sequences, buffers, nonseqs,
-                        state_taps=[(-1,)] * n_carried, n_nitsot=len(diff_seqs),
+                        state_taps=[(-1,)] * len(buffers), n_nitsot=len(back.seq_grads),
                         labels=labels)
-    seq_steps = results[n_carried:n_carried + len(diff_seqs)]
-    finals = results[n_carried + len(diff_seqs):]
+    loop = results[0].owner.op
+    _, seq_steps, finals, _ = loop.output_groups(results)
+    return finals, seq_steps
 
-    d_inits = [None] * n_states
-    for k, window in zip(diff_states, finals[:len(diff_states)]):
-        d_init = window[::-1]
-        if truncated:
-            d_init = where(eq(start, 0), d_init, zeros_like(d_init))
-        d_inits[k] = d_init
-    d_nonseqs = [None] * len(nonseqs)
-    for i, total in zip(diff_nonseqs, finals[len(diff_states):]):
-        d_nonseqs[i] = total
-    d_seqs = [None] * len(seqs)
-    for i, steps in zip(diff_seqs, seq_steps):
-        d_seqs[i] = inc_subtensor(zeros_like(seqs[i])[start:n], steps[::-1])
-    return [None] + d_seqs + d_inits + d_nonseqs
+
+class CheckpointedScanGrad(OpWithInnerGraphs):
+    """The backward pass of a loop that kept checkpoints (``checkpoint_every=k``
+    steps) instead of its trajectories.
+
+    Segment by segment, last first, it recomputes the segment's ``k`` states
+    from the checkpoint before it (the forward step, run ``k - 1`` times), then
+    runs the backward step over the segment, last step first: the memory of
+    the forward values is ``n / k`` checkpoints and one segment's ``k``
+    states, at the cost of one more forward pass.  Node inputs: ``n``, the
+    first step the gradient reaches (``truncate_gradient``), the forward
+    sequences, the checkpoints, the forward non-sequences, the gradients of
+    the trajectories (for the float states that have one) and of the nit-sot
+    outputs (forward time order), the initial windows and sums.  Outputs:
+    the final windows and sums, then each float sequence's gradient (zeros
+    before the first step reached).  A gradient of this gradient is not
+    implemented (a loop without ``checkpoint_every`` has one).
+    """
+
+    __props__ = ("every", "state_taps", "diff_states", "n_graded", "n_seqs", "n_nonseqs",
+                 "n_g_outs", "n_sums", "diff_seqs")
+    _cache_attrs = ("_forward_step", "_backward_step")
+
+    def __init__(self, forward_op, back: _Backward):
+        parts = forward_op.parts
+        inner = forward_op.inner
+        states_only = FunctionGraph(list(inner.inputs), inner.outputs[:parts.n_states]).clone()
+        backward = FunctionGraph(back.inputs(), back.outputs())
+        super().__init__([states_only, backward.clone()])
+        self.every = forward_op.checkpoint_every
+        self.state_taps = forward_op.state_taps
+        self.diff_states = tuple(back.diff_states)
+        self.n_graded = len(back.graded)
+        self.n_seqs = parts.n_seqs
+        self.n_nonseqs = parts.n_nonseqs
+        self.n_g_outs = len(back.g_nitsots)
+        self.n_sums = len(back.sums)
+        self.diff_seqs = tuple(back.diff_seqs)
+        self.inner_mode = forward_op.inner_mode
+
+    def __str__(self) -> str:
+        return f"scan_grad{{checkpoint_every={self.every}}}"
+
+    def with_inner_mode(self, mode) -> CheckpointedScanGrad:
+        new = self.clone()
+        new.inner_mode = mode
+        return new
+
+    def make_node(self, *inputs):
+        """Inputs flat, in the order of the class doc (see :meth:`grouped`)."""
+        inputs = [as_tensor_variable(v) for v in inputs]
+        _, _, groups = self._split(inputs)
+        seqs, _, _, _, _, windows, sums = groups
+        outputs = [v.type() for v in windows + sums]
+        outputs += [seqs[i].type() for i in self.diff_seqs]
+        return Apply(self, inputs, outputs)
+
+    def grouped(self, n, start, seqs, checkpoints, nonseqs, g_states, g_outs, windows,
+                sums) -> Apply:
+        """The node over its inputs given by group."""
+        groups = [seqs, checkpoints, nonseqs, g_states, g_outs, windows, sums]
+        return self.make_node(n, start, *[v for group in groups for v in group])
+
+    def _split(self, values: list) -> tuple:
+        n_states = len(self.state_taps)
+        sizes = [self.n_seqs, n_states, self.n_nonseqs, self.n_graded, self.n_g_outs,
+                 len(self.diff_states), self.n_sums]
+        groups, pos = [], 2
+        for size in sizes:
+            groups.append(values[pos:pos + size])
+            pos += size
+        return values[0], values[1], groups
+
+    def _steps(self):
+        if self._forward_step is None:
+            forward, backward = self.inner_graphs
+            self._forward_step = inner_graph.compile_inner_graph(forward, self.inner_mode)
+            self._backward_step = inner_graph.compile_inner_graph(backward, self.inner_mode)
+        return self._forward_step, self._backward_step
+
+    def perform(self, node, inputs, output_storage):
+        n_value, start_value, groups = self._split(list(inputs))
+        seqs, checkpoints, nonseqs, g_states, g_outs, windows0, sums0 = groups
+        n, start = int(n_value), int(start_value)
+        forward, backward = self._steps()
+        windows = [np.array(w, copy=True) for w in windows0]
+        sums = [np.array(v, copy=True) for v in sums0]
+        seq_grads = [np.zeros(np.shape(seqs[i]), dtype=node.outputs[
+            len(windows) + len(sums) + j].type.numpy_dtype) for j, i in enumerate(self.diff_seqs)]
+        depths = [-taps[0] for taps in self.state_taps]
+        shapes = [np.shape(c)[2:] for c in checkpoints]
+        for segment in reversed(range(-(-n // self.every))):
+            t0, t1 = segment * self.every, min(n, (segment + 1) * self.every)
+            if t1 <= start:
+                break
+            history = self._recompute(segment, t0, t1, forward, seqs, checkpoints, nonseqs,
+                                      depths, shapes)
+            for t in range(t1 - 1, max(t0, start) - 1, -1):
+                args = [g[t, ...] for g in g_states] + [g[t, ...] for g in g_outs]
+                args += self._forward_args(t, t0, seqs, history, depths, [])
+                args += windows + sums + list(nonseqs)
+                results = backward(*args)
+                for buf, value in zip(windows + sums, results):
+                    buf[...] = value
+                for grads, value in zip(seq_grads, results[len(windows) + len(sums):]):
+                    grads[t] = value
+        for cell, value in zip(output_storage, windows + sums + seq_grads):
+            cell[0] = value
+
+    def _recompute(self, segment, t0, t1, forward, seqs, checkpoints, nonseqs, depths,
+                   shapes) -> list:
+        """Each state's values over one segment, after the ``L`` before it: the
+        checkpoint, then the forward step run from it."""
+        history = [np.empty((depth + t1 - t0,) + shape, dtype=c.dtype)
+                   for depth, shape, c in zip(depths, shapes, checkpoints)]
+        for buf, c, depth in zip(history, checkpoints, depths):
+            buf[:depth] = c[segment]
+        # the last step's own value is read by no step of the segment
+        for t in range(t0, t1 - 1):
+            results = forward(*self._forward_args(t, t0, seqs, history, depths, nonseqs))
+            for buf, depth, value in zip(history, depths, results):
+                buf[depth + t - t0] = value
+        return history
+
+    def _forward_args(self, t, t0, seqs, history, depths, nonseqs) -> list:
+        args = [seq[t, ...] for seq in seqs]
+        for buf, depth, taps in zip(history, depths, self.state_taps):
+            args += [buf[depth + t - t0 + tap, ...] for tap in taps]
+        return args + list(nonseqs)
+
+    def workspace_bytes(self, node, input_shapes, output_shapes) -> int:
+        """One segment's recomputed states (``L + k`` values per state), the
+        carried windows and sums, and the peaks of the two compiled steps."""
+        _, _, groups = self._split(list(input_shapes))
+        seqs, checkpoints, nonseqs, g_states, g_outs, windows, sums = groups
+        if any(shape is None for group in groups for shape in group):
+            return 0
+        _, _, var_groups = self._split(list(node.inputs))
+        total = 0
+        for shape, var in zip(checkpoints, var_groups[1]):
+            total += _nbytes((shape[1] + self.every,) + tuple(shape[2:]), var)
+        for shape, var in zip(windows + sums, var_groups[5] + var_groups[6]):
+            total += _nbytes(shape, var)
+        states = [tuple(shape[2:]) for shape in checkpoints]
+        slices_and_taps = [tuple(shape[1:]) for shape in seqs] + \
+            [state for state, taps in zip(states, self.state_taps) for _ in taps]
+        loop_values = [tuple(shape) for shape in nonseqs]
+        forward_inputs = slices_and_taps + loop_values
+        backward_inputs = ([tuple(shape[1:]) for shape in g_states + g_outs] + slices_and_taps
+                           + [tuple(shape) for shape in windows + sums] + loop_values)
+        forward, backward = self._steps()
+        peaks = [inner_graph.inner_graph_peak(getattr(forward, "fgraph", self.inner_graphs[0]),
+                                              forward_inputs),
+                 inner_graph.inner_graph_peak(getattr(backward, "fgraph", self.inner_graphs[1]),
+                                              backward_inputs)]
+        return total + max(peaks)
+
+    def infer_shape(self, node, input_shapes):
+        _, _, groups = self._split(list(input_shapes))
+        seqs, _, _, _, _, windows, sums = groups
+        return list(windows) + list(sums) + [seqs[i] for i in self.diff_seqs]
+
+    def grad(self, inputs, output_grads):
+        raise NotImplementedError("a gradient of a checkpointed loop's gradient: build the "
+                                  "loop without checkpoint_every to take it")
+
+
+def _nbytes(shape, var) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * var.type.numpy_dtype.itemsize

@@ -800,3 +800,92 @@ def test_the_shapes_of_a_gradient_loop_need_no_run():
     dims = tn.shape_tuple(nit_sot)
     feeding = ancestors([d for d in dims if isinstance(d, tn.Variable)])
     assert not any(v.owner is not None and isinstance(v.owner.op, Scan) for v in feeding)
+
+
+# -- checkpointed gradients ------------------------------------------------------------------
+
+
+def _gradients_with_and_without_checkpoints(build, inputs, values, mode, every):
+    """The gradients of ``build(checkpoint_every)`` -> (cost, wrt) with and
+    without checkpoints, both compiled with ``mode``."""
+    results = []
+    for checkpoint in (None, every):
+        cost, wrt = build(checkpoint)
+        results.append(tn.function(inputs, tn.grad(cost, wrt), mode=mode)(*values))
+    return results
+
+
+@pytest.mark.parametrize("n, every", [(10, 3), (10, 5), (4, 10), (7, 1), (0, 3)])
+def test_checkpointed_rnn_gradient(mode, rng, n, every):
+    """Recomputing segments from checkpoints gives the stored loop's gradient:
+    a segment length that divides n, one that does not, one longer than the
+    loop, one step per segment, no step at all."""
+    W, xs, h0 = rnn_inputs()
+    weights = tn.matrix("weights")
+
+    def build(checkpoint):
+        hs, _ = tn.scan(lambda x, h: tn.tanh(tn.dot(h, W) + x), sequences=xs, outputs_info=h0,
+                        checkpoint_every=checkpoint)
+        return tn.sum(hs * weights) + tn.sum(hs[-1] ** 2) if n else tn.sum(hs * weights), \
+            [W, xs, h0]
+
+    values = [rng.normal(size=(3, 3)) * 0.7, rng.normal(size=(n, 3)), rng.normal(size=3),
+              rng.normal(size=(n, 3))]
+    plain, checkpointed = _gradients_with_and_without_checkpoints(
+        build, [W, xs, h0, weights], values, mode, every)
+    for a, b in zip(plain, checkpointed):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
+
+
+def test_checkpointed_gradient_of_taps_nit_sots_and_non_sequences(mode, rng):
+    """Taps [-3, -1] (a window of three checkpointed), a nit-sot output read
+    by the cost, a non-sequence and truncation."""
+    xs, a0, w = tn.matrix("xs"), tn.matrix("a0"), tn.vector("w")
+
+    def build(checkpoint):
+        def step(x, a3, a1, w):
+            new = tn.tanh(a1 * w + 0.5 * a3 + x)
+            return new, tn.sum(new * x)
+        (states, dots), _ = tn.scan(step, sequences=xs,
+                                    outputs_info=[dict(initial=a0, taps=[-3, -1]), None],
+                                    non_sequences=w, checkpoint_every=checkpoint,
+                                    truncate_gradient=6)
+        return tn.sum(states ** 2) + tn.sum(dots), [xs, a0, w]
+
+    values = [rng.normal(size=(9, 2)), rng.normal(size=(3, 2)), rng.normal(size=2)]
+    plain, checkpointed = _gradients_with_and_without_checkpoints(
+        build, [xs, a0, w], values, mode, 4)
+    for a, b in zip(plain, checkpointed):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
+
+
+def test_checkpointed_gradient_redraws_the_same_random_numbers(mode):
+    """A draw inside the loop is recomputed from the checkpointed generator
+    state: the gradient sees the forward pass's numbers."""
+    scale = tn.scalar("scale")
+    grads = []
+    for checkpoint in (None, 2):
+        srng = RandomStream(11)
+        hs, updates = tn.scan(lambda h: h + scale * srng.normal(size=(3,)) * h,
+                              outputs_info=tn.ones(3), n_steps=5, checkpoint_every=checkpoint)
+        f = tn.function([scale], tn.grad(tn.sum(hs), scale), mode=mode, updates=updates)
+        grads.append(f(0.3))
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-12)
+
+
+def test_checkpoint_every_must_be_a_positive_number_of_steps():
+    h0 = tn.vector("h0")
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="checkpoint_every must be a positive number"):
+            tn.scan(lambda h: h * 2, outputs_info=h0, n_steps=3, checkpoint_every=bad)
+    with pytest.raises(ValueError, match="not available for a until loop"):
+        tn.scan(lambda h: (h * 2, tn.until(tn.sum(h) > 5)), outputs_info=h0, n_steps=3,
+                checkpoint_every=2)
+
+
+def test_a_checkpointed_gradient_has_no_gradient_of_its_own():
+    w = tn.scalar("w")
+    hs, _ = tn.scan(lambda h: h * w, outputs_info=tn.ones(()), n_steps=4, checkpoint_every=2)
+    g = tn.grad(hs[-1], w)
+    with pytest.raises(NotImplementedError, match="without checkpoint_every"):
+        tn.grad(g, w)
