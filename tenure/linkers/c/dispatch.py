@@ -24,9 +24,12 @@ An entry (:class:`CEntry`) says:
   is a value of the interpreter's fixed step enum -- or :data:`COMPILED`.
 
 Entries receive a :class:`CContext` (the linker compiling the graph, the
-plan): today's families ignore it; an op holding an inner graph (scan) will
-use it to compile that graph with the same linker.  Override the methods of
-:class:`CEntry` to use it.
+plan): today's families ignore it.  A loop (``Scan``) has no entry: it runs
+its ``perform`` (a ``"py"`` step), which calls its step compiled with the
+function's inner mode (``Mode.inner_mode``: the C linker again; see
+:func:`tenure.compile.compiled.bind_inner_modes`).  The context is for an
+entry that would compile the step into the graph's own module, a loop with
+no Python per step.  Override the methods of :class:`CEntry` to use it.
 
 A new op family needs no new interpreter enum value, and no change to
 :mod:`.module` or ``src/interpret.c``: it registers a *compiled step*
