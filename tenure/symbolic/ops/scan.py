@@ -1,7 +1,7 @@
 """``Scan``: a loop as one op, holding its step as an inner graph.
 
-:func:`tenure.scan.scan` (PyTensor's interface) builds it; this module holds
-the op, how it runs and its gradient.
+:func:`tenure.loops.scan` (``tn.scan``, PyTensor's interface) builds it; this
+module holds the op and how it runs; :mod:`.scan_grad` its gradient.
 
 The op's **inner graph** is one step of the loop.  Its inputs, in order:
 
@@ -20,8 +20,10 @@ state's *initial buffer* (``L`` entries for a state whose earliest tap is
 ``-L``, oldest first: tap ``-L`` at step 0 reads entry 0), the
 non-sequences.  Its outputs: every state's trajectory ``y[0..n-1]`` and every
 nit-sot's, stacked along a new first axis, then every state's *final value*
-(``y[n-1]``, or the last initial entry when no step ran).  A shared variable
-updated in the loop is a state with one tap; its new value is its final value.
+(``y[n-1]``, or the last initial entry when no step ran), then, with
+``checkpoint_every=k``, every state's *checkpoints* (the ``L`` values before
+steps ``0, k, 2k, ...``).  A shared variable updated in the loop is a state
+with one tap; its new value is its final value.
 
 **Running**: ``perform`` calls the inner graph compiled once (by the function
 layer's compiler, see :func:`tenure.symbolic.inner_graph.register_inner_compiler`;
@@ -40,7 +42,9 @@ non-sequence the sum of its gradients; each backward step recomputes the
 forward step from the stored trajectories (a random draw inside the loop
 draws the same numbers again: its generator state is a state of the loop)
 and takes the step's vector-Jacobian product with :func:`tenure.grad`.
-``truncate_gradient=k`` runs only the last ``k`` steps back.
+``truncate_gradient=k`` runs only the last ``k`` steps back.  With
+checkpoints, the backward pass recomputes each segment's states from its
+checkpoint instead of reading stored trajectories.
 """
 
 from __future__ import annotations

@@ -11,7 +11,14 @@ takes its vector-Jacobian product with cotangent ``dL/dy[t] + W[0]`` (and
 step's gradient for each tap ``y[t + tap]`` at ``W[-1 - tap]``.  After step
 ``0`` the window holds the gradient of the initial values (newest first).  A
 non-sequence's gradient is the sum over steps; a sequence's, one entry per
-step.  The final value's gradient enters as the first window's ``W[0]``.
+step.  The final value's gradient enters as the first window's ``W[0]``
+(so does a trajectory's gradient that is zeros but in its last entry: the
+gradient of ``hs[-1]``).
+
+A loop built with ``checkpoint_every=k`` kept the states before every
+``k``-th step instead of its trajectories: its backward pass is one
+:class:`CheckpointedScanGrad` node, which runs the same backward step over
+segments it recomputes from those checkpoints.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import numpy as np
 from tenure.symbolic import inner_graph
 from tenure.symbolic.fgraph import FunctionGraph
 from tenure.symbolic.graph import Apply, Constant, clone_get_equiv
+from tenure.symbolic.inner_graph import OpWithInnerGraphs
 from tenure.symbolic.grad import grad, is_differentiable
 from tenure.symbolic.ops.creation import Alloc, zeros_like
 from tenure.symbolic.ops.elemwise import eq, maximum, where
@@ -29,7 +37,6 @@ from tenure.symbolic.ops.reduce import sum as tn_sum
 from tenure.symbolic.ops.scan import scan_node
 from tenure.symbolic.ops.shape import expand_dims, shape_tuple
 from tenure.symbolic.ops.subtensor_update import IncSubtensor, inc_subtensor
-from tenure.symbolic.inner_graph import OpWithInnerGraphs
 from tenure.symbolic.types import TensorType
 from tenure.symbolic.variable import as_tensor_variable
 
