@@ -248,6 +248,8 @@ def pytest_configure(config):
     _REFERENCE_FLAGS = tn.config.change_flags(compiledir=compiledir, linker="py")
     _REFERENCE_FLAGS.__enter__()
     _compile_host_kernels_for_the_device()
+    if _groups_need_node_ids(config):
+        config.pluginmanager.register(_GroupsInNodeIds(), "tenure-xdist-groups")
 
 
 def _compile_host_kernels_for_the_device() -> None:
@@ -282,3 +284,41 @@ def pytest_collection_modifyitems(config, items):
         path = pathlib.Path(str(item.path))
         if path.parent == c_tests:
             item.add_marker(pytest.mark.xdist_group(path.stem))
+
+
+class _GroupsInNodeIds:
+    """pytest-xdist's ``--dist loadgroup`` sends the tests of one
+    ``xdist_group`` to one worker by the ``@group`` suffix its workers append
+    to their node ids (``item._nodeid``).  Since pytest 9 a node id is read
+    from ``item._id`` (a ``NodeId``): the suffix went nowhere, every group
+    was spread over the workers, and each worker compiled the group's module
+    fixtures again (tests/linkers/c/test_elemwise_c.py's 25 s of kernels
+    twice, at once, on 2 cores).  This puts the suffix where the node id is
+    read, where xdist's own hook did not."""
+
+    @pytest.hookimpl(trylast=True)   # after xdist's worker hook
+    def pytest_collection_modifyitems(self, config, items):
+        from _pytest.nodeid import NodeId
+        for item in items:
+            suffix = _group_suffix(item)
+            if suffix is None or item.nodeid.endswith(suffix):
+                continue
+            item._id = NodeId.parse(item.nodeid + suffix)
+
+
+def _group_suffix(item) -> str | None:
+    names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                    for mark in item.iter_markers("xdist_group")})
+    return "@" + "_".join(names) if names else None
+
+
+def _groups_need_node_ids(config) -> bool:
+    """In an xdist worker under ``--dist loadgroup``, on a pytest whose node ids
+    live in ``_id`` (9 and later)."""
+    if not hasattr(config, "workerinput") or not getattr(config.option, "loadgroup", False):
+        return False
+    try:
+        from _pytest.nodeid import NodeId  # noqa: F401  (pytest >= 9)
+    except ImportError:
+        return False
+    return True

@@ -131,6 +131,17 @@ def _case_random():
         initial_state(5, 0), _m(3)]
 
 
+def _case_loops():
+    """A loop and its checkpointed gradient (issue 34): run on the host, the
+    results copied into device buffers."""
+    xs, h0 = tn.matrix("xs"), tn.vector("h0")
+    w = tn.vector("w")
+    hs, _ = tn.scan(lambda x, h: tn.tanh(h * w + x), sequences=xs, outputs_info=h0,
+                    checkpoint_every=2)
+    cost = tn.sum(hs[-1] ** 2)
+    return [xs, h0, w], [hs[-1]] + tn.grad(cost, [xs, h0, w]), [_m(5, 3), _m(3), _m(3)]
+
+
 def _compiled(name, linker: str):
     """The case's function on ``linker``, its arguments, and the tolerance of
     its comparison with the Python linker."""
@@ -145,7 +156,7 @@ CASES = {"products": _case_products, "gemm": _case_gemm,
          "shapes": _case_shapes, "reductions": _case_reductions, "sum_to": _case_sum_to,
          "dtypes_without_kernels": _case_dtypes_without_kernels, "float16": _case_float16,
          "gradients": _case_gradients, "advanced_updates": _case_advanced_updates,
-         "random": _case_random}
+         "random": _case_random, "loops": _case_loops}
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -538,8 +538,9 @@ def test_truncate_gradient(mode, rng, k):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12, err_msg=name)
     if k < 5:
         assert not np.any(got[1][:5 - k]) and not np.any(got[2])
-    # the reference without truncation is the numeric gradient
-    if k >= 5:
+    # the reference without truncation is the numeric gradient (once: k=5 and
+    # k=8 draw the same values and their costs are one forward loop)
+    if k == 5:
         full = rnn_backprop_numpy(Wv, xv, h0v, g_hs)
         f = tn.function([W, xs, h0], cost, mode=mode)
         numeric = numeric_grads(f, [Wv, xv, h0v])
