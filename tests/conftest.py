@@ -76,8 +76,9 @@ _OP_SUITE = frozenset({("symbolic", "ops")})
 #:   (``TENURE_TEST_LINKERS=c``), but compiling every graph of every test
 #:   costs more than a CI run may take.
 #: - ``dask`` (where Dask is installed) runs the contract suite and the op
-#:   families it lowers whole (loops included: one task each).  Not yet the rest of the op suite (indexing,
-#:   join, sorting, shape, blas and nnet have cases it does not lower or
+#:   families it lowers whole (loops included: one task each).  Not yet the
+#:   rest of the op suite (indexing, join, sorting, shape, blas and nnet
+#:   have cases it does not lower or
 #:   whose errors read differently; test_elemwise passes but takes a minute)
 #:   nor test_transactions (Ctrl-C between steps, per-step errors and backup
 #:   copies describe the step-by-step linkers).
