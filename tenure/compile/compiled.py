@@ -39,6 +39,7 @@ from tenure.rewrites.engine import rewrite_graph
 from tenure.rewrites.remat import MemoryBudget
 from tenure.symbolic.device import writeable
 from tenure.symbolic.graph import Variable
+from tenure.symbolic.inner_graph import OpWithInnerGraphs
 from tenure.symbolic.shared import SharedVariable, register_lender
 from tenure.symbolic.types import is_same_memory
 
@@ -392,13 +393,13 @@ class Function:
 
 
 def bind_inner_modes(fgraph, mode: Mode) -> None:
-    """Give every op of ``fgraph`` that compiles inner graphs (``with_inner_mode``:
-    a loop) the mode they compile with, ``mode.inner_mode()``.  The nodes are
-    this function's own (:func:`build_graph` copied the user's graph): each
-    gets a copy of its op, and the user's graph keeps the op it had."""
+    """Give every op of ``fgraph`` that holds inner graphs (a loop) the mode
+    they compile with, ``mode.inner_mode()``.  The nodes are this function's
+    own (:func:`build_graph` copied the user's graph): each gets a copy of its
+    op, and the user's graph keeps the op it had."""
     inner = None
     for node in fgraph.apply_nodes:
-        if hasattr(node.op, "with_inner_mode"):
+        if isinstance(node.op, OpWithInnerGraphs):
             inner = inner or mode.inner_mode()
             node.op = node.op.with_inner_mode(inner)
 

@@ -122,6 +122,10 @@ class OpWithInnerGraphs(Op):
     #: attributes holding what is computed from the inner graphs (compiled
     #: thunks): left out of equality, cloning and pickling
     _cache_attrs: tuple[str, ...] = ()
+    #: the mode the inner graphs compile with (None: the default mode); the
+    #: function compiling the outer graph sets it (:meth:`with_inner_mode`).
+    #: Not part of equality
+    inner_mode = None
 
     def __init__(self, inner_graphs: Sequence[FunctionGraph]):
         graphs = tuple(inner_graphs)
@@ -149,6 +153,12 @@ class OpWithInnerGraphs(Op):
 
     def __hash__(self) -> int:
         return hash((super().__hash__(), self.inner_signatures()))
+
+    def with_inner_mode(self, mode) -> OpWithInnerGraphs:
+        """This op, its inner graphs compiled with ``mode`` (a fresh clone)."""
+        new = self.clone()
+        new.inner_mode = mode
+        return new
 
     def clone(self) -> OpWithInnerGraphs:
         """An equal op with its own copies of the inner graphs."""

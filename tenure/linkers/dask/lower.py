@@ -54,7 +54,7 @@ from tenure.symbolic.ops.indexing import AdvancedSubtensor, Subtensor, index_tup
 from tenure.symbolic.ops.join import Join, Split, Stack
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
 from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, SumTo, Var
-from tenure.symbolic.ops.scan import Scan
+from tenure.symbolic.ops.scan import Scan, concrete_dims, step_output_shape
 from tenure.symbolic.ops.scan_grad import CheckpointedScanGrad
 from tenure.symbolic.ops.shape import DimShuffle, Reshape, Shape, SpecifyShape
 from tenure.symbolic.ops.sorting import ArgSort, Sort
@@ -750,8 +750,7 @@ def lower_scan(node, values, ctx) -> list:
 def _inferred_shapes(node, values) -> list[tuple]:
     """The outputs' shapes from the inputs' (the op's ``infer_shape``)."""
     dims = node.op.infer_shape(node, [tuple(np.shape(v)) for v in values])
-    return [tuple(int(d) if isinstance(d, (int, np.integer)) else int(d.eval()) for d in shape)
-            for shape in dims]
+    return [concrete_dims(shape) for shape in dims]
 
 
 def _scan_shapes(node, values) -> list[tuple]:
@@ -777,9 +776,7 @@ def _nit_sot_step_dims(node, k: int, out, values) -> tuple:
     if None not in static:
         return tuple(static)
     try:
-        dims = node.op.infer_shape(node, [tuple(np.shape(v)) for v in values])[k][1:]
-        return tuple(int(d) if isinstance(d, (int, np.integer)) else int(d.eval())
-                     for d in dims)
+        return step_output_shape(node, k, values)
     except Exception:  # noqa: BLE001 -- unknown until the loop has run
         return tuple(math.nan if d is None else d for d in static)
 

@@ -58,7 +58,7 @@ from tenure.symbolic.ops.shape import Shape, as_dim, infer_dims, stack_scalars
 from tenure.symbolic.types import TensorType
 from tenure.symbolic.variable import as_tensor_variable
 
-__all__ = ["Scan", "ScanParts", "scan_node"]
+__all__ = ["Scan", "ScanParts", "concrete_dims", "nbytes", "scan_node", "step_output_shape"]
 
 
 class ScanParts:
@@ -171,12 +171,6 @@ class Scan(inner_graph.OpWithInnerGraphs):
     def __str__(self) -> str:
         return "scan_until" if self.as_while else "scan"
 
-    def with_inner_mode(self, mode) -> Scan:
-        """This op with its inner graph compiled by ``mode`` (a fresh clone)."""
-        new = self.clone()
-        new.inner_mode = mode
-        return new
-
     # -- labels for errors --------------------------------------------------
     def label(self, kind: str, i: int) -> str:
         names = (self.labels or {}).get(kind)
@@ -242,7 +236,7 @@ class Scan(inner_graph.OpWithInnerGraphs):
         for k, stored in enumerate(self.stored):
             shape = input_shapes[1 + self.n_seqs + k]
             if shape is not None and not stored:
-                total += _nbytes(shape, node.outputs[k])
+                total += nbytes(shape, node.outputs[k])
         # The compiled step's graph (rewritten: in-place, fused) is what runs.
         step_graph = getattr(self._compiled_step(), "fgraph", self.inner)
         return total + inner_graph.inner_graph_peak(step_graph, self._step_shapes(input_shapes))
@@ -427,19 +421,30 @@ def _step_output_dims(op, inner_output, input_shapes) -> tuple:
     return dims
 
 
+def step_output_shape(node: Apply, k: int, values) -> tuple:
+    """The per-step shape of nit-sot output ``k`` of a loop over input
+    ``values``, before it runs: inferred through the step from their shapes.
+    ``NotImplementedError`` (or the error of evaluating a dim) where only
+    running the step tells."""
+    return concrete_dims(_inner_output_dims(node, k, [tuple(np.shape(v)) for v in values]))
+
+
+def concrete_dims(dims) -> tuple:
+    """Dims (ints, or 0-d variables of nothing but constants) as ints."""
+    return tuple(int(d) if isinstance(d, (int, np.integer)) else int(d.eval()) for d in dims)
+
+
 def _unrun_step_shape(node: Apply, k: int, inputs) -> tuple:
-    """The per-step shape of nit-sot output ``k`` of a loop that ran no step:
-    inferred through the step from the inputs' shapes (a length nothing
-    tells is 0)."""
-    static = node.outputs[k].type.shape[1:]
+    """The per-step shape of nit-sot output ``k`` of a loop that ran no step
+    (a length nothing tells is 0)."""
     try:
-        dims = _inner_output_dims(node, k, [tuple(np.shape(v)) for v in inputs])
-        return tuple(int(d) if isinstance(d, (int, np.integer)) else int(d.eval()) for d in dims)
+        return step_output_shape(node, k, inputs)
     except Exception:  # noqa: BLE001 -- a step's shape that only running tells
-        return tuple(d or 0 for d in static)
+        return tuple(d or 0 for d in node.outputs[k].type.shape[1:])
 
 
-def _nbytes(shape, var) -> int:
+def nbytes(shape, var) -> int:
+    """Bytes of an array of ``var``'s dtype and ``shape``."""
     return int(np.prod(shape, dtype=np.int64)) * var.type.numpy_dtype.itemsize
 
 

@@ -34,7 +34,7 @@ from tenure.symbolic.ops.creation import Alloc, zeros_like
 from tenure.symbolic.ops.elemwise import eq, maximum, where
 from tenure.symbolic.ops.join import concatenate
 from tenure.symbolic.ops.reduce import sum as tn_sum
-from tenure.symbolic.ops.scan import scan_node
+from tenure.symbolic.ops.scan import nbytes, scan_node
 from tenure.symbolic.ops.shape import expand_dims, shape_tuple
 from tenure.symbolic.ops.subtensor_update import IncSubtensor, inc_subtensor
 from tenure.symbolic.types import TensorType
@@ -276,11 +276,6 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
     def __str__(self) -> str:
         return f"scan_grad{{checkpoint_every={self.every}}}"
 
-    def with_inner_mode(self, mode) -> CheckpointedScanGrad:
-        new = self.clone()
-        new.inner_mode = mode
-        return new
-
     def make_node(self, *inputs):
         """Inputs flat, in the order of the class doc (see :meth:`grouped`)."""
         inputs = [as_tensor_variable(v) for v in inputs]
@@ -373,9 +368,9 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
         _, _, var_groups = self._split(list(node.inputs))
         total = 0
         for shape, var in zip(checkpoints, var_groups[1]):
-            total += _nbytes((shape[1] + self.every,) + tuple(shape[2:]), var)
+            total += nbytes((shape[1] + self.every,) + tuple(shape[2:]), var)
         for shape, var in zip(windows + sums, var_groups[5] + var_groups[6]):
-            total += _nbytes(shape, var)
+            total += nbytes(shape, var)
         states = [tuple(shape[2:]) for shape in checkpoints]
         slices_and_taps = [tuple(shape[1:]) for shape in seqs] + \
             [state for state, taps in zip(states, self.state_taps) for _ in taps]
@@ -398,7 +393,3 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
     def grad(self, inputs, output_grads):
         raise NotImplementedError("a gradient of a checkpointed loop's gradient: build the "
                                   "loop without checkpoint_every to take it")
-
-
-def _nbytes(shape, var) -> int:
-    return int(np.prod(shape, dtype=np.int64)) * var.type.numpy_dtype.itemsize
