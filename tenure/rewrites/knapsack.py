@@ -230,9 +230,12 @@ def _quantize(weights: np.ndarray, capacity: float, resolution: int) -> tuple[np
         step = int(np.gcd.reduce(units))
         if capacity // step <= EXACT_UNITS_LIMIT:
             return units // step, int(capacity // step)
-    scale = resolution / capacity
-    # Up, and at least one unit: a positive weight never becomes free.
-    units = np.maximum(np.ceil(weights * scale), 1).astype(np.int64)
+    # Up, and at least one unit: a positive weight never becomes free.  The
+    # weight is divided by the capacity first (resolution / capacity
+    # overflows for a capacity near the smallest float), and a weight
+    # beyond any int64 (it never fits) is held to 2**62.
+    units = np.ceil(weights / capacity * resolution)
+    units = np.clip(units, 1, 2.0 ** 62).astype(np.int64)
     return units, int(resolution)
 
 

@@ -187,6 +187,9 @@ def test_exact_on_a_known_instance(name):
 # HiGHS takes both (1e-38 over, within its tolerance); the repair must drop the cheap one
 @example(items=[(1.0, 1.175494351e-38), (2.0, 5.552137041471842e-29)],
          capacity=5.552137041471842e-29, resolution=1)
+# resolution / capacity overflowed to inf: an OverflowError building the table
+@example(items=[(1.0, 2.2250738585072014e-308), (1.0, 2.2250738585072014e-308)],
+         capacity=2.2250738585072014e-308, resolution=7)
 def test_quantized_weights_never_exceed_the_capacity(items, capacity, resolution):
     values = [v for v, _ in items]
     weights = [w for _, w in items]
