@@ -6,8 +6,9 @@ rows of ``run.py``: ``rnn_train``):
 - the time per step of a trivial loop (a scalar accumulated over 10,000
   steps) on the py and C linkers -- issue 34's target is 0.2 us;
 - an RNN's gradient (100 steps, batch 64, 32 in, 256 hidden, float32, C
-  linker), with the loss on every state and on the last one, stored and with
-  ``checkpoint_every=10``: time (best of 3 calls) and the memory plan's
+  linker), with the loss on every state and on the last one, stored, with
+  ``checkpoint_every=10`` and under an activation-memory budget of 0.3 (which
+  chooses the checkpoints): time (best of 3 calls) and the memory plan's
   predicted and measured peak.
 
 Set ``OPENBLAS_NUM_THREADS=1`` on a machine with few cores: NumPy's and
@@ -42,8 +43,10 @@ def trivial_loop(linker: str, steps: int = 10_000) -> float:
     return best_of(f, np.ones(steps)) / steps
 
 
-def rnn_gradient(checkpoint_every, loss_on_every_state: bool):
-    """(seconds per call, predicted peak, measured peak) of one gradient."""
+def rnn_gradient(checkpoint_every, loss_on_every_state: bool, budget=None):
+    """(seconds per call, predicted peak, measured peak) of one gradient
+    (``budget``: the mode's activation-memory budget, which chooses the
+    checkpoints of a loop built without)."""
     rng = np.random.default_rng(0)
     xs = tn.tensor("xs", shape=(None, 64, 32), dtype="float32")
     h0 = tn.matrix("h0", dtype="float32")
@@ -52,7 +55,8 @@ def rnn_gradient(checkpoint_every, loss_on_every_state: bool):
     hs, _ = tn.scan(lambda xt, h: tn.tanh(tn.dot(xt, Wx) + tn.dot(h, Wh)), sequences=[xs],
                     outputs_info=[h0], checkpoint_every=checkpoint_every)
     cost = (hs ** 2).mean() if loss_on_every_state else (hs[-1] ** 2).mean()
-    f = tn.function([xs, h0], [cost] + tn.grad(cost, [Wx, Wh]), mode=tn.Mode(linker="c"))
+    f = tn.function([xs, h0], [cost] + tn.grad(cost, [Wx, Wh]),
+                    mode=tn.Mode(linker="c", activation_memory_budget=budget))
     X = rng.normal(size=(100, 64, 32)).astype("float32")
     H = np.zeros((64, 256), "float32")
     report = f.memory_report(X, H, print_report=False)
@@ -62,11 +66,12 @@ def rnn_gradient(checkpoint_every, loss_on_every_state: bool):
 def main() -> int:
     for linker in ("py", "c"):
         print(f"trivial loop, 10,000 steps, {linker}: {trivial_loop(linker) * 1e6:.2f} us/step")
-    for every in (None, 10):
+    for every, budget in ((None, None), (10, None), (None, 0.3)):
         for on_every_state in (True, False):
-            seconds, predicted, measured = rnn_gradient(every, on_every_state)
+            seconds, predicted, measured = rnn_gradient(every, on_every_state, budget)
             loss = "every state" if on_every_state else "the last state"
-            print(f"RNN gradient, loss on {loss}, checkpoint_every={every}: "
+            how = f"budget {budget}" if budget else f"checkpoint_every={every}"
+            print(f"RNN gradient, loss on {loss}, {how}: "
                   f"{seconds * 1e3:.1f} ms, peak predicted {predicted / 1e6:.2f} MB, "
                   f"measured {measured / 1e6:.2f} MB")
     return 0

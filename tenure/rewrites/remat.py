@@ -99,6 +99,20 @@ class MemoryBudget:
         return int(self.budget)
 
 
+def require_known_sizes(budget: MemoryBudget, unknown: list) -> None:
+    """A budget in bytes needs the sizes it is compared with: raise naming
+    the ``unknown`` inputs (those whose shape is not known when compiling)."""
+    if budget.is_fraction or not unknown:
+        return
+    names = ", ".join(f"{v} ({v.type})" for v in unknown)
+    raise ValueError(
+        f"activation_memory_budget={budget.budget!r} is a number of bytes, but the "
+        f"sizes of the saved activations depend on input(s) {names} whose shape is not "
+        "known when compiling; give them a static shape (e.g. tn.matrix('x', "
+        "shape=(1024, 2))) or give the budget as a fraction of the saved bytes "
+        "(e.g. activation_memory_budget=0.5)")
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One saved activation: a buffer alive across the peak that the backward
@@ -140,6 +154,9 @@ class RematReport:
     solution: knapsack.KnapsackSolution | None = None
     #: nodes added to recompute dropped values
     recompute_nodes: int = 0
+    #: each loop's checkpoints, chosen before (``fgraph.loop_checkpoints``,
+    #: :mod:`tenure.rewrites.scan_checkpoint`)
+    loops: tuple = ()
 
     @property
     def solver(self) -> str:
@@ -170,6 +187,7 @@ class RematReport:
         for c in sorted(self.candidates, key=lambda c: -c.nbytes):
             lines.append(f"  {'keep' if c.kept else 'drop'}  {c.nbytes:>14,} B  "
                          f"{c.cost * 1e3:9.3f} ms ({c.chain} node(s))  {c.root}  [{c.reason}]")
+        lines += [str(loop) for loop in self.loops]
         return "\n".join(lines)
 
 
@@ -245,6 +263,7 @@ def remat(fgraph) -> bool:
     if not hasattr(fgraph, "recompute_nodes"):
         fgraph.recompute_nodes = set()
     report, changed = _Remat(fgraph, budget).run()
+    report.loops = tuple(getattr(fgraph, "loop_checkpoints", ()))
     fgraph.remat_report = report
     return changed
 
@@ -293,14 +312,7 @@ class _Remat:
         report.capacity = budget.capacity(report.saved_bytes)
         if not found:
             return report, False
-        if not budget.is_fraction and unknown:
-            names = ", ".join(f"{v} ({v.type})" for v in unknown)
-            raise ValueError(
-                f"activation_memory_budget={budget.budget!r} is a number of bytes, but the "
-                f"sizes of the saved activations depend on input(s) {names} whose shape is not "
-                "known when compiling; give them a static shape (e.g. tn.matrix('x', "
-                "shape=(1024, 2))) or give the budget as a fraction of the saved bytes "
-                "(e.g. activation_memory_budget=0.5)")
+        require_known_sizes(budget, unknown)
         if report.saved_bytes <= report.capacity:
             report.candidates = tuple(
                 self._candidate(r, read_later[r], kept=True, reason="fits") for r in found)

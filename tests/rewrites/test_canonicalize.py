@@ -17,6 +17,7 @@ from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.creation import Alloc, ExpandTo
 from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.reduce import Reduce, SumTo
+from tenure.symbolic.ops.scan_grad import LoopGradient
 from tenure.symbolic.ops.shape import DimShuffle, MakeVector, Reshape, Shape
 from tenure.symbolic.types import TensorType
 
@@ -209,6 +210,14 @@ def _make_vector_index():
             lambda f: bool(nodes(f, MakeVector)))
 
 
+def _loop_gradient():
+    w, xs = tn.scalar("w"), tn.vector("xs")
+    hs, _ = tn.scan(lambda xt, h: tn.tanh(h * w + xt), sequences=xs,
+                    outputs_info=tn.constant(0.5))
+    return ([w, xs], tn.grad(tn.sum(hs ** 2), w), [np.array(0.7), np.array([0.1, -0.2, 0.3])],
+            lambda f: bool(nodes(f, LoopGradient)))
+
+
 def _make_vector_of_shape():
     m = tn.matrix("m")
     v = tn.stack_scalars([m.shape[0], m.shape[1]])
@@ -217,6 +226,7 @@ def _make_vector_of_shape():
 
 CASES = {
     "merge": _merge,
+    "loop_gradient": _loop_gradient,
     "constant_folding": _constant_folding,
     "mul_by_one": _mul_by_one,
     "mul_by_filled_ones": _mul_by_filled_ones,

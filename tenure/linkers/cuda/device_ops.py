@@ -46,7 +46,7 @@ from tenure.symbolic.ops.join import Join, Split, SplitGrad, Stack
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, OneHot, Softmax
 from tenure.symbolic.ops.random import RandomVariable, host_inputs_on_device, perform_on_device
 from tenure.symbolic.ops.scan import Scan
-from tenure.symbolic.ops.scan_grad import CheckpointedScanGrad
+from tenure.symbolic.ops.scan_grad import CheckpointedScanGrad, LoopGradient
 from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, SumTo, Var
 from tenure.symbolic.ops.shape import DimShuffle, MakeVector, Reshape, Shape, SpecifyShape
 from tenure.symbolic.ops.sorting import ArgSort, PermuteAlongAxis, Sort
@@ -488,6 +488,7 @@ register_cuda_op(RandomVariable, device=DeviceOp(perform_on_device, host_inputs_
 # state stays on the device is what remains.
 register_cuda_op(Scan, device=DeviceOp(_on_the_host))
 register_cuda_op(CheckpointedScanGrad, device=DeviceOp(_on_the_host))
+register_cuda_op(LoopGradient, device=DeviceOp(_on_the_host))
 # Ops that create arrays: on the device even from host inputs (a shape).
 register_cuda_op(Alloc, device=DeviceOp(_alloc, _all_but_first), placement=DEVICE)
 register_cuda_op(Arange, device=DeviceOp(_arange, _every_input), placement=DEVICE)

@@ -55,7 +55,7 @@ from tenure.symbolic.ops.join import Join, Split, Stack
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
 from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, SumTo, Var
 from tenure.symbolic.ops.scan import Scan, concrete_dims, step_output_shape
-from tenure.symbolic.ops.scan_grad import CheckpointedScanGrad
+from tenure.symbolic.ops.scan_grad import CheckpointedScanGrad, LoopGradient
 from tenure.symbolic.ops.shape import DimShuffle, Reshape, Shape, SpecifyShape
 from tenure.symbolic.ops.sorting import ArgSort, Sort
 from tenure.symbolic.ops.subtensor_update import IncSubtensor
@@ -738,7 +738,7 @@ def lower_scan(node, values, ctx) -> list:
     the loop's inner mode), and each output is one chunk of that task.  The
     length of a nit-sot output, or of any output of a ``until`` loop, is
     known once the task has run (Dask's unknown chunk size, NaN).  A
-    checkpointed loop's backward pass runs the same way."""
+    loop's backward pass (checkpointed, or not expanded) runs the same way."""
     shapes = _scan_shapes(node, values) if isinstance(node.op, Scan) else \
         _inferred_shapes(node, values)
     task = dask.delayed(_run_scan, nout=len(node.outputs), pure=True)(
@@ -822,6 +822,7 @@ LOWERINGS: dict[type, Callable] = {
     Trace: lower_by_perform,   # np.trace of a dask array is Dask's
     Scan: lower_scan,
     CheckpointedScanGrad: lower_scan,
+    LoopGradient: lower_scan,
 }
 
 

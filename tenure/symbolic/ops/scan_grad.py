@@ -19,6 +19,15 @@ A loop built with ``checkpoint_every=k`` kept the states before every
 ``k``-th step instead of its trajectories: its backward pass is one
 :class:`CheckpointedScanGrad` node, which runs the same backward step over
 segments it recomputes from those checkpoints.
+
+Any other loop (states, no ``until``) gets one :class:`LoopGradient` node:
+the backward pass over the stored trajectories, not yet expanded, so that
+compiling can still choose how it runs.  The rewrite
+:mod:`tenure.rewrites.scan_checkpoint` expands it first thing: inline (the
+backward scan over the trajectories, :meth:`LoopGradient.inline`) or, when
+the function has an activation-memory budget that the trajectories exceed,
+as a checkpointed loop (:meth:`LoopGradient.checkpointed`).  Where no rewrite
+runs, the node runs its inline form as an inner graph.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import numpy as np
 
 from tenure.symbolic import inner_graph
 from tenure.symbolic.fgraph import FunctionGraph
-from tenure.symbolic.graph import Apply, Constant, clone_get_equiv
+from tenure.symbolic.graph import Apply, Constant, clone_get_equiv, clone_replace
 from tenure.symbolic.inner_graph import OpWithInnerGraphs
 from tenure.symbolic.grad import grad, is_differentiable
 from tenure.symbolic.ops.creation import Alloc, zeros_like
@@ -40,7 +49,7 @@ from tenure.symbolic.ops.subtensor_update import IncSubtensor, inc_subtensor
 from tenure.symbolic.types import TensorType
 from tenure.symbolic.variable import as_tensor_variable
 
-__all__ = ["CheckpointedScanGrad", "scan_grad"]
+__all__ = ["CheckpointedScanGrad", "LoopGradient", "scan_grad"]
 
 
 class _Backward:
@@ -49,7 +58,9 @@ class _Backward:
     def __init__(self, op, diff_states, diff_nitsots, diff_seqs, diff_nonseqs, graded):
         parts = op.parts
         self.diff_states = list(diff_states)
+        self.diff_nitsots = list(diff_nitsots)
         self.diff_seqs = list(diff_seqs)
+        self.diff_nonseqs = list(diff_nonseqs)
         #: the float states whose trajectory has a gradient (a sequence of
         #: the backward loop); the others' cotangent is their window's alone
         self.graded = list(graded)
@@ -150,16 +161,17 @@ def scan_grad(op, inputs: list, output_grads: list) -> list:
     sums = [zeros_like(nonseqs[i]) for i in diff_nonseqs]
     g_states = [g_trajs[k] for k in graded]
     g_outs = [g_nitsots[j] for j in diff_nitsots]
+    groups = (seqs, inits, trajs, nonseqs, g_states, g_outs, windows, sums)
     if op.checkpoint_every:
         node = CheckpointedScanGrad(op, back).grouped(
             n, start, seqs, checkpoints, nonseqs, g_states,
             g_outs, windows, sums)
-        carried, seq_grads = node.outputs[:len(windows) + len(sums)], \
-            node.outputs[len(windows) + len(sums):]
+        results = node.outputs
+    elif op.as_while:     # its length is known only when it has run: never checkpointed
+        results = _stored_backward(op, back, n, start, *groups)
     else:
-        carried, seq_grads = _backward_loop(op, back, n, start, seqs, inits, trajs, g_states,
-                                            g_outs, windows, sums, nonseqs, diff_states,
-                                            diff_nonseqs)
+        results = LoopGradient.node(op, back, n, start, *groups).outputs
+    carried, d_seq_values = results[:len(windows) + len(sums)], results[len(windows) + len(sums):]
     d_inits = [None] * n_states
     for k, window in zip(diff_states, carried[:len(diff_states)]):
         d_init = window[::-1]
@@ -170,9 +182,8 @@ def scan_grad(op, inputs: list, output_grads: list) -> list:
     for i, total in zip(diff_nonseqs, carried[len(diff_states):]):
         d_nonseqs[i] = total
     d_seqs = [None] * len(seqs)
-    for i, steps in zip(diff_seqs, seq_grads):
-        d_seqs[i] = steps if op.checkpoint_every else \
-            inc_subtensor(zeros_like(seqs[i])[start:n], steps[::-1])
+    for i, d_seq in zip(diff_seqs, d_seq_values):
+        d_seqs[i] = d_seq
     return [None] + d_seqs + d_inits + d_nonseqs
 
 
@@ -207,8 +218,19 @@ def _last_entry_gradient(g):
     return value if value.ndim == g.ndim - 1 else None
 
 
+def _stored_backward(op, back, n, start, seqs, inits, trajs, nonseqs, g_states, g_outs,
+                     windows, sums) -> list:
+    """The backward pass over the stored trajectories: the final windows and
+    sums, then each float sequence's gradient (zeros before ``start``)."""
+    carried, seq_steps = _backward_loop(op, back, n, start, seqs, inits, trajs, g_states,
+                                        g_outs, windows, sums, nonseqs)
+    d_seqs = [inc_subtensor(zeros_like(seqs[i])[start:n], steps[::-1])
+              for i, steps in zip(back.diff_seqs, seq_steps)]
+    return list(carried) + d_seqs
+
+
 def _backward_loop(op, back, n, start, seqs, inits, trajs, g_states, g_outs, windows, sums,
-                   nonseqs, diff_states, diff_nonseqs) -> tuple:
+                   nonseqs) -> tuple:
     """The backward scan over the stored trajectories: ``(final windows and
     sums, per-step sequence gradients in backward order)``."""
     def backwards(x):
@@ -224,8 +246,8 @@ def _backward_loop(op, back, n, start, seqs, inits, trajs, g_states, g_outs, win
                       for tap in op.state_taps[k]]
     buffers = [expand_dims(v, 0) for v in windows + sums]
     labels = {"sequences": [f"the gradient's sequence {i}" for i in range(len(sequences))],
-              "states": [f"the gradient of {op.label('states', k)}" for k in diff_states]
-              + [f"the gradient of {op.label('non_sequences', i)}" for i in diff_nonseqs]}
+              "states": [f"the gradient of {op.label('states', k)}" for k in back.diff_states]
+              + [f"the gradient of {op.label('non_sequences', i)}" for i in back.diff_nonseqs]}
     results = scan_node(back.inputs(), back.outputs(), n - start, sequences, buffers, nonseqs,
                         state_taps=[(-1,)] * len(buffers), n_nitsot=len(back.seq_grads),
                         labels=labels)
@@ -393,3 +415,146 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
     def grad(self, inputs, output_grads):
         raise NotImplementedError("a gradient of a checkpointed loop's gradient: build the "
                                   "loop without checkpoint_every to take it")
+
+
+class LoopGradient(OpWithInnerGraphs):
+    """The backward pass of a loop over its stored trajectories, as one node
+    until compiling expands it (the module doc says how and why).
+
+    Node inputs: ``n`` (the loop's length), the first step the gradient
+    reaches (``truncate_gradient``), then by group the forward sequences,
+    initial buffers, trajectories (every state's, from the forward node) and
+    non-sequences, the gradients of the trajectories (the float states that
+    have one) and of the nit-sot outputs, the initial windows and sums.
+    Outputs: the final windows and sums, then each float sequence's
+    gradient.  Its inner graph is the inline form over placeholders of those
+    inputs: what :meth:`inline` puts in place of the node, and what
+    ``perform`` runs when no rewrite did.
+    """
+
+    __props__ = ("state_taps", "n_seqs", "n_nonseqs", "diff_states", "diff_nitsots",
+                 "diff_seqs", "diff_nonseqs", "graded")
+    _cache_attrs = ("_run",)
+
+    def __init__(self, forward_op, back: _Backward, input_types):
+        parts = forward_op.parts
+        self.state_taps = forward_op.state_taps
+        self.n_seqs = parts.n_seqs
+        self.n_nonseqs = parts.n_nonseqs
+        self.diff_states = tuple(back.diff_states)
+        self.diff_nitsots = tuple(back.diff_nitsots)
+        self.diff_seqs = tuple(back.diff_seqs)
+        self.diff_nonseqs = tuple(back.diff_nonseqs)
+        self.graded = tuple(back.graded)
+        self.inner_mode = forward_op.inner_mode
+        placeholders = [t(name=f"scan_grad_input{i}") for i, t in enumerate(input_types)]
+        n, start, groups = self.split(placeholders)
+        outputs = _stored_backward(forward_op, back, n, start, *groups)
+        super().__init__([FunctionGraph(placeholders, outputs)])
+
+    @classmethod
+    def node(cls, forward_op, back: _Backward, n, start, seqs, inits, trajs, nonseqs,
+             g_states, g_outs, windows, sums) -> Apply:
+        """The node over its inputs given by group (the class doc's)."""
+        groups = [seqs, inits, trajs, nonseqs, g_states, g_outs, windows, sums]
+        inputs = [as_tensor_variable(v) for v in
+                  [n, start] + [v for group in groups for v in group]]
+        return cls(forward_op, back, [v.type for v in inputs]).make_node(*inputs)
+
+    def __str__(self) -> str:
+        return "scan_grad"
+
+    def _sizes(self) -> list:
+        n_states = len(self.state_taps)
+        return [self.n_seqs, n_states, n_states, self.n_nonseqs, len(self.graded),
+                len(self.diff_nitsots), len(self.diff_states), len(self.diff_nonseqs)]
+
+    def split(self, values: list) -> tuple:
+        """``(n, start, groups)``: a node's inputs (or anything laid out as
+        they are) with the groups of the class doc, in its order."""
+        groups, pos = [], 2
+        for size in self._sizes():
+            groups.append(list(values[pos:pos + size]))
+            pos += size
+        return values[0], values[1], groups
+
+    def make_node(self, *inputs):
+        """Inputs flat, in the order of the class doc (see :meth:`grouped`)."""
+        inputs = [as_tensor_variable(v) for v in inputs]
+        expected = self.inner_graphs[0].inputs
+        if len(inputs) != len(expected):
+            raise ValueError(f"scan_grad: {len(inputs)} inputs, expected {len(expected)}")
+        for i, (var, placeholder) in enumerate(zip(inputs, expected)):
+            if not placeholder.type.is_compatible_replacement(var.type):
+                raise TypeError(f"scan_grad: input {i} must be of type "
+                                f"{placeholder.type}, got {var} of type {var.type}")
+        _, _, groups = self.split(inputs)
+        seqs, windows, sums = groups[0], groups[6], groups[7]
+        outputs = [v.type() for v in windows + sums]
+        outputs += [seqs[i].type() for i in self.diff_seqs]
+        return Apply(self, inputs, outputs)
+
+    # -- expanding -------------------------------------------------------------
+    def inline(self, inputs: list) -> list:
+        """The outputs of the inline form over ``inputs`` (a node's): the
+        backward scan over the stored trajectories."""
+        inner = self.inner_graphs[0]
+        return clone_replace(list(inner.outputs), dict(zip(inner.inputs, inputs)))
+
+    def checkpointed(self, inputs: list, forward: Apply) -> list:
+        """The outputs of the backward pass over ``forward``'s checkpoints:
+        ``forward`` is the loop these ``inputs`` (a node's) differentiate,
+        built with ``checkpoint_every``; its trajectories are not read."""
+        op = forward.op
+        if not op.checkpoint_every:
+            raise ValueError("LoopGradient.checkpointed: the forward loop keeps no checkpoints")
+        _, _, groups = self.split(list(inputs))
+        seqs, _, _, nonseqs, g_states, g_outs, windows, sums = groups
+        back = _Backward(op, self.diff_states, self.diff_nitsots, self.diff_seqs,
+                         self.diff_nonseqs, self.graded)
+        n = forward.inputs[0]
+        truncated = op.truncate_gradient != -1
+        start = maximum(n - op.truncate_gradient, 0) if truncated else 0
+        checkpoints = op.output_groups(forward.outputs)[3]
+        node = CheckpointedScanGrad(op, back).grouped(n, start, seqs, checkpoints, nonseqs,
+                                                      g_states, g_outs, windows, sums)
+        return list(node.outputs)
+
+    # -- running ---------------------------------------------------------------
+    def perform(self, node, inputs, output_storage):
+        if self._run is None:
+            self._run = inner_graph.compile_inner_graph(self.inner_graphs[0], self.inner_mode)
+        for cell, value in zip(output_storage, self._run(*inputs)):
+            cell[0] = np.array(value, copy=True)   # the step may reuse its buffers
+
+    def infer_shape(self, node, input_shapes):
+        _, _, groups = self.split(list(input_shapes))
+        seqs, windows, sums = groups[0], groups[6], groups[7]
+        return list(windows) + list(sums) + [seqs[i] for i in self.diff_seqs]
+
+    def workspace_bytes(self, node, input_shapes, output_shapes) -> int:
+        """The peak of the inline form, run as an inner graph."""
+        return inner_graph.inner_graph_peak(self.inner_graphs[0], list(input_shapes))
+
+    def grad(self, inputs, output_grads):
+        """The vector-Jacobian product of the inline form (a gradient of a
+        gradient: second order).  It is taken with respect to fresh roots
+        standing for the inputs, then put over them: an input may be computed
+        from another (a trajectory's gradient from the trajectory), and a
+        gradient taken over the inputs themselves would count that path
+        twice -- here and again where the outer gradient passes it."""
+        roots = [var.type(name=f"scan_grad_input{i}") for i, var in enumerate(inputs)]
+        outputs = self.inline(roots)
+        terms = [tn_sum(out * g) for out, g in zip(outputs, output_grads) if g is not None]
+        if not terms:
+            return [None] * len(inputs)
+        cost = terms[0]
+        for term in terms[1:]:
+            cost = cost + term
+        wrt = [i for i, var in enumerate(inputs) if is_differentiable(var)]
+        grads = grad(cost, [roots[i] for i in wrt], disconnected_inputs="zero")
+        grads = clone_replace(grads, dict(zip(roots, inputs)))
+        result = [None] * len(inputs)
+        for i, g in zip(wrt, grads):
+            result[i] = g
+        return result

@@ -142,6 +142,17 @@ def _case_loops():
     return [xs, h0, w], [hs[-1]] + tn.grad(cost, [xs, h0, w]), [_m(5, 3), _m(3), _m(3)]
 
 
+def _case_unexpanded_loop_gradient():
+    """A loop's gradient left as one node (no rewrite expands it): it runs
+    its inner graph on the host."""
+    xs, h0 = tn.matrix("xs"), tn.vector("h0")
+    w = tn.vector("w")
+    hs, _ = tn.scan(lambda x, h: tn.tanh(h * w + x), sequences=xs, outputs_info=h0)
+    cost = tn.sum(hs[-1] ** 2)
+    return [xs, h0, w], tn.grad(cost, [xs, h0, w]), [_m(5, 3), _m(3), _m(3)], {
+        "exclude": ["loop_gradient"]}
+
+
 def _compiled(name, linker: str):
     """The case's function on ``linker``, its arguments, and the tolerance of
     its comparison with the Python linker."""
@@ -156,7 +167,8 @@ CASES = {"products": _case_products, "gemm": _case_gemm,
          "shapes": _case_shapes, "reductions": _case_reductions, "sum_to": _case_sum_to,
          "dtypes_without_kernels": _case_dtypes_without_kernels, "float16": _case_float16,
          "gradients": _case_gradients, "advanced_updates": _case_advanced_updates,
-         "random": _case_random, "loops": _case_loops}
+         "random": _case_random, "loops": _case_loops,
+         "unexpanded_loop_gradient": _case_unexpanded_loop_gradient}
 
 
 @pytest.mark.parametrize("name", CASES)

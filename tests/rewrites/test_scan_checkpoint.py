@@ -1,0 +1,190 @@
+"""A loop's gradient is one node until compiling expands it (loop_gradient):
+inline without a budget, over checkpoints when the function's
+activation-memory budget is smaller than the trajectories."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+import tenure as tn
+from tenure.rewrites.scan_checkpoint import checkpoint_every_for
+from tenure.symbolic.graph import io_toposort
+from tenure.symbolic.ops.scan import Scan
+from tenure.symbolic.ops.scan_grad import CheckpointedScanGrad, LoopGradient
+
+RNG = np.random.default_rng(0)
+WX = RNG.normal(size=(4, 64)) * 0.3
+WH = RNG.normal(size=(64, 64)) * 0.1
+X, H = RNG.normal(size=(100, 8, 4)), RNG.normal(size=(8, 64)) * 0.1
+
+
+def _ops(f, kind) -> list:
+    return [node.op for node in f.fgraph.toposort() if isinstance(node.op, kind)]
+
+
+def _rnn_gradient(reads_every_state=False):
+    """An RNN of 100 steps (static length: the budget sees its size) and the
+    gradient of its loss with respect to both weights."""
+    x = tn.tensor("x", shape=(100, 8, 4))
+    h0 = tn.matrix("h0")
+    Wx, Wh = tn.shared(WX, name="Wx"), tn.shared(WH, name="Wh")
+    hs, _ = tn.scan(lambda xt, h: tn.tanh(tn.dot(xt, Wx) + tn.dot(h, Wh)), sequences=[x],
+                    outputs_info=[h0])
+    cost = (hs ** 2).mean() if reads_every_state else (hs[-1] ** 2).mean()
+    return [x, h0], tn.grad(cost, [Wx, Wh, h0])
+
+
+def _numpy_gradient():
+    """The same gradients by hand (backpropagation through time)."""
+    hs, h = [], H
+    for xt in X:
+        h = np.tanh(xt @ WX + h @ WH)
+        hs.append(h)
+    g_h = 2 * hs[-1] / hs[-1].size
+    g_wx, g_wh = np.zeros_like(WX), np.zeros_like(WH)
+    for t in range(len(X) - 1, -1, -1):
+        g_pre = g_h * (1 - hs[t] ** 2)
+        previous = hs[t - 1] if t else H
+        g_wx += X[t].T @ g_pre
+        g_wh += previous.T @ g_pre
+        g_h = g_pre @ WH.T
+    return g_wx, g_wh, g_h
+
+
+def test_the_choice_of_k():
+    one = [(1, 100)]            # one state, one tap, 100 bytes a value
+    assert checkpoint_every_for(100, one, 100 * 100) == 0      # the trajectory fits
+    assert checkpoint_every_for(1, one, 0) == 0                # nothing to save
+    # k = 4 keeps 25 checkpoints and a segment of 1 + 4: 30 values <= 30
+    assert checkpoint_every_for(100, one, 30 * 100) == 4
+    assert checkpoint_every_for(100, one, 29 * 100) == 5       # 20 + 6 = 26 values
+    # Nothing fits 10 values: the k keeping least (10 + 11 values at k = 10)
+    assert checkpoint_every_for(100, one, 10 * 100) == 10
+    # Two taps: checkpoints hold two values each
+    assert checkpoint_every_for(100, [(2, 100)], 60 * 100) == 4   # 50 + 2 + 4 = 56
+
+
+def test_the_gradient_is_one_node_until_compiled():
+    inputs, grads = _rnn_gradient()
+    nodes = [n for n in io_toposort([], grads) if isinstance(n.op, LoopGradient)]
+    assert len(nodes) == 1
+    f = tn.function(inputs, grads)
+    assert not _ops(f, LoopGradient) and not _ops(f, CheckpointedScanGrad)
+    assert "loop_gradient" in f.rewrites_applied
+    assert len(_ops(f, Scan)) == 2           # the forward loop and the backward one
+    for got, expected in zip(f(X, H), _numpy_gradient()):
+        np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("linker", ["py", "c", "dask"])
+def test_the_node_runs_when_no_rewrite_expands_it(linker):
+    inputs, grads = _rnn_gradient()
+    f = tn.function(inputs, grads, mode=tn.Mode(linker=linker, exclude=["loop_gradient"]))
+    assert len(_ops(f, LoopGradient)) == 1
+    for got, expected in zip(f(X, H), _numpy_gradient()):
+        np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+
+
+def test_the_unexpanded_gradient_pickles():
+    inputs, grads = _rnn_gradient()
+    (op,) = [n.op for n in io_toposort([], grads) if isinstance(n.op, LoopGradient)]
+    x, h0, *again = pickle.loads(pickle.dumps(inputs + grads))
+    (loaded,) = [n.op for n in io_toposort([], again) if isinstance(n.op, LoopGradient)]
+    assert loaded == op and loaded is not op
+    f = tn.function([x, h0], again, mode=tn.Mode(exclude=["loop_gradient"]))
+    for got, expected in zip(f(X, H), _numpy_gradient()):
+        np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("linker", ["py", "c"])
+def test_a_budget_checkpoints_the_loop(linker):
+    """A budget of 0.3 of the trajectory: checkpoints every 4 of 100 steps
+    (25 + 1 + 4 values of 100); the same gradient in under 0.4 of the memory."""
+    inputs, grads = _rnn_gradient()
+    stored = tn.function(inputs, grads, mode=tn.Mode(linker=linker))
+    budgeted = tn.function(inputs, grads,
+                           mode=tn.Mode(linker=linker, activation_memory_budget=0.3))
+    (forward,) = _ops(budgeted, Scan)
+    (backward,) = _ops(budgeted, CheckpointedScanGrad)
+    assert forward.checkpoint_every == backward.every == 4
+    assert forward.stored == (False,)        # the loss reads hs[-1] only
+    (choice,) = budgeted.fgraph.loop_checkpoints
+    assert (choice.steps, choice.every) == (100, 4)
+    assert choice.kept_bytes <= choice.allowed_bytes < choice.stored_bytes
+    assert "checkpoint every 4 steps" in str(budgeted.fgraph.remat_report)
+    for got, expected in zip(budgeted(X, H), stored(X, H)):
+        np.testing.assert_allclose(got, expected, rtol=1e-12)
+    whole = stored.memory_report(X, H, print_report=False).measured_peak
+    part = budgeted.memory_report(X, H, print_report=False).measured_peak
+    assert part < 0.4 * whole
+
+
+def test_a_budget_the_trajectories_fit_changes_nothing():
+    inputs, grads = _rnn_gradient()
+    f = tn.function(inputs, grads, mode=tn.Mode(activation_memory_budget=1.0))
+    assert not _ops(f, CheckpointedScanGrad)
+    (choice,) = f.fgraph.loop_checkpoints
+    assert choice.every == 0
+    assert "trajectories stored" in str(f.fgraph.remat_report)
+
+
+def test_a_budget_in_bytes_is_shared_by_the_loops():
+    """Two loops storing 100 and 50 states of 8 x 64 float64 (4,096 bytes):
+    a budget of 30% of their total gives each 30% of its own."""
+    x = tn.tensor("x", shape=(100, 8, 4))
+    h0 = tn.matrix("h0", shape=(8, 64))
+    Wx, Wh = tn.shared(WX, name="Wx"), tn.shared(WH, name="Wh")
+
+    def step(xt, h):
+        return tn.tanh(tn.dot(xt, Wx) + tn.dot(h, Wh))
+    long, _ = tn.scan(step, sequences=[x], outputs_info=[h0])
+    short, _ = tn.scan(step, sequences=[x[:50]], outputs_info=[h0])
+    cost = (long[-1] ** 2).mean() + (short[-1] ** 2).mean()
+    grads = tn.grad(cost, [Wx, Wh])
+    total = 150 * 8 * 64 * 8
+    f = tn.function([x, h0], grads, mode=tn.Mode(activation_memory_budget=int(0.3 * total)))
+    choices = {c.steps: c for c in f.fgraph.loop_checkpoints}
+    assert choices[100].every == 4 and choices[50].every > 1
+    assert choices[100].allowed_bytes == pytest.approx(0.3 * 100 * 4096, abs=1)
+    reference = tn.function([x, h0], grads)
+    for got, expected in zip(f(X, H), reference(X, H)):
+        np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+def test_a_users_checkpoints_and_until_loops_stay_as_built():
+    x = tn.tensor("x", shape=(100, 8, 4))
+    h0 = tn.matrix("h0")
+    Wx, Wh = tn.shared(WX, name="Wx"), tn.shared(WH, name="Wh")
+    hs, _ = tn.scan(lambda xt, h: tn.tanh(tn.dot(xt, Wx) + tn.dot(h, Wh)), sequences=[x],
+                    outputs_info=[h0], checkpoint_every=20)
+    f = tn.function([x, h0], tn.grad((hs[-1] ** 2).mean(), Wh),
+                    mode=tn.Mode(activation_memory_budget=0.1))
+    (forward,) = _ops(f, Scan)
+    assert forward.checkpoint_every == 20
+
+    a = tn.scalar("a")
+    xs, _ = tn.scan(lambda v: (v * a, tn.until(v > 1e6)), outputs_info=[tn.constant(1.0)],
+                    n_steps=50)
+    g = tn.function([a], tn.grad(xs.sum(), a), mode=tn.Mode(activation_memory_budget=0.1))
+    assert not _ops(g, CheckpointedScanGrad)
+    assert g(1.5) == tn.function([a], tn.grad(xs.sum(), a))(1.5)
+
+
+def test_a_budget_in_bytes_needs_the_loops_length():
+    inputs, grads = _rnn_gradient()          # h0's shape is not static
+    with pytest.raises(ValueError, match="h0"):
+        tn.function(inputs, grads, mode=tn.Mode(activation_memory_budget=10_000))
+
+
+def test_a_second_order_gradient_goes_through_the_node():
+    """d/dw of (d/dw of a loop's loss): LoopGradient's own gradient."""
+    w, xs, h0 = tn.scalar("w"), tn.vector("xs"), tn.scalar("h0")
+    hs, _ = tn.scan(lambda xt, h, w: tn.tanh(h * w + xt), sequences=xs, outputs_info=h0,
+                    non_sequences=w)
+    g = tn.grad(tn.sum(hs ** 2), w)
+    gg = tn.function([w, xs, h0], tn.grad(g, w), mode=tn.Mode(exclude=["loop_gradient"]))
+    f_g = tn.function([w, xs, h0], g)
+    xv, step = np.array([0.3, -0.2, 0.5]), 1e-6
+    numeric = (f_g(0.8 + step, xv, 0.4) - f_g(0.8 - step, xv, 0.4)) / (2 * step)
+    assert gg(0.8, xv, 0.4) == pytest.approx(numeric, rel=1e-6)
