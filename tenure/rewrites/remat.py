@@ -71,11 +71,15 @@ import math
 from dataclasses import dataclass
 
 from tenure.rewrites import knapsack
+# scan_save_memory registers first, so it runs before remat in the memory
+# phase: a loop state kept as a ring is no saved activation
+from tenure.rewrites import scan_memory  # noqa: F401
 from tenure.rewrites.cost import nodes_cost
 from tenure.rewrites.engine import register_graph_rewrite
 # NOMINAL_DIM: re-exported, the rewrite's documented assumption
 from tenure.rewrites.sizes import NOMINAL_DIM, compile_time_shapes, nbytes  # noqa: F401
 from tenure.symbolic.graph import Apply, Constant, Variable
+from tenure.symbolic.inner_graph import OpWithInnerGraphs
 from tenure.symbolic.types import TensorType
 
 
@@ -202,9 +206,16 @@ def _op_recomputable(op) -> str:
     random, stateful or have side effects (attributes ``random``,
     ``stateful``, ``has_side_effects``, ``side_effects``) are never
     recomputed either: a second run would give another value, or act twice.
+    Nor are ops running inner graphs (loops): their cost is hidden from the
+    cost model, and a loop's stored states have their own rewrite
+    (:mod:`tenure.rewrites.scan_checkpoint`).
     """
     if getattr(op, "recomputable", True) is False:
         return f"{op} is not recomputable"
+    if isinstance(op, OpWithInnerGraphs):
+        # A loop costs its step times its length, which the cost model does
+        # not see; a loop's stored states are the loop_gradient rewrite's.
+        return f"{op} runs inner graphs (a loop: its checkpoints are chosen apart)"
     for attr in ("random", "stateful", "has_side_effects", "side_effects"):
         if getattr(op, attr, False):
             return f"{op} is {attr.replace('_', ' ')}"

@@ -188,3 +188,33 @@ def test_a_second_order_gradient_goes_through_the_node():
     xv, step = np.array([0.3, -0.2, 0.5]), 1e-6
     numeric = (f_g(0.8 + step, xv, 0.4) - f_g(0.8 - step, xv, 0.4)) / (2 * step)
     assert gg(0.8, xv, 0.4) == pytest.approx(numeric, rel=1e-6)
+
+
+def test_the_budget_never_runs_a_loop_twice():
+    """A loss on every state keeps the trajectory alive into the backward
+    pass: a saved activation, which remat leaves to the loop (a loop costs
+    its step times its length, which remat's cost model does not see) rather
+    than recompute the whole forward loop."""
+    xs = tn.tensor("xs", shape=(None, 64, 32), dtype="float32")
+    h0 = tn.matrix("h0", dtype="float32")
+    Wx = tn.shared(np.zeros((32, 256), "float32"), name="Wx")
+    Wh = tn.shared(np.zeros((256, 256), "float32"), name="Wh")
+    hs, _ = tn.scan(lambda xt, h: tn.tanh(tn.dot(xt, Wx) + tn.dot(h, Wh)), sequences=[xs],
+                    outputs_info=[h0])
+    cost = (hs ** 2).mean()
+    f = tn.function([xs, h0], tn.grad(cost, [Wx, Wh]),
+                    mode=tn.Mode(activation_memory_budget=0.3))
+    assert len(_ops(f, Scan)) == 1 and len(_ops(f, CheckpointedScanGrad)) == 1
+    # the trajectory and the checkpoints, both kept
+    of_the_loop = [c for c in f.fgraph.remat_report.candidates
+                   if c.root.owner is not None and isinstance(c.root.owner.op, Scan)]
+    assert len(of_the_loop) == 2
+    assert all(c.kept and "runs inner graphs" in c.reason for c in of_the_loop)
+
+
+def test_rings_are_made_before_the_budget_is_applied():
+    """A state no one reads whole becomes a ring before remat looks for
+    saved activations: remat never counts a trajectory that will not exist."""
+    from tenure.rewrites.engine import registered_rewrites
+    memory = [r.name for r in registered_rewrites().values() if r.phase == "memory"]
+    assert memory.index("scan_save_memory") < memory.index("remat")
