@@ -10,7 +10,10 @@ such node:
 
 - **inline** -- the backward scan over the trajectories -- when the function
   has no activation-memory budget (``Mode(activation_memory_budget=...)``),
-  or one the trajectories fit;
+  or one the trajectories fit.  The loop then keeps each state's ``L``
+  initial entries before its trajectory (``keeps_initial``), so that the
+  backward scan reads the states before each step as views of one array:
+  joining them (the inline form as built) would copy every trajectory;
 - **checkpointed** otherwise: the forward loop keeps the states before every
   ``k``-th step instead of its trajectories (it is rebuilt with
   ``checkpoint_every=k``) and the backward pass recomputes one segment at a
@@ -114,6 +117,8 @@ def expand_loop_gradients(fgraph) -> bool:
         k = every.get(loop, 0)
         if k:
             _checkpoint(fgraph, loop, gradients, k)
+        elif loop is not None and all(loop.op.stored):
+            _over_histories(fgraph, loop, gradients)
         else:
             for node in gradients:
                 fgraph.replace_all_validate(list(zip(node.outputs, node.op.inline(node.inputs))),
@@ -166,13 +171,35 @@ def _choose(fgraph, loops: list[Apply], budget) -> dict[Apply, int]:
     return every
 
 
+def _over_histories(fgraph, loop: Apply, gradients: list[Apply]) -> None:
+    """``loop`` rebuilt to keep each state's initial entries before its
+    trajectory, and each of its ``gradients`` reading the states before each
+    step as views of that (the inline form joins them: a copy of every
+    trajectory).  The loop's trajectories are views of it too."""
+    op = loop.op
+    kept = op.replaced(keeps_initial=(True,) * op.parts.n_states).make_node(*loop.inputs)
+    pairs = []
+    for node in gradients:
+        pairs += list(zip(node.outputs, node.op.over_histories(node.inputs, kept)))
+    histories = op.output_groups(kept.outputs)[0]
+    trajectories = [history[-taps[0]:] for history, taps in zip(histories, op.state_taps)]
+    new_outputs = trajectories + kept.outputs[len(trajectories):]
+    pairs += [(old, new) for old, new in zip(loop.outputs, new_outputs)
+              if fgraph.clients.get(old)]
+    fgraph.replace_all_validate(pairs, reason="loop_gradient")
+
+
 def _checkpoint(fgraph, loop: Apply, gradients: list[Apply], every: int) -> None:
     """``loop`` rebuilt to keep checkpoints every ``every`` steps, and each of
-    its ``gradients`` over them."""
+    its ``gradients`` over them (computing only the sequences' gradients
+    something reads)."""
     checkpointed = loop.op.replaced(checkpoint_every=every).make_node(*loop.inputs)
     pairs = []
     for node in gradients:
-        pairs += list(zip(node.outputs, node.op.checkpointed(node.inputs, checkpointed)))
+        read = [bool(fgraph.clients.get(out)) for out in node.outputs]
+        pairs += [(old, new) for old, new in zip(
+            node.outputs, node.op.checkpointed(node.inputs, checkpointed, read))
+            if new is not None]
     pairs += [(old, new) for old, new in zip(loop.outputs, checkpointed.outputs)
               if fgraph.clients.get(old)]
     fgraph.replace_all_validate(pairs, reason="loop_gradient")

@@ -54,7 +54,9 @@ def _save_memory(fgraph, node) -> bool:
     stored, checks_empty = [], []
     for k in range(parts.n_states):
         clients = fgraph.clients.get(outputs[k], [])
-        only_last = bool(clients) and all(_is_last_entry(c) for c in clients)
+        # a trajectory with its initial entries is read for them: kept whole
+        only_last = bool(clients) and not op.keeps_initial[k] and \
+            all(_is_last_entry(c) for c in clients)
         if only_last:
             last_reads[k] = [c[0].outputs[0] for c in clients]
         stored.append(op.stored[k] and bool(clients) and not only_last)
@@ -89,4 +91,6 @@ def _rebuilt(op: Scan, nitsots: list, stored: list, checks_empty: list) -> Scan:
                                  if j < len(labels["outputs"])]
     return op.replaced(FunctionGraph(list(inner.inputs), kept_outputs).clone(),
                        n_nitsot=len(nitsots), labels=labels, stored=tuple(stored),
-                       final_checks_empty=tuple(checks_empty))
+                       final_checks_empty=tuple(checks_empty),
+                       keeps_initial=tuple(initial and kept for initial, kept
+                                           in zip(op.keeps_initial, stored)))

@@ -121,9 +121,9 @@ def test_the_size_model_knows_every_output_of_a_loop():
 
 def test_checkpoints_keep_a_fraction_of_the_trajectory():
     """An RNN whose loss reads the last state: the stored gradient keeps all
-    n states (and their shifted copy), checkpoints every 10 of 100 steps keep
-    10 windows and one segment; the forward loop then keeps no trajectory.
-    Both compute the same gradient."""
+    n states, checkpoints every 10 of 100 steps keep 10 windows and one
+    segment; the forward loop then keeps no trajectory.  Both compute the
+    same gradient."""
     x = tn.tensor("x", shape=(None, 8, 4))
     h0 = tn.matrix("h0")
     rng = np.random.default_rng(0)
@@ -144,5 +144,8 @@ def test_checkpoints_keep_a_fraction_of_the_trajectory():
     for a, b in zip(*results):
         np.testing.assert_allclose(b, a, rtol=1e-12)
     stored, checkpointed = peaks
-    assert checkpointed.measured_peak < 0.4 * stored.measured_peak
+    trajectory = 100 * 8 * 64 * 8
+    assert stored.measured_peak > trajectory
+    # 10 checkpoints and a segment of 11 states: 0.21 of the trajectory
+    assert stored.measured_peak - checkpointed.measured_peak > 0.6 * trajectory
     assert checkpointed.predicted_peak == pytest.approx(checkpointed.measured_peak, rel=0.15)

@@ -761,7 +761,8 @@ def _scan_shapes(node, values) -> list[tuple]:
     parts = op.parts
     n_steps, _, inits, _ = parts.outer(list(values))
     n = math.nan if op.as_while else int(n_steps)
-    stacked = [(n,) + tuple(np.shape(init)[1:]) for init in inits]
+    stacked = [(n + len(init) if initial else n,) + tuple(np.shape(init)[1:])
+               for init, initial in zip(inits, op.keeps_initial)]
     for j, out in enumerate(node.outputs[parts.n_states:parts.n_states + parts.n_nitsot]):
         stacked.append((n,) + _nit_sot_step_dims(node, parts.n_states + j, out, values))
     finals = [tuple(np.shape(init)[1:]) for init in inits]

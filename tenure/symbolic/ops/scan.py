@@ -19,7 +19,10 @@ The **node's** inputs: ``n_steps`` (an int64 scalar), the sequences, each
 state's *initial buffer* (``L`` entries for a state whose earliest tap is
 ``-L``, oldest first: tap ``-L`` at step 0 reads entry 0), the
 non-sequences.  Its outputs: every state's trajectory ``y[0..n-1]`` and every
-nit-sot's, stacked along a new first axis, then every state's *final value*
+nit-sot's, stacked along a new first axis (a state with ``keeps_initial``:
+its ``L`` initial entries first, then ``y[0..n-1]``; only compiling sets
+it, for a gradient to read the states before each step without a copy),
+then every state's *final value*
 (``y[n-1]``, or the last initial entry when no step ran), then, with
 ``checkpoint_every=k``, every state's *checkpoints* (the ``L`` values before
 steps ``0, k, 2k, ...``).  A shared variable updated in the loop is a state
@@ -103,13 +106,14 @@ class Scan(inner_graph.OpWithInnerGraphs):
     """
 
     __props__ = ("n_seqs", "state_taps", "n_nitsot", "as_while", "exact_length",
-                 "truncate_gradient", "stored", "final_checks_empty", "checkpoint_every")
+                 "truncate_gradient", "stored", "final_checks_empty", "checkpoint_every",
+                 "keeps_initial")
     _cache_attrs = ("_step",)
 
     def __init__(self, inner: FunctionGraph, n_seqs: int, state_taps, n_nitsot: int,
                  as_while: bool = False, exact_length: bool = True,
                  truncate_gradient: int = -1, labels=None, inner_mode=None, stored=None,
-                 final_checks_empty=None, checkpoint_every: int = 0):
+                 final_checks_empty=None, checkpoint_every: int = 0, keeps_initial=None):
         super().__init__([inner])
         self.n_seqs = int(n_seqs)
         self.state_taps = tuple(tuple(int(t) for t in taps) for taps in state_taps)
@@ -134,10 +138,16 @@ class Scan(inner_graph.OpWithInnerGraphs):
         self.final_checks_empty = (tuple(bool(v) for v in final_checks_empty)
                                    if final_checks_empty is not None
                                    else (False,) * len(self.state_taps))
-        for name in ("stored", "final_checks_empty"):
+        self.keeps_initial = (tuple(bool(v) for v in keeps_initial)
+                              if keeps_initial is not None
+                              else (False,) * len(self.state_taps))
+        for name in ("stored", "final_checks_empty", "keeps_initial"):
             if len(getattr(self, name)) != len(self.state_taps):
                 raise ValueError(f"Scan: {name} has {len(getattr(self, name))} entries for "
                                  f"{len(self.state_taps)} states")
+        if any(self.keeps_initial) and (self.as_while or not all(
+                stored for stored, initial in zip(self.stored, self.keeps_initial) if initial)):
+            raise ValueError("Scan: keeps_initial needs a stored trajectory, not a until loop")
         self.checkpoint_every = int(checkpoint_every)
         if self.checkpoint_every < 0 or (self.checkpoint_every and self.as_while):
             raise ValueError(f"Scan: checkpoint_every must be 0 (none) or a positive number of "
@@ -153,7 +163,7 @@ class Scan(inner_graph.OpWithInnerGraphs):
                       truncate_gradient=self.truncate_gradient, labels=self.labels,
                       inner_mode=self.inner_mode, stored=self.stored,
                       final_checks_empty=self.final_checks_empty,
-                      checkpoint_every=self.checkpoint_every)
+                      checkpoint_every=self.checkpoint_every, keeps_initial=self.keeps_initial)
         params.update(changes)
         return Scan(inner if inner is not None else self.inner.clone(), **params)
 
@@ -215,7 +225,10 @@ class Scan(inner_graph.OpWithInnerGraphs):
         if self.as_while:
             raise NotImplementedError("a until loop's length is known once it has run")
         n = node.inputs[0]
-        lengths = [n if stored else 0 for stored in self.stored] + [n] * self.n_nitsot
+        lengths = [(n + len(depth) if initial else n) if stored else 0
+                   for stored, initial, depth in zip(self.stored, self.keeps_initial,
+                                                     self._depths())]
+        lengths += [n] * self.n_nitsot
         stacked = [(length,) + tuple(_inner_output_dims(node, k, input_shapes))
                    for k, length in enumerate(lengths)]
         finals = [tuple(_inner_output_dims(node, k, input_shapes))
@@ -260,8 +273,10 @@ class Scan(inner_graph.OpWithInnerGraphs):
         n = self._checked_steps(n_steps, seqs)
         inits = [self._checked_initial(k, init) for k, init in enumerate(inits)]
         step = self._compiled_step()
-        states = [(_Trajectory if stored else _Ring)(output_storage[k][0], n, init)
-                  for k, (init, stored) in enumerate(zip(inits, self.stored))]
+        states = [_Trajectory(output_storage[k][0], n, init, initial) if stored
+                  else _Ring(output_storage[k][0], n, init)
+                  for k, (init, stored, initial) in enumerate(zip(inits, self.stored,
+                                                                 self.keeps_initial))]
         nitsots: list = [None] * self.n_nitsot
         args = [None] * len(self.inner.inputs)
         args[len(args) - parts.n_nonseqs:] = nonseqs
@@ -304,8 +319,10 @@ class Scan(inner_graph.OpWithInnerGraphs):
                 nitsots[j] = np.empty((0,) + _unrun_step_shape(node, parts.n_states + j, inputs),
                                       dtype=out.type.numpy_dtype)
         stacked = [state.trajectory(done) for state in states] + nitsots
-        for cell, value in zip(output_storage, stacked):
-            cell[0] = value if done == len(value) else value[:done]
+        lengths = [getattr(state, "offset", 0) + done for state in states] + \
+            [done] * self.n_nitsot
+        for cell, value, length in zip(output_storage, stacked, lengths):
+            cell[0] = value if length == len(value) else value[:length]
         if done == 0 and any(self.final_checks_empty):
             raise IndexError("index -1 is out of bounds for axis 0 with size 0 (the last "
                              "entry of a loop that ran no step)")
@@ -457,25 +474,31 @@ def _checkpoints(previous, n: int, every: int, init):
 
 class _Trajectory:
     """A stored state: every step's value, in the output buffer (last call's
-    when it fits); ``read(j)`` of a step before the first is the initial
-    buffer's entry."""
+    when it fits), after its ``L`` initial entries when the loop keeps them
+    (``keeps_initial``: value ``j`` at ``L + j``); else ``read(j)`` of a step
+    before the first is the initial buffer's entry."""
 
-    def __init__(self, previous, n: int, init):
+    def __init__(self, previous, n: int, init, keeps_initial: bool = False):
         self.init = init
         self.shape = init.shape[1:]
-        self.store = _buffer(previous, (n,) + self.shape, init.dtype)
+        self.offset = len(init) if keeps_initial else 0
+        self.store = _buffer(previous, (self.offset + n,) + self.shape, init.dtype)
+        if self.offset:
+            self.store[:self.offset] = init
 
     def read(self, j: int):
-        return self.store[j, ...] if j >= 0 else self.init[len(self.init) + j, ...]
+        if j >= -self.offset:
+            return self.store[self.offset + j, ...]
+        return self.init[len(self.init) + j, ...]
 
     def write(self, t: int, value) -> None:
-        self.store[t] = value
+        self.store[self.offset + t] = value
 
     def trajectory(self, done: int):
         return self.store
 
     def last(self, done: int):
-        return self.store[done - 1] if done else self.init[-1]
+        return self.store[self.offset + done - 1] if done else self.init[-1]
 
 
 class _Ring:

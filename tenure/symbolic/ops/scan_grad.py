@@ -128,6 +128,9 @@ def _shifted(window, taps, tap_grads):
 
 def scan_grad(op, inputs: list, output_grads: list) -> list:
     """``op``'s gradient with respect to each of its node's ``inputs``."""
+    if any(op.keeps_initial):
+        raise NotImplementedError("a gradient of a loop compiling rewrote to keep its initial "
+                                  "entries: take the gradient of the loop as built")
     parts = op.parts
     n_states, n_nitsot = parts.n_states, op.n_nitsot
     n_steps, seqs, inits, nonseqs = parts.outer(inputs)
@@ -219,29 +222,34 @@ def _last_entry_gradient(g):
 
 
 def _stored_backward(op, back, n, start, seqs, inits, trajs, nonseqs, g_states, g_outs,
-                     windows, sums) -> list:
+                     windows, sums, histories=None) -> list:
     """The backward pass over the stored trajectories: the final windows and
-    sums, then each float sequence's gradient (zeros before ``start``)."""
-    carried, seq_steps = _backward_loop(op, back, n, start, seqs, inits, trajs, g_states,
+    sums, then each float sequence's gradient (zeros before ``start``).
+    ``histories``: per state, its initial entries and trajectory in one array
+    (a loop that keeps its initial entries gives it), else they are joined."""
+    if histories is None:
+        histories = [concatenate([init, traj], axis=0) for init, traj in zip(inits, trajs)]
+    carried, seq_steps = _backward_loop(op, back, n, start, seqs, histories, g_states,
                                         g_outs, windows, sums, nonseqs)
     d_seqs = [inc_subtensor(zeros_like(seqs[i])[start:n], steps[::-1])
               for i, steps in zip(back.diff_seqs, seq_steps)]
     return list(carried) + d_seqs
 
 
-def _backward_loop(op, back, n, start, seqs, inits, trajs, g_states, g_outs, windows, sums,
+def _backward_loop(op, back, n, start, seqs, histories, g_states, g_outs, windows, sums,
                    nonseqs) -> tuple:
-    """The backward scan over the stored trajectories: ``(final windows and
-    sums, per-step sequence gradients in backward order)``."""
+    """The backward scan over the stored trajectories (each state's
+    ``histories``: its ``L`` initial entries, then its trajectory):
+    ``(final windows and sums, per-step sequence gradients in backward
+    order)``."""
     def backwards(x):
         return x[start:n][::-1]
 
     sequences = [backwards(g) for g in g_states]
     sequences += [backwards(g) for g in g_outs]
     sequences += [backwards(x) for x in seqs]
-    for k, (init, traj) in enumerate(zip(inits, trajs)):
+    for k, history in enumerate(histories):
         depth = -op.state_taps[k][0]
-        history = concatenate([init, traj], axis=0)
         sequences += [backwards(history[depth + tap:depth + tap + n])
                       for tap in op.state_taps[k]]
     buffers = [expand_dims(v, 0) for v in windows + sums]
@@ -501,16 +509,38 @@ class LoopGradient(OpWithInnerGraphs):
         inner = self.inner_graphs[0]
         return clone_replace(list(inner.outputs), dict(zip(inner.inputs, inputs)))
 
-    def checkpointed(self, inputs: list, forward: Apply) -> list:
+    def over_histories(self, inputs: list, forward: Apply) -> list:
+        """The outputs of the inline form over ``forward``'s trajectories with
+        their initial entries (the loop these ``inputs`` -- a node's --
+        differentiate, built with ``keeps_initial`` for every state): the
+        backward scan reads the states before each step as views of them,
+        with no joined copy."""
+        op = forward.op
+        if not all(op.keeps_initial):
+            raise ValueError("LoopGradient.over_histories: the forward loop does not keep "
+                             "every state's initial entries")
+        n, start, groups = self.split(list(inputs))
+        back = _Backward(op, self.diff_states, self.diff_nitsots, self.diff_seqs,
+                         self.diff_nonseqs, self.graded)
+        return _stored_backward(op, back, n, start, *groups,
+                                histories=op.output_groups(forward.outputs)[0])
+
+    def checkpointed(self, inputs: list, forward: Apply, read: list | None = None) -> list:
         """The outputs of the backward pass over ``forward``'s checkpoints:
         ``forward`` is the loop these ``inputs`` (a node's) differentiate,
-        built with ``checkpoint_every``; its trajectories are not read."""
+        built with ``checkpoint_every``; its trajectories are not read.
+        ``read``: per output of this op, whether anything reads it (None:
+        all); a sequence's gradient nobody reads is not computed (None in
+        its place)."""
         op = forward.op
         if not op.checkpoint_every:
             raise ValueError("LoopGradient.checkpointed: the forward loop keeps no checkpoints")
         _, _, groups = self.split(list(inputs))
         seqs, _, _, nonseqs, g_states, g_outs, windows, sums = groups
-        back = _Backward(op, self.diff_states, self.diff_nitsots, self.diff_seqs,
+        carried = len(windows) + len(sums)
+        read = [True] * (carried + len(self.diff_seqs)) if read is None else list(read)
+        diff_seqs = [i for i, wanted in zip(self.diff_seqs, read[carried:]) if wanted]
+        back = _Backward(op, self.diff_states, self.diff_nitsots, diff_seqs,
                          self.diff_nonseqs, self.graded)
         n = forward.inputs[0]
         truncated = op.truncate_gradient != -1
@@ -518,7 +548,8 @@ class LoopGradient(OpWithInnerGraphs):
         checkpoints = op.output_groups(forward.outputs)[3]
         node = CheckpointedScanGrad(op, back).grouped(n, start, seqs, checkpoints, nonseqs,
                                                       g_states, g_outs, windows, sums)
-        return list(node.outputs)
+        seq_grads = dict(zip(diff_seqs, node.outputs[carried:]))
+        return list(node.outputs[:carried]) + [seq_grads.get(i) for i in self.diff_seqs]
 
     # -- running ---------------------------------------------------------------
     def perform(self, node, inputs, output_storage):
