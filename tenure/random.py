@@ -56,13 +56,23 @@ class RandomStream:
         self.default_seed = _check_seed(seed, "RandomStream")
         #: the seed the streams were last seeded with
         self.current_seed = self.default_seed
-        #: ``(state, new state)`` per stream made, in order (as PyTensor's)
-        self.state_updates: list[tuple[SharedVariable, object]] = []
+        #: ``(state, the draw's new state)`` per stream made, in order
+        self._streams: list[tuple[SharedVariable, object]] = []
 
     @property
     def states(self) -> list[SharedVariable]:
         """The shared state of every stream made, in order."""
-        return [state for state, _ in self.state_updates]
+        return [state for state, _ in self._streams]
+
+    @property
+    def state_updates(self) -> list[tuple[SharedVariable, object]]:
+        """``(state, new state)`` per stream made, in order (as PyTensor's).
+        The new state is the state's ``default_update``: the draw's, or for
+        a stream drawn inside a loop the loop's final state (``tn.scan``
+        sets it), so these updates advance a stream as the draw does; the
+        draw's new state where the default update was removed."""
+        return [(state, new if state.default_update is None else state.default_update)
+                for state, new in self._streams]
 
     def seed(self, seed: int | None = None) -> None:
         """Reseed every stream made so far (and those made later) with
@@ -78,13 +88,13 @@ class RandomStream:
         return list(self.state_updates)
 
     def _draw(self, dist: str, params, size=None, dtype=None, replace=None, name=None):
-        index = len(self.state_updates)
+        index = len(self._streams)
         state = shared(initial_state(self.current_seed, index), name=f"{dist}_state",
                        shape=(STATE_LENGTH,))
         new_state, draw = random_variable(dist, state, params, size=size, dtype=dtype,
                                           replace=replace)
         state.default_update = new_state
-        self.state_updates.append((state, new_state))
+        self._streams.append((state, new_state))
         if name is not None:
             draw.name = name
         return draw

@@ -373,6 +373,23 @@ def test_a_stream_drawn_in_the_loop_advances_without_the_updates(mode):
     assert not np.isin(first_steps, np.diff(second, axis=0, prepend=0)).any()
 
 
+def test_the_streams_updates_are_the_loops(mode):
+    """``srng.updates()`` (what a function given no default updates needs)
+    pairs a stream drawn in the loop with the loop's final state, as scan's
+    own updates do: the stream advances by the steps run, never by one
+    draw made outside the loop."""
+    srng, n, hs, updates = _random_walk(7)
+    (state,) = updates
+    assert srng.updates() == [(state, updates[state])]
+    f = tn.function([n], hs, mode=mode, updates=srng.updates(), no_default_updates=True)
+    first = f(3)
+    assert state.get_value()[2] == 3
+    np.testing.assert_allclose(f(2), np.cumsum([philox_normal(7, t, 3) for t in (3, 4)], 0),
+                               rtol=1e-12)
+    np.testing.assert_allclose(first, np.cumsum([philox_normal(7, t, 3) for t in range(3)], 0),
+                               rtol=1e-12)
+
+
 def test_random_stream_state_advances_once_per_step(mode):
     srng, n, hs, updates = _random_walk(7)
     (state,) = updates
