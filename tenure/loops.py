@@ -222,21 +222,19 @@ def _loop_invariants(outputs: list, changing: set) -> list:
     highest such values, so that they are computed once, outside the loop):
     each becomes a non-sequence.  Constants stay inside."""
     found, seen = [], set()
-
-    def visit(var):
+    # depth first, inputs in order, with a stack of its own: a step of
+    # thousands of chained ops must not reach Python's recursion limit
+    stack = list(reversed(outputs))
+    while stack:
+        var = stack.pop()
         if var in seen:
-            return
+            continue
         seen.add(var)
         if var not in changing:
             if not isinstance(var, Constant):
                 found.append(var)
-            return
-        if var.owner is not None:
-            for inp in var.owner.inputs:
-                visit(inp)
-
-    for out in outputs:
-        visit(out)
+        elif var.owner is not None:
+            stack.extend(reversed(var.owner.inputs))
     return found
 
 

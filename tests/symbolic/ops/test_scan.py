@@ -907,3 +907,16 @@ def test_a_checkpointed_gradient_has_no_gradient_of_its_own():
     g = tn.grad(hs[-1], w)
     with pytest.raises(NotImplementedError, match="without checkpoint_every"):
         tn.grad(g, w)
+
+
+def test_a_long_step_is_no_recursion():
+    """A step of more chained ops than Python's recursion limit."""
+    import sys
+    w = tn.scalar("w")
+
+    def step(h):
+        for _ in range(sys.getrecursionlimit() + 100):
+            h = h * w + 1.0
+        return h
+    hs, _ = tn.scan(step, outputs_info=tn.constant(0.0), n_steps=1)
+    assert hs.owner.op.parts.n_nonseqs == 1      # w, found through every op
