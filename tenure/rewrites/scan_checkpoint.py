@@ -116,14 +116,20 @@ def expand_loop_gradients(fgraph) -> bool:
     for loop, gradients in by_loop.items():
         k = every.get(loop, 0)
         if k:
-            _checkpoint(fgraph, loop, gradients, k)
-        elif loop is not None and all(loop.op.stored):
-            _over_histories(fgraph, loop, gradients)
+            done = _checkpoint(fgraph, loop, gradients, k)
         else:
+            done = loop is not None and all(loop.op.stored) and \
+                _over_histories(fgraph, loop, gradients)
+        if not done:    # a rewiring the graph refused: the form as built
             for node in gradients:
-                fgraph.replace_all_validate(list(zip(node.outputs, node.op.inline(node.inputs))),
-                                            reason="loop_gradient")
+                _inline(fgraph, node)
     return True
+
+
+def _inline(fgraph, node: Apply) -> None:
+    if not fgraph.replace_all_validate(list(zip(node.outputs, node.op.inline(node.inputs))),
+                                       reason="loop_gradient"):
+        raise RuntimeError(f"loop_gradient: the graph refused the inline form of {node}")
 
 
 def _forward_loop(node: Apply) -> Apply | None:
@@ -171,7 +177,7 @@ def _choose(fgraph, loops: list[Apply], budget) -> dict[Apply, int]:
     return every
 
 
-def _over_histories(fgraph, loop: Apply, gradients: list[Apply]) -> None:
+def _over_histories(fgraph, loop: Apply, gradients: list[Apply]) -> bool:
     """``loop`` rebuilt to keep each state's initial entries before its
     trajectory, and each of its ``gradients`` reading the states before each
     step as views of that (the inline form joins them: a copy of every
@@ -186,10 +192,10 @@ def _over_histories(fgraph, loop: Apply, gradients: list[Apply]) -> None:
     new_outputs = trajectories + kept.outputs[len(trajectories):]
     pairs += [(old, new) for old, new in zip(loop.outputs, new_outputs)
               if fgraph.clients.get(old)]
-    fgraph.replace_all_validate(pairs, reason="loop_gradient")
+    return fgraph.replace_all_validate(pairs, reason="loop_gradient")
 
 
-def _checkpoint(fgraph, loop: Apply, gradients: list[Apply], every: int) -> None:
+def _checkpoint(fgraph, loop: Apply, gradients: list[Apply], every: int) -> bool:
     """``loop`` rebuilt to keep checkpoints every ``every`` steps, and each of
     its ``gradients`` over them (computing only the sequences' gradients
     something reads)."""
@@ -202,4 +208,4 @@ def _checkpoint(fgraph, loop: Apply, gradients: list[Apply], every: int) -> None
             if new is not None]
     pairs += [(old, new) for old, new in zip(loop.outputs, checkpointed.outputs)
               if fgraph.clients.get(old)]
-    fgraph.replace_all_validate(pairs, reason="loop_gradient")
+    return fgraph.replace_all_validate(pairs, reason="loop_gradient")

@@ -85,7 +85,7 @@ def test_the_gradient_is_one_node_until_compiled():
     trajectory = 100 * 8 * 64 * 8
     lean = f.memory_report(X, H, print_report=False).measured_peak
     joined = inline.memory_report(X, H, print_report=False).measured_peak
-    assert lean < 1.5 * trajectory < 2 * trajectory < joined
+    assert joined - lean > 0.8 * trajectory       # the copy, saved
 
 
 @pytest.mark.parametrize("linker", ["py", "c", "dask"])
