@@ -47,7 +47,8 @@ from tenure.linkers.c.cache_dirs import (ensure_private_dir, is_real_dir, make_p
 from tenure.linkers.c.compiler import CompileError, Recipe
 
 __all__ = ["EXT_SUFFIX", "FORMAT", "UnusableEntry", "check_files", "check_or_build_files",
-           "discard", "load_entry", "load_or_build_module", "read_meta", "sha256_hex"]
+           "discard", "link_beside", "load_entry", "load_or_build_module", "read_meta",
+           "sha256_hex"]
 
 #: bump when the layout, the metadata or the key material changes meaning
 FORMAT = 1
@@ -196,7 +197,7 @@ def _build(directory: Path, key: str, name: str, source: str, recipe: Recipe,
     try:
         source_path = build / f"{name}.c"
         write_private_file(source_path, source.encode("utf-8"))
-        linked = _link_beside(build, beside())
+        linked = link_beside(build, beside())
         try:
             compiler.compile_shared_library(source_path, build / module_file, recipe)
         except CompileError as exc:
@@ -216,7 +217,7 @@ def _build(directory: Path, key: str, name: str, source: str, recipe: Recipe,
         raise ImportError(f"module {name!r} was compiled but cannot be loaded: {exc}") from exc
 
 
-def _link_beside(build: Path, beside: Mapping[str, Path]) -> list[Path]:
+def link_beside(build: Path, beside: Mapping[str, Path]) -> list[Path]:
     """Hard links (copies where the file system has none) of ``beside`` in
     ``build``, the paths made: a link keeps its file readable for the whole
     build even when the entry it came from is removed meanwhile."""

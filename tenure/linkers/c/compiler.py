@@ -326,19 +326,22 @@ def compile_shared_library(source_path: str | os.PathLike, output_path: str | os
 
 
 def precompile_header(header_path: str | os.PathLike, output_path: str | os.PathLike,
-                      recipe: Recipe) -> None:
+                      recipe: Recipe, language: str = "c") -> None:
     """Build gcc's precompiled form of ``header_path`` (``output_path`` should
     be ``<header>.gch`` beside it) with every option of ``recipe`` that a
     compilation sees: gcc then reads it in place of the header's text in a
     build made with ``recipe``, and reads the text in any other (see the
     ``prelude`` module).  The link-only words (``-shared``, ``-l``, ``-L``)
-    are left out.  Raises CompileError as :func:`compile_shared_library` does."""
+    are left out.  ``language``: ``"c"``, or ``"c++"`` for sources built as
+    C++.  Raises CompileError as :func:`compile_shared_library` does."""
+    if language not in ("c", "c++"):
+        raise ValueError(f"precompile_header: language must be 'c' or 'c++', got {language!r}")
     header_path, output_path = os.fspath(header_path), os.fspath(output_path)
     _check_can_build(recipe, header_path)
     args = [a for a in recipe.args if a != "-shared"]
     options = [a for a in recipe.link_args if not a.startswith(("-l", "-L"))]
-    _run([*_split(recipe.command), *args, "-x", "c-header", header_path, "-o", output_path,
-          *options], header_path, output_path)
+    _run([*_split(recipe.command), *args, "-x", f"{language}-header", header_path,
+          "-o", output_path, *options], header_path, output_path)
 
 
 def _check_can_build(recipe: Recipe, source_path: str) -> None:

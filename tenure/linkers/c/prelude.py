@@ -44,13 +44,15 @@ def include_line(text: str) -> str:
     return f'#include "{header_name(text)}"\n'
 
 
-def files(text: str, recipe: Recipe, compiledir=None) -> dict[str, Path]:
+def files(text: str, recipe: Recipe, compiledir=None, language: str = "c") -> dict[str, Path]:
     """``{file name: path}`` of the prelude ``text`` for builds made with
     ``recipe``: its header, and the header precompiled where the compiler
-    could make it (built into the cache in ``compiledir`` on first use)."""
+    could make it (built into the cache in ``compiledir`` on first use).
+    ``language``: what the sources are built as, ``"c"`` or ``"c++"``."""
     name = header_name(text)
-    entry = cache.load_files(name[:-2], text, recipe,
-                             lambda directory: _write(directory, name, text, recipe),
+    material = text if language == "c" else f"{language}\n{text}"
+    entry = cache.load_files(name[:-2], material, recipe,
+                             lambda directory: _write(directory, name, text, recipe, language),
                              compiledir=compiledir)
     return {path.name: path for path in (entry / name, entry / f"{name}.gch") if path.is_file()}
 
@@ -62,11 +64,11 @@ def beside(text: str, flags: tuple[str, ...], openmp: bool = False, compiledir=N
     return lambda: files(text, make_recipe(flags, openmp), compiledir)
 
 
-def _write(directory: Path, name: str, text: str, recipe: Recipe) -> None:
+def _write(directory: Path, name: str, text: str, recipe: Recipe, language: str) -> None:
     header = directory / name
     header.write_text(text, encoding="utf-8")
     try:
-        precompile_header(header, directory / f"{name}.gch", recipe)
+        precompile_header(header, directory / f"{name}.gch", recipe, language)
     except CompileError:
         # The header alone still builds every source (only more slowly); a
         # compiler that cannot precompile it says so on each try, so the

@@ -197,3 +197,41 @@ def test_load_files_wants_an_identifier():
 
 def test_the_step_modules_prelude_is_what_they_used_to_start_with():
     assert module.step_module_prelude() == HEADERS + runtime.header()
+
+
+def test_the_host_kernels_prelude_is_precompiled_as_cpp(cc_or_skip, tmp_path):
+    """The CUDA kernels run on the host (C++) start with their header as a
+    prelude: gcc reads its C++ precompiled form in their build (strictly:
+    a .gch it could not use would fail), a module keeps no copy of it, and a
+    C-precompiled prelude of the same text is another entry."""
+    from tenure.linkers.cuda import host_kernels
+    text = host_kernels._header_text()
+    recipe = host_kernels._recipe()
+    files = prelude.files(text, recipe, language="c++")
+    header = prelude.header_name(text)
+    assert sorted(files) == [header, header + ".gch"]
+    source = prelude.include_line(text) + "extern \"C\" int tn_probe(void) { return 1; }\n"
+    directory = tmp_path / "probe"
+    directory.mkdir()
+    for name, path in files.items():
+        os.link(path, directory / name)
+    (directory / "probe.cu").write_text(source)
+    compiler.compile_shared_library(directory / "probe.cu", directory / "probe.so",
+                                    strict(recipe))
+    c_files = prelude.files(text, compiler.make_recipe(), language="c")
+    assert c_files[header] != files[header]
+    with tn.config.change_flags(cuda_emulation=True):
+        x = tn.vector("x")
+        f = tn.function([x], tn.exp(x) * 2, mode=tn.Mode(linker="cuda"))
+        np.testing.assert_allclose(f(np.arange(3.0)).get(), np.exp(np.arange(3.0)) * 2)
+    modules = list(cache.entries_dir().glob("*/kernels.cu"))
+    assert modules and all(p.read_text().startswith(prelude.include_line(text))
+                           for p in modules)
+    assert not [p for p in cache.entries_dir().glob("*/tn_prelude_*") if p.parent
+                in {m.parent for m in modules}]
+
+
+def test_precompile_header_knows_two_languages(tmp_path):
+    with pytest.raises(ValueError, match="'c' or 'c\\+\\+'"):
+        compiler.precompile_header(tmp_path / "h.h", tmp_path / "h.h.gch",
+                                   compiler.make_recipe(), language="fortran")
