@@ -35,11 +35,14 @@ applies the budget to the other saved activations, and its report
 (``fgraph.remat_report``) lists each loop's choice
 (``fgraph.loop_checkpoints``).  A loop the user built with
 ``checkpoint_every`` keeps it; a ``until`` loop (its length known only
-once it ran) is never checkpointed.
+once it ran) is never checkpointed; nor is a loop whose trajectory
+something else reads whole (a loss on every state: the trajectory stays
+stored for that reader, so checkpoints would only add memory and time).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -48,6 +51,7 @@ from dataclasses import dataclass
 from tenure.rewrites import canonicalize  # noqa: F401
 from tenure.rewrites.engine import register_graph_rewrite
 from tenure.rewrites.remat import require_known_sizes
+from tenure.rewrites.scan_memory import is_last_entry
 from tenure.rewrites.sizes import compile_time_shapes
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops.scan import Scan
@@ -71,11 +75,16 @@ class LoopCheckpoints:
     stored_bytes: int
     allowed_bytes: int
     kept_bytes: int
+    #: why the trajectories stay stored although they exceed the allowance
+    reason: str = ""
+    #: the loop's node in the graph being compiled
+    node: Apply | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         if not self.every:
+            why = self.reason or f"fits {self.allowed_bytes:,}"
             return (f"  keep  {self.stored_bytes:>14,} B  loop {self.loop} ({self.steps} steps): "
-                    f"trajectories stored [fits {self.allowed_bytes:,}]")
+                    f"trajectories stored [{why}]")
         return (f"  ckpt  {self.kept_bytes:>14,} B  loop {self.loop} ({self.steps} steps): "
                 f"checkpoint every {self.every} steps instead of storing "
                 f"{self.stored_bytes:,} B [allowed {self.allowed_bytes:,}]")
@@ -115,6 +124,11 @@ def expand_loop_gradients(fgraph) -> bool:
         if budget is not None else {}
     for loop, gradients in by_loop.items():
         k = every.get(loop, 0)
+        if k and _read_elsewhere(fgraph, loop, gradients):
+            k = 0
+            fgraph.loop_checkpoints = tuple(
+                _kept_anyway(choice) if choice.node is loop else choice
+                for choice in fgraph.loop_checkpoints)
         if k:
             done = _checkpoint(fgraph, loop, gradients, k)
         else:
@@ -172,9 +186,31 @@ def _choose(fgraph, loops: list[Apply], budget) -> dict[Apply, int]:
         k = checkpoint_every_for(n, states, allowed)
         every[loop] = k
         report.append(LoopCheckpoints(str(loop.outputs[0]), n, k, stored, allowed,
-                                      _kept_bytes(n, k, states) if k else stored))
+                                      _kept_bytes(n, k, states) if k else stored, node=loop))
     fgraph.loop_checkpoints = tuple(report)
     return every
+
+
+def _read_elsewhere(fgraph, loop: Apply, gradients: list[Apply]) -> bool:
+    """Whether anything but ``gradients`` reads a trajectory of ``loop`` whole
+    (its last entry, ``hs[-1]``, is the loop's final value and does not
+    count).  The trajectory then stays stored for that reader, which in a
+    training step is usually a loss on every state, read again by its own
+    backward pass: checkpoints would add memory and time and save nothing.
+    (A reader done before the backward pass, such as ``hs.sum()``, would let
+    checkpoints save memory; telling the two apart needs the schedule.)"""
+    theirs = set(gradients)
+    for trajectory in loop.op.output_groups(loop.outputs)[0]:
+        for client in fgraph.clients.get(trajectory, []):
+            if client[0] not in theirs and not is_last_entry(client):
+                return True
+    return False
+
+
+def _kept_anyway(choice: LoopCheckpoints) -> LoopCheckpoints:
+    return dataclasses.replace(choice, every=0, kept_bytes=choice.stored_bytes,
+                               reason="read whole by more than its gradient: kept for "
+                                      "that reader, so checkpoints would save nothing")
 
 
 def _over_histories(fgraph, loop: Apply, gradients: list[Apply]) -> bool:

@@ -26,7 +26,7 @@ from tenure.symbolic.ops.scan import Scan
 _WHOLE_AXIS = ("slice", None, None, None)
 
 
-def _is_last_entry(client) -> bool:
+def is_last_entry(client) -> bool:
     """Whether a client of a trajectory is ``trajectory[-1]``."""
     node = client[0]
     if node == OUTPUT or not isinstance(node.op, Subtensor):
@@ -56,7 +56,7 @@ def _save_memory(fgraph, node) -> bool:
         clients = fgraph.clients.get(outputs[k], [])
         # a trajectory with its initial entries is read for them: kept whole
         only_last = bool(clients) and not op.keeps_initial[k] and \
-            all(_is_last_entry(c) for c in clients)
+            all(is_last_entry(c) for c in clients)
         if only_last:
             last_reads[k] = [c[0].outputs[0] for c in clients]
         stored.append(op.stored[k] and bool(clients) and not only_last)

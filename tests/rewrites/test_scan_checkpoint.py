@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tenure as tn
+from tenure.rewrites.remat import _op_recomputable
 from tenure.rewrites.scan_checkpoint import checkpoint_every_for
 from tenure.symbolic.graph import io_toposort
 from tenure.symbolic.ops.join import Join
@@ -207,7 +208,8 @@ def test_the_budget_never_runs_a_loop_twice():
     """A loss on every state keeps the trajectory alive into the backward
     pass: a saved activation, which remat leaves to the loop (a loop costs
     its step times its length, which remat's cost model does not see) rather
-    than recompute the whole forward loop."""
+    than recompute the whole forward loop.  The loop keeps its trajectory:
+    the loss's own backward pass reads it, so checkpoints would save nothing."""
     xs = tn.tensor("xs", shape=(None, 64, 32), dtype="float32")
     h0 = tn.matrix("h0", dtype="float32")
     Wx = tn.shared(np.zeros((32, 256), "float32"), name="Wx")
@@ -217,12 +219,17 @@ def test_the_budget_never_runs_a_loop_twice():
     cost = (hs ** 2).mean()
     f = tn.function([xs, h0], tn.grad(cost, [Wx, Wh]),
                     mode=tn.Mode(activation_memory_budget=0.3))
-    assert len(_ops(f, Scan)) == 1 and len(_ops(f, CheckpointedScanGrad)) == 1
-    # the trajectory and the checkpoints, both kept
-    of_the_loop = [c for c in f.fgraph.remat_report.candidates
-                   if c.root.owner is not None and isinstance(c.root.owner.op, Scan)]
-    assert len(of_the_loop) == 2
-    assert all(c.kept and "runs inner graphs" in c.reason for c in of_the_loop)
+    assert len(_ops(f, Scan)) == 2 and not _ops(f, CheckpointedScanGrad)
+    (choice,) = f.fgraph.loop_checkpoints
+    assert choice.every == 0 and "read whole by more than its gradient" in str(choice)
+    assert not [c for c in f.fgraph.remat_report.candidates if not c.kept]
+    # what remat says of any op running inner graphs (a loop, its gradient)
+    loop = hs.owner.op
+    gradient = [n.op for n in io_toposort([], tn.grad(cost, [Wx]))
+                if isinstance(n.op, LoopGradient)][0]
+    for op in (loop, gradient):
+        assert "runs inner graphs" in _op_recomputable(op)
+    assert _op_recomputable(tn.exp(xs).owner.op) == ""
 
 
 def test_rings_are_made_before_the_budget_is_applied():
