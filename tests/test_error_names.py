@@ -68,3 +68,21 @@ def test_user_call_renders_rewritten_nodes_in_user_terms():
     (node,) = f.fgraph.toposort()
     assert str(node.op) == "Composite{exp(i0) * 2 + i1}"
     assert user_call(node) == "exp(x) * 2 + y"
+
+
+def test_a_shape_error_in_an_update_names_the_update_in_user_terms(mode):
+    """Refused before any step ran (the update would write the shared
+    storage in place): the message and the note lead with ``add(s, v)``, the
+    note says whose update it is, the in-place name comes last."""
+    v = tn.vector("v")
+    s = tn.shared(np.zeros(3), name="s")
+    f = tn.function([v], [], updates=[(s, s + v)], mode=mode)
+    with pytest.raises(ValueError) as info:
+        f(np.ones(4))
+    message, notes = str(info.value), list(getattr(info.value, "__notes__", ()))
+    assert "add_inplace" not in message.split("[compiled as")[0], message
+    assert message.startswith("add(s, v)") or "add(s, v)" in " ".join(notes), (message, notes)
+    if mode.linker != "dask":   # its lowering's nodes are not the ones marked (issue 32)
+        assert any("in the update of shared variable 's'" in n for n in notes), notes
+    assert not any(n.split("[compiled as")[0].count("add_inplace") for n in notes), notes
+    np.testing.assert_array_equal(s.get_value(), np.zeros(3))

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tenure.linkers.describe import compiled_detail, user_call, user_message
 from tenure.linkers.thunk import step_note
 from tenure.symbolic.graph import Apply, Constant
 from tenure.symbolic.shared import SharedVariable
@@ -74,9 +75,11 @@ class CommitPoint:
             try:
                 safe = check(node, ins, outs)
             except ValueError as exc:
-                exc.add_note(f"tenure: refused before the call ran any step: {node} "
+                # in the user's terms, as a step's error is (describe.py)
+                step = user_message(exc, node)
+                exc.add_note(f"tenure: refused before the call ran any step: {user_call(node)} "
                              f"cannot run on inputs of shapes {', '.join(map(str, ins))}"
-                             f"{step_note(node)}")
+                             f"{compiled_detail(node, step)}{step_note(node)}")
                 raise
             if not safe:
                 return BACKUP
