@@ -56,7 +56,7 @@ HOST_MAX_THREADS = 64
 #: no contraction into FMAs (as on the device), and no optimisation: the
 #: tests' arrays are small, and a module of hundreds of kernels compiles in a
 #: third of -O1's time (the same IEEE arithmetic: SSE).  The source starts by
-#: including ``include/host_kernels.h`` as a prelude (:mod:`..c.prelude`),
+#: including ``include/host_kernels.h`` as a prelude (:mod:`tenure.linkers.c.prelude`),
 #: precompiled once: its C++ headers are half of a small module's build
 #: (0.32 s a module, 0.22 s with the prelude precompiled, on 2 cores).
 HOST_FLAGS = ("-x", "c++", "-std=c++17", "-O0", "-ffp-contract=off", "-DTN_ON_HOST")

@@ -273,10 +273,10 @@ class Scan(inner_graph.OpWithInnerGraphs):
         n = self._checked_steps(n_steps, seqs)
         inits = [self._checked_initial(k, init) for k, init in enumerate(inits)]
         step = self._compiled_step()
+        layout = zip(inits, self.stored, self.keeps_initial)
         states = [_Trajectory(output_storage[k][0], n, init, initial) if stored
                   else _Ring(output_storage[k][0], n, init)
-                  for k, (init, stored, initial) in enumerate(zip(inits, self.stored,
-                                                                 self.keeps_initial))]
+                  for k, (init, stored, initial) in enumerate(layout)]
         nitsots: list = [None] * self.n_nitsot
         args = [None] * len(self.inner.inputs)
         args[len(args) - parts.n_nonseqs:] = nonseqs
@@ -319,8 +319,7 @@ class Scan(inner_graph.OpWithInnerGraphs):
                 nitsots[j] = np.empty((0,) + _unrun_step_shape(node, parts.n_states + j, inputs),
                                       dtype=out.type.numpy_dtype)
         stacked = [state.trajectory(done) for state in states] + nitsots
-        lengths = [getattr(state, "offset", 0) + done for state in states] + \
-            [done] * self.n_nitsot
+        lengths = [state.offset + done for state in states] + [done] * self.n_nitsot
         for cell, value, length in zip(output_storage, stacked, lengths):
             cell[0] = value if length == len(value) else value[:length]
         if done == 0 and any(self.final_checks_empty):
@@ -505,6 +504,9 @@ class _Ring:
     """A state whose trajectory is not kept: its last ``L`` values in a ring
     of ``L`` entries, overwritten in place from step to step (value ``j``,
     initial entries included as ``-L..-1``, lives at ``j mod L``)."""
+
+    #: a ring's trajectory is empty: no initial entries before it
+    offset = 0
 
     def __init__(self, previous, n: int, init):
         self.shape = init.shape[1:]
