@@ -82,7 +82,6 @@ def test_a_shape_error_in_an_update_names_the_update_in_user_terms(mode):
     message, notes = str(info.value), list(getattr(info.value, "__notes__", ()))
     assert "add_inplace" not in message.split("[compiled as")[0], message
     assert message.startswith("add(s, v)") or "add(s, v)" in " ".join(notes), (message, notes)
-    if mode.linker != "dask":   # its lowering's nodes are not the ones marked (issue 32)
-        assert any("in the update of shared variable 's'" in n for n in notes), notes
+    assert any("in the update of shared variable 's'" in n for n in notes), notes
     assert not any(n.split("[compiled as")[0].count("add_inplace") for n in notes), notes
     np.testing.assert_array_equal(s.get_value(), np.zeros(3))

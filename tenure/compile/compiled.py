@@ -103,9 +103,10 @@ class Function:
         self._guard_and_rewrite()
         self._take_aliasing(analyse_aliasing(self.fgraph, inputs, outputs,
                                              self.update_shared_index))
-        self._thunk = mode.make_thunk(self.fgraph, self._kept_outputs(), inputs, self._n_out)
-        # errors raised computing only an update say which (see step_note)
+        # errors raised computing only an update say which (see step_note);
+        # marked before the linker builds its thunk, which may rebuild the graph
         mark_update_steps(self.fgraph, self._n_out, [var for var, _ in updates])
+        self._thunk = mode.make_thunk(self.fgraph, self._kept_outputs(), inputs, self._n_out)
         self._adopt_thunk()
         self._defaults = [None if spec.value is None else self._own_default(spec)
                           for spec in inputs]

@@ -117,7 +117,10 @@ def mark_update_steps(fgraph, n_outputs: int, updated: list) -> None:
     variables (outputs ``n_outputs`` on: the updates of ``updated``, in
     order), so that an error raised by one of them can say which update
     failed (:func:`step_note`).  A node that also feeds an output of the
-    function is not marked."""
+    function is not marked.  ``fgraph.update_names`` keeps the names, for a
+    linker that lowers graphs of its own with the same outputs (Dask) to
+    mark them too."""
+    fgraph.update_names = tuple(str(var) for var in updated)
     feeds: dict = {}     # variable -> (feeds a function output, names of the updates it feeds)
     order = {str(var): k for k, var in reversed(list(enumerate(updated)))}
     for k, out in enumerate(fgraph.outputs):

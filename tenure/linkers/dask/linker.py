@@ -63,7 +63,7 @@ from tenure.linkers.dask.lower import (LoweringError, chunked, is_lazy, lower_gr
                                        unsupported)
 from tenure.linkers.dask.regions import lowering_order
 from tenure.linkers.dask.specialize import CallGraphs, out_of_place
-from tenure.linkers.thunk import Thunk
+from tenure.linkers.thunk import Thunk, mark_update_steps
 from tenure.rewrites.dask_specialize import PARTIAL_REDUCTIONS, REGIONS, selected
 from tenure.symbolic.graph import Constant
 from tenure.symbolic.shared import SharedVariable
@@ -152,9 +152,13 @@ class DaskThunk(Thunk):
     fresh_results = True
 
     def __init__(self, fgraph, n_outputs: int, input_specs, compute: bool, chunk_linker: str,
-                 borrowed_outputs=frozenset(), query=None):
+                 borrowed_outputs=frozenset(), query=None, update_names=()):
         self.fgraph = fgraph
         self.n_outputs = n_outputs
+        #: the shared variables the results after ``n_outputs`` update, by
+        #: name: each graph lowered is marked with them, so that an error in
+        #: a node computing only an update says which (``step_note``)
+        self.update_names = tuple(update_names)
         #: the outputs the caller borrows (``Out(borrow=True)``): two of them
         #: may be one array; any other pair of results may not
         self.borrowed_outputs = frozenset(borrowed_outputs)
@@ -210,7 +214,10 @@ class DaskThunk(Thunk):
     def __call__(self, values: list) -> list:
         client = default_client() if any(self.is_shared) else None
         lazy_inputs = [self._lazy_input(i, value, client) for i, value in enumerate(values)]
-        results = lower_graph(self.graphs.for_values(lazy_inputs), lazy_inputs, self.context)
+        graph = self.graphs.for_values(lazy_inputs)
+        if getattr(graph, "update_names", None) != self.update_names:
+            mark_update_steps(graph, self.n_outputs, self.update_names)
+        results = lower_graph(graph, lazy_inputs, self.context)
         # Updates always, outputs when asked; a result concrete from the
         # start (made from constants) needs no computing but must be fresh too.
         todo = [k for k, r in enumerate(results)
@@ -329,7 +336,7 @@ class DaskLinker:
 
     def make_thunk(self, fgraph, keep_outputs: set[int], allow_gc: bool = True,
                    input_specs=(), n_outputs: int | None = None) -> DaskThunk:
-        fgraph = out_of_place(fgraph)
+        original, fgraph = fgraph, out_of_place(fgraph)
         missing = unsupported(fgraph)
         if missing:
             names = sorted({str(node.op) for node in missing})
@@ -341,4 +348,4 @@ class DaskLinker:
         # from an update's buffer: treating them as not borrowed only copies more)
         return DaskThunk(fgraph, len(fgraph.outputs) if n_outputs is None else n_outputs,
                          input_specs, self.compute, self.chunk_linker, keep_outputs,
-                         self.query)
+                         self.query, getattr(original, "update_names", ()))

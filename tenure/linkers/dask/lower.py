@@ -44,6 +44,7 @@ from dask.array.core import normalize_chunks, slices_from_chunks
 from tenure.linkers.dask.regions import (ALWAYS_LAZY, COMBINED_REDUCTIONS, Region,
                                          is_rows_product, lazy_variables)
 from tenure.linkers.describe import compiled_detail, user_call, user_message
+from tenure.linkers.thunk import step_note
 from tenure.symbolic.graph import Constant, Variable
 from tenure.symbolic.ops.blas import Dot, MatMul, Outer, TensorDot
 from tenure.symbolic.ops.composite import FusedReduce
@@ -893,8 +894,9 @@ def lower_graph(fgraph, input_values: list, ctx) -> list:
                 nodes = unit.nodes + unit.sinks if isinstance(unit, Region) else (unit,)
                 for node in nodes:     # the one whose name the message leads with
                     user_message(exc, node)
+                updates = "".join(dict.fromkeys(step_note(n) for n in nodes))
                 exc.add_note(f"tenure: raised while lowering "
                              f"{', '.join(user_call(n) for n in nodes)} to Dask"
-                             f"{''.join(compiled_detail(n) for n in nodes)}")
+                             f"{''.join(compiled_detail(n) for n in nodes)}{updates}")
                 raise
     return [_value(var, env) for var in fgraph.outputs]
