@@ -38,7 +38,9 @@ def _rnn_gradient(reads_every_state=False):
 
 
 def _numpy_gradient():
-    """The same gradients by hand (backpropagation through time)."""
+    """The same gradients by hand (backpropagation through time): equal to
+    tenure's up to the order of float64 sums (Dask sums by chunks), so
+    compared at rtol 1e-7 -- a wrong gradient is off by far more."""
     hs, h = [], H
     for xt in X:
         h = np.tanh(xt @ WX + h @ WH)
@@ -76,7 +78,7 @@ def test_the_gradient_is_one_node_until_compiled():
     assert "loop_gradient" in f.rewrites_applied
     forward, backward = _ops(f, Scan)
     for got, expected in zip(f(X, H), _numpy_gradient()):
-        np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(got, expected, rtol=1e-7, atol=1e-10)
     # The backward loop reads the states before each step as views of the
     # forward loop's trajectory, which starts with the initial state: no
     # joined copy of the trajectory (as the inline form builds it).
@@ -95,7 +97,7 @@ def test_the_node_runs_when_no_rewrite_expands_it(linker):
     f = tn.function(inputs, grads, mode=tn.Mode(linker=linker, exclude=["loop_gradient"]))
     assert len(_ops(f, LoopGradient)) == 1
     for got, expected in zip(f(X, H), _numpy_gradient()):
-        np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(got, expected, rtol=1e-7, atol=1e-10)
 
 
 def test_the_unexpanded_gradient_pickles():
@@ -106,7 +108,7 @@ def test_the_unexpanded_gradient_pickles():
     assert loaded == op and loaded is not op
     f = tn.function([x, h0], again, mode=tn.Mode(exclude=["loop_gradient"]))
     for got, expected in zip(f(X, H), _numpy_gradient()):
-        np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(got, expected, rtol=1e-7, atol=1e-10)
 
 
 @pytest.mark.parametrize("linker", ["py", "c"])
