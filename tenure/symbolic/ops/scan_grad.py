@@ -487,7 +487,7 @@ class LoopGradient(OpWithInnerGraphs):
         return values[0], values[1], groups
 
     def make_node(self, *inputs):
-        """Inputs flat, in the order of the class doc (see :meth:`grouped`)."""
+        """Inputs flat, in the order of the class doc (see :meth:`node`)."""
         inputs = [as_tensor_variable(v) for v in inputs]
         expected = self.inner_graphs[0].inputs
         if len(inputs) != len(expected):
