@@ -596,7 +596,31 @@ def budget_of(variant: str) -> float:
     return float(variant.split()[-1])
 
 
-class MlpTrainBudget(MlpTrain):
+class _UnderBudgets:
+    """A workload (``base``) whose variants are activation-memory budgets:
+    tenure compiles it with ``Mode(activation_memory_budget=b)``; the peers,
+    which keep every activation, run the base workload whatever the variant."""
+
+    base: type
+
+    @classmethod
+    def tenure(cls, d, linker, variant):
+        return cls.base.tenure(d, linker, activation_memory_budget=budget_of(variant))
+
+    @classmethod
+    def pytensor(cls, d, mode_variant, variant):
+        return cls.base.pytensor(d, mode_variant)
+
+    @classmethod
+    def torch(cls, d, variant):
+        return cls.base.torch(d)
+
+    @classmethod
+    def jax(cls, d, variant):
+        return cls.base.jax(d)
+
+
+class MlpTrainBudget(_UnderBudgets, MlpTrain):
     """``mlp_train`` compiled with ``Mode(activation_memory_budget=...)``: the
     saved activations are cut to a fraction, the rest recomputed in the
     backward pass.  The targets (issue 7): at 0.5, peak extra memory at most
@@ -605,22 +629,7 @@ class MlpTrainBudget(MlpTrain):
     name = "mlp_train_budget"
     title = "mlp_train under an activation-memory budget"
     variants = BUDGETS
-
-    @staticmethod
-    def tenure(d, linker, variant):
-        return MlpTrain.tenure(d, linker, activation_memory_budget=budget_of(variant))
-
-    @staticmethod
-    def pytensor(d, mode_variant, variant):
-        return MlpTrain.pytensor(d, mode_variant)
-
-    @staticmethod
-    def torch(d, variant):
-        return MlpTrain.torch(d)
-
-    @staticmethod
-    def jax(d, variant):
-        return MlpTrain.jax(d)
+    base = MlpTrain
 
 
 class MlpTrainBudget8(MlpTrainBudget):
@@ -874,7 +883,7 @@ class RnnTrain:
         return Built(lambda: run(*args), observe, compile_s)
 
 
-class RnnTrainBudget(RnnTrain):
+class RnnTrainBudget(_UnderBudgets, RnnTrain):
     """``rnn_train`` under activation-memory budgets: the loop keeps
     checkpoints instead of its states where they exceed the budget.  The
     readout reads every state, so they stay alive until its backward pass:
@@ -884,22 +893,7 @@ class RnnTrainBudget(RnnTrain):
     name = "rnn_train_budget"
     title = "rnn_train under an activation-memory budget"
     variants = ("budget 1.0", "budget 0.3")
-
-    @staticmethod
-    def tenure(d, linker, variant):
-        return RnnTrain.tenure(d, linker, activation_memory_budget=budget_of(variant))
-
-    @staticmethod
-    def pytensor(d, mode_variant, variant):
-        return RnnTrain.pytensor(d, mode_variant)
-
-    @staticmethod
-    def torch(d, variant):
-        return RnnTrain.torch(d)
-
-    @staticmethod
-    def jax(d, variant):
-        return RnnTrain.jax(d)
+    base = RnnTrain
 
 
 # ============================================================================

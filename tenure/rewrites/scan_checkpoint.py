@@ -113,9 +113,10 @@ def _kept_bytes(n: int, every: int, states) -> int:
 def expand_loop_gradients(fgraph) -> bool:
     """Expand every :class:`LoopGradient`: inline, or over checkpoints when
     the trajectories exceed the budget (module doc)."""
-    nodes = [node for node in fgraph.toposort() if isinstance(node.op, LoopGradient)]
-    if not nodes:
+    # every compilation runs this, on every pass of its phase: look before sorting
+    if not any(isinstance(node.op, LoopGradient) for node in fgraph.apply_nodes):
         return False
+    nodes = [node for node in fgraph.toposort() if isinstance(node.op, LoopGradient)]
     by_loop: dict[Apply, list[Apply]] = {}
     for node in nodes:
         by_loop.setdefault(_forward_loop(node), []).append(node)

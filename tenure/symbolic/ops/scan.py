@@ -147,7 +147,10 @@ class Scan(inner_graph.OpWithInnerGraphs):
                                  f"{len(self.state_taps)} states")
         if any(self.keeps_initial) and (self.as_while or not all(
                 stored for stored, initial in zip(self.stored, self.keeps_initial) if initial)):
-            raise ValueError("Scan: keeps_initial needs a stored trajectory, not a until loop")
+            raise ValueError(f"Scan: keeps_initial needs a stored trajectory in a loop with a "
+                             f"length (not a until loop); got keeps_initial="
+                             f"{self.keeps_initial}, stored={self.stored}, "
+                             f"as_while={self.as_while}")
         self.checkpoint_every = int(checkpoint_every)
         if self.checkpoint_every < 0 or (self.checkpoint_every and self.as_while):
             raise ValueError(f"Scan: checkpoint_every must be 0 (none) or a positive number of "
