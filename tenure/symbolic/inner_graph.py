@@ -34,6 +34,7 @@ it), with the mode the compiling linker chose for inner graphs.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 from tenure.symbolic.fgraph import FunctionGraph
@@ -112,6 +113,10 @@ def _origin(var, origin: dict) -> tuple:
     return ("root", var)
 
 
+#: guards the making of each op's ``running`` lock
+_LOCKS_MADE = threading.Lock()
+
+
 class OpWithInnerGraphs(Op):
     """An op that owns inner graphs (see the module notes for its rules).
 
@@ -141,6 +146,18 @@ class OpWithInnerGraphs(Op):
         loading: it belonged to other graph objects)."""
         for name in self._cache_attrs:
             setattr(self, name, None)
+        self.__dict__.pop("_running", None)
+
+    def running(self) -> threading.Lock:
+        """The lock a ``perform`` holds while it runs the inner graphs: their
+        compiled functions lend results in buffers they reuse on their next
+        call, so two threads running this op at once (Dask's workers, which
+        may compute one loop twice) must not interleave their calls."""
+        lock = self.__dict__.get("_running")
+        if lock is None:
+            with _LOCKS_MADE:
+                lock = self.__dict__.setdefault("_running", threading.Lock())
+        return lock
 
     def inner_signatures(self) -> tuple:
         """The :func:`graph_signature` of every inner graph."""
@@ -171,7 +188,7 @@ class OpWithInnerGraphs(Op):
 
     def __getstate__(self) -> dict:
         state = {name: value for name, value in self.__dict__.items()
-                 if name not in self._cache_attrs}
+                 if name not in self._cache_attrs and name != "_running"}
         # A FunctionGraph carries features and client lists: its inputs and
         # outputs are all that defines it.
         state["inner_graphs"] = tuple((list(g.inputs), list(g.outputs))

@@ -271,6 +271,10 @@ class Scan(inner_graph.OpWithInnerGraphs):
         return self._step
 
     def perform(self, node, inputs, output_storage):
+        with self.running():
+            self._perform(node, inputs, output_storage)
+
+    def _perform(self, node, inputs, output_storage):
         parts = self.parts
         n_steps, seqs, inits, nonseqs = parts.outer(list(inputs))
         n = self._checked_steps(n_steps, seqs)

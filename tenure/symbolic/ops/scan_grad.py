@@ -339,6 +339,10 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
         return self._forward_step, self._backward_step
 
     def perform(self, node, inputs, output_storage):
+        with self.running():
+            self._perform(node, inputs, output_storage)
+
+    def _perform(self, node, inputs, output_storage):
         n_value, start_value, groups = self._split(list(inputs))
         seqs, checkpoints, nonseqs, g_states, g_outs, windows0, sums0 = groups
         n, start = int(n_value), int(start_value)
@@ -553,6 +557,10 @@ class LoopGradient(OpWithInnerGraphs):
 
     # -- running ---------------------------------------------------------------
     def perform(self, node, inputs, output_storage):
+        with self.running():
+            self._perform(node, inputs, output_storage)
+
+    def _perform(self, node, inputs, output_storage):
         if self._run is None:
             self._run = inner_graph.compile_inner_graph(self.inner_graphs[0], self.inner_mode)
         for cell, value in zip(output_storage, self._run(*inputs)):
