@@ -165,6 +165,8 @@ class Function:
         thunk.set_call_layout(n_in, self._n_out, [n_in + j for j in self.update_shared_index])
         #: the compiled call path (C linker), or None: calls go through :meth:`_call`
         self._fast_call = self._make_fast_call()
+        #: the thunk's loop driver (see :meth:`run_steps`): None until asked, False: none
+        self._steps_runner = None
         if thunk.kept_slots:
             # Its borrowed outputs' buffers are written again next call: a
             # shared variable must copy them rather than adopt them.
@@ -197,6 +199,25 @@ class Function:
             n_out=self._n_out, single=self._single,
             destroyed_containers=tuple(self._containers[j] for j in self._destroyed_shared),
             reentered=self._reentered)
+
+    def run_steps(self, args: list, reads: tuple, writes: tuple, cond: int, first: int,
+                  stop: int):
+        """Calls ``first..stop-1`` of this function as a loop's step, with no
+        Python between two calls (the protocol of
+        :func:`tenure.symbolic.inner_graph.register_inner_compiler`), or None
+        when they cannot be run that way: the loop then calls the function
+        once per step.  Only a function whose every call can take the C call
+        path, and that reads no shared variable, has a runner."""
+        runner = self._steps_runner
+        if runner is None:
+            runner = False
+            if self._fast_call is not None and not self._shared_locks:
+                types = [spec.variable.type for spec in self.inputs]
+                runner = self._thunk.steps_runner(types, self._lock) or False
+            self._steps_runner = runner
+        if not runner:
+            return None
+        return runner(args, reads, writes, cond, first, stop)
 
     # -- calling ----------------------------------------------------------------
     def _bind(self, args, kwargs) -> tuple[list, list[bool]]:

@@ -21,6 +21,8 @@ interface alone.  The contract:
   None for host memory (shared storage must be there too).
 - :meth:`Thunk.fast_call_parts`: what the C call path needs to run the
   thunk without Python, or None (every call goes through Python).
+- :meth:`Thunk.steps_runner`: what runs a loop's steps over this thunk
+  without Python between them, or None.
 - :meth:`Thunk.set_call_layout`: told once, after compiling, how the values
   and results split into arguments / shared storage and outputs / updates.
 - reports: :meth:`Thunk.private_copy` and :meth:`Thunk.plan_for`
@@ -78,6 +80,13 @@ class Thunk(abc.ABC):
     def fast_call_parts(self) -> dict | None:
         """What :func:`tenure.linkers.c.call.fast_caller` needs to run this
         thunk, or None: calls go through Python."""
+        return None
+
+    def steps_runner(self, types, lock):
+        """A runner of many calls of this thunk as a loop's step (see
+        :meth:`tenure.compile.compiled.Function.run_steps`), or None: the
+        loop calls the function once per step.  ``types``: the inputs'
+        tensor types; ``lock``: the function's."""
         return None
 
     def set_call_layout(self, n_args: int, n_out: int, update_inputs) -> None:

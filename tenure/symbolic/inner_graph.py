@@ -48,7 +48,14 @@ _inner_compiler = None
 def register_inner_compiler(compile) -> None:
     """Make ``compile(fgraph, mode)`` what :func:`compile_inner_graph` uses:
     it returns ``step(*values) -> list of output values`` computing
-    ``fgraph``'s outputs from its inputs (``mode`` None: the default mode)."""
+    ``fgraph``'s outputs from its inputs (``mode`` None: the default mode).
+
+    The step also has ``step.run_steps(args, reads, writes, cond, first,
+    stop)``: a loop's steps ``first..stop-1`` run in compiled code with no
+    Python between them (the C runtime's ``src/loop.c`` says what the
+    arguments mean), returning ``(t, fired, bad_write, bad_value)``, or
+    None when they cannot be run that way (the loop then calls the step
+    once per step)."""
     global _inner_compiler
     _inner_compiler = compile
 

@@ -36,6 +36,10 @@ Only functions whose calls need nothing more are given one: see
 :meth:`tenure.function.Function._make_fast_call` for the conditions (no
 copies the contract might need, no destroyed inputs to separate, and kept
 buffers only where the C code itself checks them against the inputs).
+
+A loop's step is called many times in a row: :class:`StepsRunner` runs a
+range of steps through the runtime's ``run_steps`` (``src/loop.c``), with
+the same checks done once for the range instead of once per step.
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ import numpy as np
 from tenure.linkers.c import runtime
 from tenure.linkers.interrupts import deliver_interrupt_later
 
-__all__ = ["fast_caller"]
+__all__ = ["StepsRunner", "fast_caller"]
+
 
 def fast_call_type():
     """The ``FastCall`` type: part of the C runtime (``src/fastcall.c``),
@@ -70,3 +75,52 @@ def fast_caller(*, run, storage, py_steps, status, table_for, on_error, fallback
                             update_containers=tuple(update_containers),
                             locks=tuple(locks), deliver_interrupt=deliver_interrupt_later,
                             n_out=n_out, single=single)
+
+
+class StepsRunner:
+    """Steps ``first..stop-1`` of a loop over a thunk the C call path can run,
+    in the runtime's ``run_steps`` (``src/loop.c`` says what ``reads``,
+    ``writes`` and ``cond`` hold): ``runner(args, reads, writes, cond, first,
+    stop) -> (t, fired, bad_write, bad_value)``, or None when these
+    arguments cannot take that path (the loop then calls the step itself).
+
+    What the C call path checks per call is checked here once: every
+    argument passes the gate (each read's rows have one dtype and shape,
+    so its row at ``first`` stands for all), and the shape table of these
+    shapes holds for every call (it is not read from argument values)."""
+
+    def __init__(self, parts: dict, types, lock):
+        self._run_steps = runtime.load_runtime().run_steps
+        self._thunk_parts = (parts["run"], parts["storage"], parts["py_steps"], parts["status"],
+                             parts["on_error"])
+        self._table_for = parts["table_for"]
+        self._types = tuple(types)
+        self._lock = lock
+
+    def __call__(self, args: list, reads: tuple, writes: tuple, cond: int, first: int,
+                 stop: int):
+        values = list(args)
+        for pos, base, start, modulus in reads:
+            if type(base) is not np.ndarray or base.ndim < 1:
+                return None
+            row = start + first
+            values[pos] = base[row % modulus if modulus else row, ...]
+        if not all(map(_accepts, self._types, values)):
+            return None
+        table, holds_for_every_call = self._table_for(values)
+        if not holds_for_every_call:
+            return None
+        run_steps = self._run_steps
+        if self._lock is None:
+            return run_steps(*self._thunk_parts, table, args, reads, writes, cond, first, stop)
+        with self._lock:   # a step calling Python may let another thread in
+            return run_steps(*self._thunk_parts, table, args, reads, writes, cond, first, stop)
+
+
+def _accepts(ttype, value) -> bool:
+    """Whether ``value`` passes the C gate for an input of type ``ttype`` as it is."""
+    if type(value) is not np.ndarray or value.ndim != ttype.ndim or not value.dtype.isnative:
+        return False
+    if value.dtype != ttype.numpy_dtype:
+        return False
+    return all(want is None or want == got for want, got in zip(ttype.shape, value.shape))

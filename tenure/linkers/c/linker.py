@@ -53,6 +53,7 @@ from collections import OrderedDict
 import numpy as np
 
 from tenure.linkers.c import cache, compiler, kernels, prelude, runtime
+from tenure.linkers.c.call import StepsRunner
 from tenure.linkers.c.dispatch import CContext
 from tenure.linkers.c.module import graph_module, shape_table, step_module_prelude
 from tenure.linkers.commit import BACKUP
@@ -211,6 +212,14 @@ class CThunk(PythonThunk):
         return dict(run=self._run, storage=self.storage, py_steps=self._py_steps_compiled,
                     status=self._status, table_for=self._table_for, on_error=self._failed,
                     runs_python="py" in self.graph.kinds)
+
+    def steps_runner(self, types, lock):
+        """The runtime's loop driver over this thunk (:class:`~.call.StepsRunner`)
+        when its calls can take the C call path."""
+        parts = self.fast_call_parts()
+        if parts is None:
+            return None
+        return StepsRunner(parts, types, lock if parts["runs_python"] else None)
 
 
 class CLinker:

@@ -284,42 +284,39 @@ class Scan(inner_graph.OpWithInnerGraphs):
         states = [_Trajectory(output_storage[k][0], n, init, initial) if stored
                   else _Ring(output_storage[k][0], n, init)
                   for k, (init, stored, initial) in enumerate(layout)]
-        nitsots: list = [None] * self.n_nitsot
         args = [None] * len(self.inner.inputs)
         args[len(args) - parts.n_nonseqs:] = nonseqs
-        done = n
-        reads = self._tap_reads(len(seqs), states)
+        run = _LoopCall(step, n, args, seqs, self._tap_reads(len(seqs), states), states,
+                        [None] * self.n_nitsot, output_storage, node)
         n_states = parts.n_states
         every = self.checkpoint_every
         first_checkpoint = 2 * n_states + self.n_nitsot
         checkpoints = [_checkpoints(output_storage[first_checkpoint + k][0], n, every, init)
                        for k, init in enumerate(inits)] if every else []
-        for t in range(n):
+        # From the first step whose every read is a row of one array, steps
+        # run in compiled code (step.run_steps: no Python between two); the
+        # steps before it, and every step when the step cannot run that
+        # way, are called one by one from here.
+        compiled_from = self._first_compiled_step(run)
+        t, done = 0, n
+        while t < n:
             if every and t % every == 0:
-                for state, saved in zip(states, checkpoints):
-                    depth = saved.shape[1]
-                    for i in range(depth):
-                        saved[t // every, i] = state.read(t - depth + i)
-            for i, seq in enumerate(seqs):
-                args[i] = seq[t, ...]   # a view (a 0-d array, not a NumPy scalar)
-            for pos, state, tap in reads:
-                args[pos] = state.read(t + tap)
-            results = step(*args)
-            for k in range(n_states):
-                value = results[k]
-                if getattr(value, "shape", None) != states[k].shape:
-                    self._bad_state_shape(k, t, states[k], value)
-                states[k].write(t, value)
-            for j in range(self.n_nitsot):
-                value = results[parts.n_states + j]
-                if nitsots[j] is None:
-                    nitsots[j] = _buffer(output_storage[parts.n_states + j][0],
-                                         (n,) + np.shape(value), node.outputs[
-                                             parts.n_states + j].type.numpy_dtype)
-                self._store_nitsot(j, t, nitsots[j], value)
-            if self.as_while and bool(results[-1]):
+                _save_checkpoints(states, checkpoints, t // every, t)
+            if t >= compiled_from:
+                stop = min(n, (t // every + 1) * every) if every else n
+                ran = self._compiled_steps(run, t, stop)
+                if ran is not None:
+                    t, fired = ran
+                    if fired:
+                        done = t
+                        break
+                    continue
+                compiled_from = n
+            if self._step_here(run, t):
                 done = t + 1
                 break
+            t += 1
+        nitsots = run.nitsots
         for j in range(self.n_nitsot):
             if nitsots[j] is None:    # no step ran: an empty trajectory
                 out = node.outputs[parts.n_states + j]
@@ -380,10 +377,69 @@ class Scan(inner_graph.OpWithInnerGraphs):
 
     def _store_nitsot(self, j: int, t: int, store, value) -> None:
         if np.shape(value) != store.shape[1:]:
-            raise ValueError(f"scan: step {t} gave {self.label('outputs', j)} the shape "
-                             f"{np.shape(value)}, step 0 gave {store.shape[1:]}: every step "
-                             f"must give an output of one shape")
+            self._bad_nitsot_shape(j, t, store, value)
         store[t] = value
+
+    def _bad_nitsot_shape(self, j: int, t: int, store, value):
+        raise ValueError(f"scan: step {t} gave {self.label('outputs', j)} the shape "
+                         f"{np.shape(value)}, step 0 gave {store.shape[1:]}: every step "
+                         f"must give an output of one shape")
+
+    # -- running the steps ---------------------------------------------------------
+    def _step_here(self, run: _LoopCall, t: int) -> bool:
+        """Step ``t``, called from here; whether ``until`` stopped the loop."""
+        n_states = self.parts.n_states
+        args, states, nitsots = run.args, run.states, run.nitsots
+        for i, seq in enumerate(run.seqs):
+            args[i] = seq[t, ...]   # a view (a 0-d array, not a NumPy scalar)
+        for pos, state, tap in run.reads:
+            args[pos] = state.read(t + tap)
+        results = run.step(*args)
+        for k in range(n_states):
+            value = results[k]
+            if getattr(value, "shape", None) != states[k].shape:
+                self._bad_state_shape(k, t, states[k], value)
+            states[k].write(t, value)
+        for j in range(self.n_nitsot):
+            value = results[n_states + j]
+            if nitsots[j] is None:
+                nitsots[j] = _buffer(run.output_storage[n_states + j][0],
+                                     (run.n,) + np.shape(value),
+                                     run.node.outputs[n_states + j].type.numpy_dtype)
+            self._store_nitsot(j, t, nitsots[j], value)
+        return bool(self.as_while and results[-1])
+
+    def _first_compiled_step(self, run: _LoopCall) -> int:
+        """The first step that may run in compiled code: every read a row of
+        one array (a trajectory's steps before its first entry read the
+        initial buffer), and each nit-sot's store made (by step 0)."""
+        if getattr(run.step, "run_steps", None) is None:
+            return run.n
+        first = 1 if self.n_nitsot else 0
+        for _, state, tap in run.reads:
+            first = max(first, state.first_row_step(tap))
+        return first
+
+    def _compiled_steps(self, run: _LoopCall, first: int, stop: int):
+        """Steps ``first..stop-1`` through ``step.run_steps``: ``(steps done,
+        whether until stopped the loop)``, or None when they cannot run
+        that way."""
+        n_states = self.parts.n_states
+        reads = tuple((i, seq, 0, 0) for i, seq in enumerate(run.seqs)) + tuple(
+            state.read_rows(pos, tap) for pos, state, tap in run.reads)
+        writes = tuple(state.write_rows(k) for k, state in enumerate(run.states)) + tuple(
+            (n_states + j, store, 0, 0) for j, store in enumerate(run.nitsots))
+        cond = len(self.inner.outputs) - 1 if self.as_while else -1
+        got = run.step.run_steps(run.args, reads, writes, cond, first, stop)
+        if got is None:
+            return None
+        t, fired, bad_write, value = got
+        if bad_write >= 0:
+            if bad_write < n_states:
+                self._bad_state_shape(bad_write, t, run.states[bad_write], value)
+            j = bad_write - n_states
+            self._bad_nitsot_shape(j, t, run.nitsots[j], value)
+        return t, fired
 
     # -- gradient ------------------------------------------------------------
     def grad(self, inputs, output_grads):
@@ -471,6 +527,29 @@ def nbytes(shape, var) -> int:
     return int(np.prod(shape, dtype=np.int64)) * var.type.numpy_dtype.itemsize
 
 
+class _LoopCall:
+    """One call of a loop: its compiled step, length, the step's argument
+    list, the sequences, the state reads ``(argument position, state,
+    tap)``, the states, the nit-sots' stores (made by step 0), the node's
+    output storage and the node."""
+
+    __slots__ = ("step", "n", "args", "seqs", "reads", "states", "nitsots", "output_storage",
+                 "node")
+
+    def __init__(self, step, n, args, seqs, reads, states, nitsots, output_storage, node):
+        self.step, self.n, self.args, self.seqs, self.reads = step, n, args, seqs, reads
+        self.states, self.nitsots = states, nitsots
+        self.output_storage, self.node = output_storage, node
+
+
+def _save_checkpoints(states, checkpoints, index: int, t: int) -> None:
+    """Each state's ``L`` values before step ``t``, as checkpoint ``index``."""
+    for state, saved in zip(states, checkpoints):
+        depth = saved.shape[1]
+        for i in range(depth):
+            saved[index, i] = state.read(t - depth + i)
+
+
 def _checkpoints(previous, n: int, every: int, init):
     """The buffer of a state's checkpoints: for each ``every``-th step, the
     ``L`` values before it (last call's buffer when it fits)."""
@@ -506,6 +585,17 @@ class _Trajectory:
     def last(self, done: int):
         return self.store[self.offset + done - 1] if done else self.init[-1]
 
+    # rows for compiled steps (see the C runtime's src/loop.c)
+    def first_row_step(self, tap: int) -> int:
+        """The first step whose read at ``tap`` is a row of the store."""
+        return max(0, -tap - self.offset)
+
+    def read_rows(self, pos: int, tap: int) -> tuple:
+        return (pos, self.store, self.offset + tap, 0)
+
+    def write_rows(self, k: int) -> tuple:
+        return (k, self.store, self.offset, 0)
+
 
 class _Ring:
     """A state whose trajectory is not kept: its last ``L`` values in a ring
@@ -531,6 +621,17 @@ class _Ring:
 
     def last(self, done: int):
         return self.ring[(done - 1) % len(self.ring)]
+
+    # rows for compiled steps (see the C runtime's src/loop.c)
+    @staticmethod
+    def first_row_step(tap: int) -> int:
+        return 0
+
+    def read_rows(self, pos: int, tap: int) -> tuple:
+        return (pos, self.ring, tap, len(self.ring))
+
+    def write_rows(self, k: int) -> tuple:
+        return (k, self.ring, 0, len(self.ring))
 
 
 def _buffer(previous, shape: tuple, dtype):

@@ -767,6 +767,84 @@ def test_a_later_call_leaves_earlier_results_alone(mode):
         np.testing.assert_array_equal(a, b)
 
 
+# -- steps run by the C runtime --------------------------------------------------------------
+
+
+def test_a_state_whose_shape_changes_after_the_first_steps(mode):
+    """On the C linker steps 1 on run in the runtime's loop driver: the error
+    found there is the one a step called from Python raises."""
+    ks, h0 = tn.vector("ks", dtype="int32"), tn.vector("h0")
+    hs, _ = tn.scan(lambda k, h: h[:k] * 2, sequences=ks, outputs_info=h0)
+    f = tn.function([ks, h0], hs, mode=mode)
+    np.testing.assert_array_equal(f(np.full(3, 3, "int32"), np.ones(3)),
+                                  [[2] * 3, [4] * 3, [8] * 3])
+    with pytest.raises(ValueError, match=r"step 3 gave outputs_info\[0\] the shape \(2,\); "
+                                         r"it must keep its initial value's shape \(3,\)"):
+        f(np.array([3, 3, 3, 2, 3], "int32"), np.ones(3))
+
+
+def test_a_nit_sot_whose_shape_changes_after_the_first_steps(mode):
+    ks, x = tn.vector("ks", dtype="int32"), tn.vector("x")
+    ys, _ = tn.scan(lambda k: x[:k] + 1, sequences=ks)
+    f = tn.function([ks, x], ys, mode=mode)
+    np.testing.assert_array_equal(f(np.full(3, 2, "int32"), np.zeros(4)), np.ones((3, 2)))
+    with pytest.raises(ValueError, match=r"step 2 gave .* the shape \(1,\), step 0 gave \(2,\)"):
+        f(np.array([2, 2, 1], "int32"), np.zeros(4))
+
+
+def count_step_calls(monkeypatch) -> list:
+    """Every call of a compiled function from now on, as the list of the functions called."""
+    calls = []
+    original = tn.Function.__call__
+
+    def counted(self, *args, **kwargs):
+        calls.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(tn.Function, "__call__", counted)
+    return calls
+
+
+@pytest.mark.parametrize("linker, python_calls", [("c", 1 + 1), ("py", 1 + 1000)])
+def test_the_c_linker_runs_a_loops_steps_without_python_between_them(
+        monkeypatch, rng, linker, python_calls):
+    """The C linker calls the step from Python for step 0 only (its read of the
+    state before the first is the initial value, not a row of the trajectory);
+    the Python executor once per step."""
+    x = tn.vector("x")
+    hs, _ = tn.scan(lambda xt, acc: acc * 0.5 + xt, sequences=x, outputs_info=tn.zeros(()))
+    f = tn.function([x], hs, mode=tn.Mode(linker=linker))
+    xv = rng.normal(size=1000)
+    expected = np.empty(1000)
+    acc = 0.0
+    for t, v in enumerate(xv):
+        acc = acc * 0.5 + v
+        expected[t] = acc
+    calls = count_step_calls(monkeypatch)
+    np.testing.assert_allclose(f(xv), expected, rtol=1e-12)
+    assert len(calls) == python_calls
+
+
+def test_checkpoints_and_a_ring_under_the_loop_driver(monkeypatch, rng):
+    """A loop with checkpoints runs each segment in the driver; a ring of two
+    taps wraps there."""
+    x0 = tn.vector("x0")
+    fib, _ = tn.scan(lambda a, b: a + b, outputs_info=dict(initial=x0, taps=[-2, -1]),
+                     n_steps=30)
+    f = tn.function([x0], fib[-1], mode=tn.Mode(linker="c"))
+    calls = count_step_calls(monkeypatch)
+    assert f(np.array([0.0, 1.0])) == 1346269.0   # F(31)
+    assert len(calls) == 1
+    xs, h0 = tn.matrix("xs"), tn.vector("h0")
+    W = rng.normal(size=(3, 3)) * 0.5
+    hs, _ = tn.scan(lambda xt, h: tn.tanh(tn.dot(h, W) + xt), sequences=xs, outputs_info=h0,
+                    checkpoint_every=4)
+    g = tn.function([xs, h0], tn.grad(tn.sum(hs[-1]), h0), mode=tn.Mode(linker="c"))
+    reference = tn.function([xs, h0], tn.grad(tn.sum(hs[-1]), h0), mode=tn.Mode(linker="py"))
+    xv, h0v = rng.normal(size=(10, 3)), rng.normal(size=3)
+    np.testing.assert_allclose(g(xv, h0v), reference(xv, h0v), rtol=1e-12)
+
+
 # -- pickling and merging -------------------------------------------------------------------
 
 

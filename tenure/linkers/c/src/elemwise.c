@@ -68,6 +68,16 @@ static int tn_omp_usable(void)
 }
 #endif
 
+/* The calling thread's number in its parallel region (0 outside one). */
+static int tn_thread_num(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
 /* How many of `total` work items make one chunk, the unit threads take in
  * turn: all of them on one thread; else about eight chunks per thread, so a
  * thread the OS holds back (other processes on the cores) delays only its
@@ -306,6 +316,62 @@ static int tn_ew_threads(const tn_ew_kernel *kernel, npy_intp size)
     return 1;
 }
 
+/* One run of tn_ew_run, as its threads share it. */
+typedef struct {
+    const tn_ew_kernel *kernel;
+    PyArrayObject **ops;
+    int nops, nd, contiguous, filled, interruptible;
+    const npy_intp *shape, *strides, *inner;
+    npy_intp n, bn, per_row, items, per_chunk;
+    size_t buffer_size;
+    char *row_buffer;
+    volatile int *stop;
+} tn_ew_job;
+
+/* Chunk `chunk` of `job`'s work items, on thread `tid`: the typed loops'
+ * status bits. */
+static int tn_ew_chunk(const tn_ew_job *job, npy_intp chunk, int tid)
+{
+    const tn_ew_kernel *kernel = job->kernel;
+    const int nops = job->nops, nd = job->nd, contiguous = job->contiguous;
+    const npy_intp n = job->n, bn = job->bn, per_row = job->per_row;
+    const npy_intp first = chunk * job->per_chunk;
+    const npy_intp last = job->items - first < job->per_chunk ? job->items
+                                                                : first + job->per_chunk;
+    char *ptr[nops], *at[nops], *rows[nops];
+    char *const buffer = job->filled ? job->row_buffer + job->buffer_size * (size_t)tid : NULL;
+    npy_intp index[NPY_MAXDIMS], b = first % per_row;
+    int status = 0;
+    tn_ew_seek(nd - 1, job->shape, job->strides, nops, job->ops, first / per_row, index, ptr);
+    for (npy_intp item = first; item < last && !*job->stop; item++) {
+        const npy_intp c0 = b * bn, m = n - c0 < bn ? n - c0 : bn;
+        for (int j = 0; j < nops; j++)
+            at[j] = ptr[j] + c0 * job->inner[j];
+        if (contiguous || job->filled) {
+            rows[0] = at[0];
+            for (int j = 1; j < nops; j++) {
+                if (!contiguous && job->inner[j] == 0) {
+                    rows[j] = buffer + (size_t)bn * (size_t)kernel->width * (size_t)j;
+                    tn_ew_fill(rows[j], at[j], (int)PyArray_ITEMSIZE(job->ops[j]), m);
+                } else {
+                    rows[j] = at[j];
+                }
+            }
+            status |= kernel->typed(at, rows, m, kernel->params);
+        } else {
+            status |= kernel->strided(at, job->inner, m, kernel->params);
+        }
+        if (++b == per_row) {
+            b = 0;
+            tn_ew_next(nd - 1, job->shape, job->strides, nops, index, ptr);
+        }
+        if (job->interruptible && tid == 0 && item % TN_CHECK_BLOCKS == 0
+                && PyErr_CheckSignals() < 0)
+            *job->stop = 1;
+    }
+    return status;
+}
+
 /* Run `kernel` over `ops` (the output, then the inputs read from memory): 0,
  * or -1 with an exception set.  Checks every operand (dtype, ndim, broadcast,
  * a writeable output) first, so a wrong array raises instead of crashing. */
@@ -347,54 +413,23 @@ static int tn_ew_run(const tn_ew_kernel *kernel, PyArrayObject **ops)
             return -1;
         }
     }
+    const tn_ew_job job = {kernel, ops, nops, nd, contiguous, filled, interruptible, shape,
+                           strides, inner, n, bn, per_row, items, per_chunk, buffer_size,
+                           row_buffer, &stop};
     if (!interruptible && size >= TN_NOGIL_MIN)
         saved = PyEval_SaveThread();   /* the loop touches no Python object */
+    if (nthreads > 1) {
+        /* Only then a parallel region: entering one costs microseconds even
+         * on one thread (libgomp builds and ends a team), more than a small
+         * loop's whole work. */
 #ifdef _OPENMP
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1) reduction(| : status)
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) reduction(| : status)
 #endif
-    {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
-        char *ptr[nops], *at[nops], *rows[nops];
-        char *const buffer = filled ? row_buffer + buffer_size * (size_t)tid : NULL;
-        npy_intp index[NPY_MAXDIMS];
-#ifdef _OPENMP
-#pragma omp for schedule(dynamic, 1)
-#endif
-        for (npy_intp chunk = 0; chunk < chunks; chunk++) {
-            const npy_intp first = chunk * per_chunk;
-            const npy_intp last = items - first < per_chunk ? items : first + per_chunk;
-            npy_intp b = first % per_row;
-            tn_ew_seek(nd - 1, shape, strides, nops, ops, first / per_row, index, ptr);
-            for (npy_intp item = first; item < last && !stop; item++) {
-                const npy_intp c0 = b * bn, m = n - c0 < bn ? n - c0 : bn;
-                for (int j = 0; j < nops; j++)
-                    at[j] = ptr[j] + c0 * inner[j];
-                if (contiguous || filled) {
-                    rows[0] = at[0];
-                    for (int j = 1; j < nops; j++) {
-                        if (!contiguous && inner[j] == 0) {
-                            rows[j] = buffer + (size_t)bn * (size_t)kernel->width * (size_t)j;
-                            tn_ew_fill(rows[j], at[j], (int)PyArray_ITEMSIZE(ops[j]), m);
-                        } else {
-                            rows[j] = at[j];
-                        }
-                    }
-                    status |= kernel->typed(at, rows, m, kernel->params);
-                } else {
-                    status |= kernel->strided(at, inner, m, kernel->params);
-                }
-                if (++b == per_row) {
-                    b = 0;
-                    tn_ew_next(nd - 1, shape, strides, nops, index, ptr);
-                }
-                if (interruptible && tid == 0 && item % TN_CHECK_BLOCKS == 0
-                        && PyErr_CheckSignals() < 0)
-                    stop = 1;
-            }
-        }
+        for (npy_intp chunk = 0; chunk < chunks; chunk++)
+            status |= tn_ew_chunk(&job, chunk, tn_thread_num());
+    } else {
+        for (npy_intp chunk = 0; chunk < chunks; chunk++)
+            status |= tn_ew_chunk(&job, chunk, 0);
     }
     if (saved != NULL)
         PyEval_RestoreThread(saved);

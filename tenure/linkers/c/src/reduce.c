@@ -216,6 +216,40 @@ static int tn_rd_divide(const tn_rd_kernel *kernel, PyArrayObject *out, npy_intp
     return 0;
 }
 
+/* One run of tn_rd_run's loops, as its threads share it. */
+typedef struct {
+    PyArrayObject **ops;
+    int nops, nd, contiguous, split, interruptible;
+    const npy_intp *shape, *strides, *s;
+    npy_intp unit, units, per_chunk;
+    tn_rd_row_fn loop;
+    const char *params;
+    volatile int *stop;
+} tn_rd_job;
+
+/* Chunk `chunk` of `job`'s units on thread `tid`: the loops' status bits. */
+static int tn_rd_chunk(const tn_rd_job *job, npy_intp chunk, int tid)
+{
+    const int nops = job->nops, nd = job->nd;
+    const npy_intp first = chunk * job->per_chunk;
+    const npy_intp last = job->units - first < job->per_chunk ? job->units
+                                                                : first + job->per_chunk;
+    npy_intp box[NPY_MAXDIMS], index[NPY_MAXDIMS], visits = 0;
+    char *ptr[nops];
+    int status = 0;
+    if (*job->stop)
+        return 0;
+    tn_rd_box(nops, job->ops, nd, job->shape, job->strides, job->split, job->unit, first, last,
+              box, index, ptr);
+    do {
+        job->loop(ptr, job->s, box[nd - 1], job->contiguous, &status, job->params);
+        if (job->interruptible && tid == 0 && ++visits % TN_CHECK_BLOCKS == 0
+                && PyErr_CheckSignals() < 0)
+            *job->stop = 1;
+    } while (!*job->stop && tn_ew_next(nd - 1, box, job->strides, nops, index, ptr));
+    return status;
+}
+
 /* Run the reduction `kernel` of ops[1..] into ops[0]: 0, or -1 with an
  * exception set.  The output is filled with the identity, then each of its
  * elements combined with its values, row by row (`row`: the innermost axis is
@@ -260,32 +294,17 @@ static int tn_rd_run(const tn_rd_kernel *kernel, PyArrayObject **ops)
             s[j] = strides[j * NPY_MAXDIMS + nd - 1];
         if (!interruptible && count * PyArray_SIZE(ops[0]) >= TN_NOGIL_MIN)
             saved = PyEval_SaveThread();   /* the loops touch no Python object */
+        const tn_rd_job job = {ops, nops, nd, contiguous, split, interruptible, shape, strides,
+                               s, unit, units, per_chunk, loop, kernel->params, &stop};
+        if (nthreads > 1) {   /* a parallel region only then (see tn_ew_run) */
 #ifdef _OPENMP
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1) reduction(| : status)
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) reduction(| : status)
 #endif
-        {
-            int tid = 0;
-            npy_intp visits = 0;
-#ifdef _OPENMP
-            tid = omp_get_thread_num();
-#pragma omp for schedule(dynamic, 1)
-#endif
-            for (npy_intp chunk = 0; chunk < chunks; chunk++) {
-                const npy_intp first = chunk * per_chunk;
-                const npy_intp last = units - first < per_chunk ? units : first + per_chunk;
-                npy_intp box[NPY_MAXDIMS], index[NPY_MAXDIMS];
-                char *ptr[nops];
-                if (stop)
-                    continue;
-                tn_rd_box(nops, ops, nd, shape, strides, split, unit, first, last, box, index,
-                          ptr);
-                do {
-                    loop(ptr, s, box[nd - 1], contiguous, &status, kernel->params);
-                    if (interruptible && tid == 0 && ++visits % TN_CHECK_BLOCKS == 0
-                            && PyErr_CheckSignals() < 0)
-                        stop = 1;
-                } while (!stop && tn_ew_next(nd - 1, box, strides, nops, index, ptr));
-            }
+            for (npy_intp chunk = 0; chunk < chunks; chunk++)
+                status |= tn_rd_chunk(&job, chunk, tn_thread_num());
+        } else {
+            for (npy_intp chunk = 0; chunk < chunks; chunk++)
+                status |= tn_rd_chunk(&job, chunk, 0);
         }
         if (saved != NULL)
             PyEval_RestoreThread(saved);

@@ -3,8 +3,9 @@
  * (tenure/linkers/c/runtime.py builds it through the disk cache).
  *
  * Its module (named TN_RUNTIME_NAME, which carries the digest of the sources)
- * has the FastCall and Schedule types and `_C_API`, a capsule holding the table of
- * function pointers that graph modules call (include/tenure_runtime.h).
+ * has the FastCall and Schedule types, `run_steps` (a loop's steps, src/loop.c)
+ * and `_C_API`, a capsule holding the table of function pointers that graph
+ * modules call (include/tenure_runtime.h).
  *
  * runtime.py puts these definitions in front of the sources:
  *   TN_RUNTIME_DIGEST   the sources' digest, as a C string
@@ -31,6 +32,7 @@
 #include "blas.c.src"
 #include "nnet.c.src"
 #include "interpret.c"
+#include "loop.c"
 
 static const tn_runtime_api tn_api = {
     .abi = TN_RUNTIME_ABI,
@@ -77,7 +79,7 @@ static const tn_runtime_api tn_api = {
 
 static struct PyModuleDef tn_runtime_module = {
     PyModuleDef_HEAD_INIT, TN_RUNTIME_NAME, "tenure's C runtime (see tenure.linkers.c.runtime)",
-    -1, NULL, NULL, NULL, NULL, NULL
+    -1, tn_loop_methods, NULL, NULL, NULL, NULL
 };
 
 /* tn_main_thread_ident: threading.main_thread()'s (this module may be
