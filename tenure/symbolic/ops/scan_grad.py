@@ -359,7 +359,12 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
                 break
             history = self._recompute(segment, t0, t1, forward, seqs, checkpoints, nonseqs,
                                       depths, shapes)
-            for t in range(t1 - 1, max(t0, start) - 1, -1):
+            t_low = max(t0, start)
+            if self._backward_in_compiled_steps(backward, t_low, t1 - 1, t0, g_states + g_outs,
+                                                seqs, history, depths, windows + sums,
+                                                nonseqs, seq_grads):
+                continue
+            for t in range(t1 - 1, t_low - 1, -1):
                 args = [g[t, ...] for g in g_states] + [g[t, ...] for g in g_outs]
                 args += self._forward_args(t, t0, seqs, history, depths, [])
                 args += windows + sums + list(nonseqs)
@@ -380,11 +385,51 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
         for buf, c, depth in zip(history, checkpoints, depths):
             buf[:depth] = c[segment]
         # the last step's own value is read by no step of the segment
+        if self._forward_in_compiled_steps(forward, t0, t1 - 1, seqs, history, depths, nonseqs):
+            return history
         for t in range(t0, t1 - 1):
             results = forward(*self._forward_args(t, t0, seqs, history, depths, nonseqs))
             for buf, depth, value in zip(history, depths, results):
                 buf[depth + t - t0] = value
         return history
+
+    # Steps in compiled code (step.run_steps; the C runtime's src/loop.c says
+    # what a read and a write are): each returns whether the steps ran there.
+
+    def _state_rows(self, history, depths, t0) -> list:
+        """A state tap's read of ``history`` as rows: ``(base, start)``, with row
+        ``start + t`` at step ``t``, in the forward step's input order."""
+        layout = zip(history, depths, self.state_taps)
+        return [(buf, depth - t0 + tap) for buf, depth, taps in layout for tap in taps]
+
+    def _forward_in_compiled_steps(self, forward, first, stop, seqs, history, depths,
+                                   nonseqs) -> bool:
+        if stop <= first or getattr(forward, "run_steps", None) is None:
+            return stop <= first
+        rows = [(seq, 0) for seq in seqs] + self._state_rows(history, depths, first)
+        reads = tuple((pos, base, start, 0) for pos, (base, start) in enumerate(rows))
+        writes = tuple((k, buf, depth - first, 0) for k, (buf, depth) in
+                       enumerate(zip(history, depths)))
+        args = [None] * len(rows) + list(nonseqs)
+        return _ran(forward.run_steps(args, reads, writes, -1, first, stop), "forward")
+
+    def _backward_in_compiled_steps(self, backward, t_low, t_high, t0, g_rows, seqs, history,
+                                    depths, carried, nonseqs, seq_grads) -> bool:
+        """Steps ``t_high`` down to ``t_low``: step ``u`` of the run is step
+        ``t_high - u``, so every array read or written by row is read through
+        its reversed view.  The carried windows and sums are arguments as
+        they are, written whole after each step (a one-row view, ring of 1)."""
+        if getattr(backward, "run_steps", None) is None:
+            return False
+        rows = [(g, 0) for g in g_rows] + [(seq, 0) for seq in seqs] + \
+            self._state_rows(history, depths, t0)
+        reads = tuple((pos, *_reversed(base, start, t_high)) for pos, (base, start) in
+                      enumerate(rows))
+        writes = tuple((k, buf[np.newaxis], 0, 1) for k, buf in enumerate(carried)) + tuple(
+            (len(carried) + j, *_reversed(grads, 0, t_high)) for j, grads in enumerate(seq_grads))
+        args = [None] * len(rows) + list(carried) + list(nonseqs)
+        return _ran(backward.run_steps(args, reads, writes, -1, 0, t_high - t_low + 1),
+                    "backward")
 
     def _forward_args(self, t, t0, seqs, history, depths, nonseqs) -> list:
         args = [seq[t, ...] for seq in seqs]
@@ -597,3 +642,25 @@ class LoopGradient(OpWithInnerGraphs):
         for i, g in zip(wrt, grads):
             result[i] = g
         return result
+
+
+def _ran(got, which: str) -> bool:
+    """Whether ``run_steps`` ran the steps (None: they run from Python).  The
+    steps of a gradient give values of the shapes the loop's forward steps
+    gave: one of another shape is an error in the gradient, not the user's."""
+    if got is None:
+        return False
+    _, _, bad_write, value = got
+    if bad_write >= 0:
+        raise ValueError(f"scan gradient: a {which} step gave a value of shape "
+                         f"{np.shape(value)} for its output {bad_write}, which has rows of "
+                         f"another shape")
+    return True
+
+
+def _reversed(base, start: int, t_high: int) -> tuple:
+    """Rows ``start + t`` of ``base`` for ``t = t_high, t_high - 1, ...`` as rows
+    ``start' + u`` (``u = 0, 1, ...``) of the reversed view: ``(view, start', 0)``."""
+    if not isinstance(base, np.ndarray) or base.ndim == 0:
+        return (base, 0, 0)   # run_steps refuses it: the steps run from Python
+    return (base[::-1], len(base) - 1 - start - t_high, 0)

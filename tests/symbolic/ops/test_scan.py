@@ -825,9 +825,7 @@ def test_the_c_linker_runs_a_loops_steps_without_python_between_them(
     assert len(calls) == python_calls
 
 
-def test_checkpoints_and_a_ring_under_the_loop_driver(monkeypatch, rng):
-    """A loop with checkpoints runs each segment in the driver; a ring of two
-    taps wraps there."""
+def test_a_ring_of_two_taps_wraps_under_the_loop_driver(monkeypatch):
     x0 = tn.vector("x0")
     fib, _ = tn.scan(lambda a, b: a + b, outputs_info=dict(initial=x0, taps=[-2, -1]),
                      n_steps=30)
@@ -835,14 +833,29 @@ def test_checkpoints_and_a_ring_under_the_loop_driver(monkeypatch, rng):
     calls = count_step_calls(monkeypatch)
     assert f(np.array([0.0, 1.0])) == 1346269.0   # F(31)
     assert len(calls) == 1
-    xs, h0 = tn.matrix("xs"), tn.vector("h0")
-    W = rng.normal(size=(3, 3)) * 0.5
-    hs, _ = tn.scan(lambda xt, h: tn.tanh(tn.dot(h, W) + xt), sequences=xs, outputs_info=h0,
+
+
+def test_a_checkpointed_loop_and_its_gradient_under_the_loop_driver(monkeypatch, rng):
+    """The forward loop runs each segment between checkpoints in the driver;
+    its gradient recomputes each segment there, then runs the segment's
+    backward steps there too, last step first (rows read through reversed
+    views), the carried gradient window written whole after each step."""
+    xs = tn.tensor("xs", dtype="float64", shape=(None, 3))
+    h0 = tn.tensor("h0", dtype="float64", shape=(3,))
+    hs, _ = tn.scan(lambda xt, h: tn.tanh(h * 0.5 + xt), sequences=xs, outputs_info=h0,
                     checkpoint_every=4)
-    g = tn.function([xs, h0], tn.grad(tn.sum(hs[-1]), h0), mode=tn.Mode(linker="c"))
-    reference = tn.function([xs, h0], tn.grad(tn.sum(hs[-1]), h0), mode=tn.Mode(linker="py"))
+    cost = tn.sum(hs[-1]) + tn.sum(hs[3] ** 2)
+    wrt = tn.grad(cost, [h0, xs])
+    g = tn.function([xs, h0], [hs] + wrt, mode=tn.Mode(linker="c"))
+    reference = tn.function([xs, h0], [hs] + wrt, mode=tn.Mode(linker="py"))
     xv, h0v = rng.normal(size=(10, 3)), rng.normal(size=3)
-    np.testing.assert_allclose(g(xv, h0v), reference(xv, h0v), rtol=1e-12)
+    expected = reference(xv, h0v)
+    calls = count_step_calls(monkeypatch)
+    for got, want in zip(g(xv, h0v), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    # the function, and the forward loop's step 0 (its read of the state
+    # before it is the initial value): nothing else is called from Python
+    assert len(calls) == 2
 
 
 # -- pickling and merging -------------------------------------------------------------------
