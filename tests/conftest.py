@@ -160,8 +160,8 @@ def _on_the_emulated_device(request, monkeypatch):
     """A suite test running on the cuda linker runs on its mode's device (the
     emulated one unless ``TENURE_TEST_CUDA=device``) with
     ``config.device="cuda"`` (its shared variables are device storage, whose
-    ``get_value()`` gives NumPy copies), and every call's results are
-    copied back to the host, so that the suite compares NumPy arrays as on
+    ``get_value()`` gives NumPy copies), and every call's results (but a
+    loop's steps') are copied back to the host, so that the suite compares NumPy arrays as on
     the other linkers.  What is checked is the device path's values and
     errors; its memory contract on device arrays has its own tests
     (tests/linkers/cuda/test_device_path.py)."""
@@ -170,9 +170,16 @@ def _on_the_emulated_device(request, monkeypatch):
         yield
         return
     call = tn.Function.__call__
+    running = [0]   # calls under way: a loop's step is called inside its function's call
 
     def call_with_host_results(self, *args, **kwargs):
-        results = call(self, *args, **kwargs)
+        running[0] += 1
+        try:
+            results = call(self, *args, **kwargs)
+        finally:
+            running[0] -= 1
+        if running[0]:
+            return results   # a step's results stay on the device, as the loop needs
         if isinstance(results, list):
             return [_to_host(r) for r in results]
         return _to_host(results)

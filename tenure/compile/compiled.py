@@ -416,14 +416,17 @@ class Function:
 
 def bind_inner_modes(fgraph, mode: Mode) -> None:
     """Give every op of ``fgraph`` that holds inner graphs (a loop) the mode
-    they compile with, ``mode.inner_mode()``.  The nodes are this function's
-    own (:func:`build_graph` copied the user's graph): each gets a copy of its
-    op, and the user's graph keeps the op it had."""
-    inner = None
+    they compile with, ``mode.inner_mode(on_device=op.state_on_device)``.
+    The nodes are this function's own (:func:`build_graph` copied the user's
+    graph): each gets a copy of its op, and the user's graph keeps the op it
+    had."""
+    inner = {}
     for node in fgraph.apply_nodes:
         if isinstance(node.op, OpWithInnerGraphs):
-            inner = inner or mode.inner_mode()
-            node.op = node.op.with_inner_mode(inner)
+            on_device = node.op.state_on_device
+            if on_device not in inner:
+                inner[on_device] = mode.inner_mode(on_device=on_device)
+            node.op = node.op.with_inner_mode(inner[on_device])
 
 
 def restore_function(spec: FunctionSpec, trust_input: bool) -> Function:

@@ -97,16 +97,24 @@ class Mode:
         """The linker this mode names, with its options."""
         return LINKERS[self.linker].make(self)
 
-    def inner_mode(self) -> Mode:
+    def inner_mode(self, on_device: bool = False) -> Mode:
         """The mode an inner graph of a graph this mode compiles (a loop's
         step) is compiled with: the linker's ``inner_linker`` (see
-        :data:`~tenure.linkers.table.LINKERS`) and the same rewrites; no
-        activation-memory budget (a step keeps nothing for a backward pass)."""
-        linker = LINKERS[self.linker].inner_linker or self.linker
-        own = LINKERS[self.linker].excludes
-        return Mode(linker=linker, include=self.include,
-                    exclude=[name for name in self.exclude if name not in own],
-                    rewrites=self.rewrites)
+        :data:`~tenure.linkers.table.LINKERS`), or its ``device_loop_linker``
+        for an op whose state stays on the device (``on_device``), and the
+        same rewrites; no activation-memory budget (a step keeps nothing for
+        a backward pass)."""
+        entry = LINKERS[self.linker]
+        if on_device and entry.device_loop_linker is not None:
+            linker = entry.device_loop_linker
+        else:
+            linker = entry.inner_linker or self.linker
+        inner = Mode(linker=linker, include=self.include,
+                     exclude=[name for name in self.exclude if name not in entry.excludes],
+                     rewrites=self.rewrites)
+        if linker == self.linker == "cuda":
+            inner.cuda_emulation = self.cuda_emulation   # the step's device is the loop's
+        return inner
 
     def make_thunk(self, fgraph, keep: set[int], input_specs, n_outputs: int) -> Thunk:
         """The linker's thunk for ``fgraph``; a linker that reads the ``In``

@@ -39,6 +39,11 @@ class LinkerEntry(NamedTuple):
     #: this linker compiles; None: this one.  The step runs on the host from
     #: the loop's ``perform`` (the dask and cuda linkers hand it host values)
     inner_linker: str | None = None
+    #: the linker that compiles the step of a loop whose state stays where
+    #: this linker computes (an op with ``state_on_device``: the loop runs
+    #: on device arrays, its step compiled for the device); None: every
+    #: loop runs on the host, its step compiled by ``inner_linker``
+    device_loop_linker: str | None = None
 
 
 def _dask_linker(mode) -> Linker:
@@ -63,7 +68,7 @@ LINKERS: dict[str, LinkerEntry] = {
     "dask": LinkerEntry(_dask_linker, takes_input_specs=True, excludes=("inplace",),
                         inner_linker="c"),
     "cuda": LinkerEntry(lambda mode: CudaLinker(emulated=mode.cuda_emulation),
-                        inner_linker="c"),
+                        inner_linker="c", device_loop_linker="cuda"),
     "cuda_host": LinkerEntry(lambda mode: HostCudaLinker(), inner_linker="c"),
 }
 

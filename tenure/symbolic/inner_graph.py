@@ -138,6 +138,10 @@ class OpWithInnerGraphs(Op):
     #: function compiling the outer graph sets it (:meth:`with_inner_mode`).
     #: Not part of equality
     inner_mode = None
+    #: whether ``perform`` runs on the device arrays of a linker that
+    #: computes on a device, its inner graphs compiled for that device
+    #: (``LinkerEntry.device_loop_linker``); else it runs on host values
+    state_on_device = False
 
     def __init__(self, inner_graphs: Sequence[FunctionGraph]):
         graphs = tuple(inner_graphs)

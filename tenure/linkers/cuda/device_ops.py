@@ -126,6 +126,13 @@ def _on_the_host(node, inputs, cells, runtime):
         cell[0] = runtime.from_host(np.asarray(result))
 
 
+def _loop_on_device(node, inputs, cells, runtime):
+    """A loop on the device: ``perform`` over the device arrays (its buffers
+    made on their device), its step compiled by the CUDA linker
+    (``Scan.state_on_device``); only ``n_steps`` is read on the host."""
+    node.op.perform(node, inputs, cells)
+
+
 def _as_device(result, dtype, runtime):
     """``result`` of a NumPy-style call on device arrays as a device array of
     ``dtype`` (None: its own; some calls give a 0-d result back as a NumPy
@@ -486,7 +493,7 @@ register_cuda_op(RandomVariable, device=DeviceOp(perform_on_device, host_inputs_
 # A loop runs its steps on the host (its inner graph compiled by the cuda
 # linker's inner linker), its results copied to the device: a loop whose
 # state stays on the device is what remains.
-register_cuda_op(Scan, device=DeviceOp(_on_the_host))
+register_cuda_op(Scan, device=DeviceOp(_loop_on_device, lambda node: frozenset({0})))
 register_cuda_op(CheckpointedScanGrad, device=DeviceOp(_on_the_host))
 register_cuda_op(LoopGradient, device=DeviceOp(_on_the_host))
 # Ops that create arrays: on the device even from host inputs (a shape).

@@ -36,10 +36,12 @@ Entries receive a :class:`CudaContext` -- the linker compiling the graph,
 its kernel backend and device runtime -- when a node's step is made:
 ``KernelFamily.step(node, backend, context)``, ``device_kernel(node,
 backend, context)`` and ``DeviceOp.runner(node, context)``.  Today's
-families ignore it.  A loop (``Scan``) runs on the host (its ``device``
-part, :mod:`.device_ops`), its step compiled with the function's inner mode
-(``LINKERS["cuda"].inner_linker``: the C linker); a loop whose state stays
-on the device would compile its step with ``context.linker``.
+families ignore it.  A loop (``Scan``) runs on the device (its ``device``
+part, :mod:`.device_ops`), its step compiled by the CUDA linker
+(``LINKERS["cuda"].device_loop_linker``, bound as the op's inner mode),
+and so does a loop's gradient over the stored trajectories (a ``Scan``);
+a checkpointed gradient runs on the host, its steps compiled by the C
+linker (``inner_linker``).
 
 Where the registrations live: one :func:`register_cuda_op` line per op
 class, in the module that holds the part --

@@ -32,7 +32,11 @@ with one tap; its new value is its final value.
 layer's compiler, see :func:`tenure.symbolic.inner_graph.register_inner_compiler`;
 with the mode the compiling linker chose, :attr:`Scan.inner_mode`) for each
 step, and writes each step's results into the stacked outputs, which are last
-call's buffers when they fit.  A step whose state comes back with a shape
+call's buffers when they fit.  Where the compiled step offers ``run_steps``
+(the C linker's), the steps from the first one whose every read is a row of
+one array run there, with no Python between them.  On a device (the CUDA
+linker, ``state_on_device``) the buffers are device arrays of the inputs'
+device, and the step is compiled for it.  A step whose state comes back with a shape
 other than its initial value's, sequences of the wrong length and a negative
 ``n_steps`` raise before any result is given, naming the loop argument; a
 ``until`` loop stops after the first step whose condition is true, so its
@@ -55,6 +59,7 @@ from __future__ import annotations
 import numpy as np
 
 from tenure.symbolic import inner_graph
+from tenure.symbolic.device import runtime_of
 from tenure.symbolic.fgraph import FunctionGraph
 from tenure.symbolic.graph import Apply, Variable, ancestors, clone_get_equiv, clone_replace
 from tenure.symbolic.ops.shape import Shape, as_dim, infer_dims, stack_scalars
@@ -109,6 +114,9 @@ class Scan(inner_graph.OpWithInnerGraphs):
                  "truncate_gradient", "stored", "final_checks_empty", "checkpoint_every",
                  "keeps_initial")
     _cache_attrs = ("_step",)
+    #: on the CUDA linker the loop runs on device arrays, its step compiled
+    #: for the device: the states never leave it
+    state_on_device = True
 
     def __init__(self, inner: FunctionGraph, n_seqs: int, state_taps, n_nitsot: int,
                  as_while: bool = False, exact_length: bool = True,
@@ -280,18 +288,19 @@ class Scan(inner_graph.OpWithInnerGraphs):
         n = self._checked_steps(n_steps, seqs)
         inits = [self._checked_initial(k, init) for k, init in enumerate(inits)]
         step = self._compiled_step()
+        mem = _Memory.of(seqs + inits + nonseqs)
         layout = zip(inits, self.stored, self.keeps_initial)
-        states = [_Trajectory(output_storage[k][0], n, init, initial) if stored
-                  else _Ring(output_storage[k][0], n, init)
+        states = [_Trajectory(mem, output_storage[k][0], n, init, initial) if stored
+                  else _Ring(mem, output_storage[k][0], n, init)
                   for k, (init, stored, initial) in enumerate(layout)]
         args = [None] * len(self.inner.inputs)
         args[len(args) - parts.n_nonseqs:] = nonseqs
         run = _LoopCall(step, n, args, seqs, self._tap_reads(len(seqs), states), states,
-                        [None] * self.n_nitsot, output_storage, node)
+                        [None] * self.n_nitsot, output_storage, node, mem)
         n_states = parts.n_states
         every = self.checkpoint_every
         first_checkpoint = 2 * n_states + self.n_nitsot
-        checkpoints = [_checkpoints(output_storage[first_checkpoint + k][0], n, every, init)
+        checkpoints = [_checkpoints(mem, output_storage[first_checkpoint + k][0], n, every, init)
                        for k, init in enumerate(inits)] if every else []
         # From the first step whose every read is a row of one array, steps
         # run in compiled code (step.run_steps: no Python between two); the
@@ -320,8 +329,8 @@ class Scan(inner_graph.OpWithInnerGraphs):
         for j in range(self.n_nitsot):
             if nitsots[j] is None:    # no step ran: an empty trajectory
                 out = node.outputs[parts.n_states + j]
-                nitsots[j] = np.empty((0,) + _unrun_step_shape(node, parts.n_states + j, inputs),
-                                      dtype=out.type.numpy_dtype)
+                nitsots[j] = mem.empty((0,) + _unrun_step_shape(node, parts.n_states + j, inputs),
+                                       out.type.numpy_dtype)
         stacked = [state.trajectory(done) for state in states] + nitsots
         lengths = [state.offset + done for state in states] + [done] * self.n_nitsot
         for cell, value, length in zip(output_storage, stacked, lengths):
@@ -334,7 +343,7 @@ class Scan(inner_graph.OpWithInnerGraphs):
         finals = output_storage[n_states + self.n_nitsot:2 * n_states + self.n_nitsot]
         for cell, state in zip(finals, states):
             last = state.last(done)
-            cell[0] = _buffer(cell[0], last.shape, last.dtype)
+            cell[0] = mem.buffer(cell[0], last.shape, last.dtype)
             cell[0][...] = last
 
     def _checked_steps(self, n_steps, seqs) -> int:
@@ -403,9 +412,9 @@ class Scan(inner_graph.OpWithInnerGraphs):
         for j in range(self.n_nitsot):
             value = results[n_states + j]
             if nitsots[j] is None:
-                nitsots[j] = _buffer(run.output_storage[n_states + j][0],
-                                     (run.n,) + np.shape(value),
-                                     run.node.outputs[n_states + j].type.numpy_dtype)
+                nitsots[j] = run.mem.buffer(run.output_storage[n_states + j][0],
+                                            (run.n,) + tuple(value.shape),
+                                            run.node.outputs[n_states + j].type.numpy_dtype)
             self._store_nitsot(j, t, nitsots[j], value)
         return bool(self.as_while and results[-1])
 
@@ -531,15 +540,15 @@ class _LoopCall:
     """One call of a loop: its compiled step, length, the step's argument
     list, the sequences, the state reads ``(argument position, state,
     tap)``, the states, the nit-sots' stores (made by step 0), the node's
-    output storage and the node."""
+    output storage, the node, and the memory its buffers are in."""
 
     __slots__ = ("step", "n", "args", "seqs", "reads", "states", "nitsots", "output_storage",
-                 "node")
+                 "node", "mem")
 
-    def __init__(self, step, n, args, seqs, reads, states, nitsots, output_storage, node):
+    def __init__(self, step, n, args, seqs, reads, states, nitsots, output_storage, node, mem):
         self.step, self.n, self.args, self.seqs, self.reads = step, n, args, seqs, reads
         self.states, self.nitsots = states, nitsots
-        self.output_storage, self.node = output_storage, node
+        self.output_storage, self.node, self.mem = output_storage, node, mem
 
 
 def _save_checkpoints(states, checkpoints, index: int, t: int) -> None:
@@ -550,11 +559,11 @@ def _save_checkpoints(states, checkpoints, index: int, t: int) -> None:
             saved[index, i] = state.read(t - depth + i)
 
 
-def _checkpoints(previous, n: int, every: int, init):
+def _checkpoints(mem: _Memory, previous, n: int, every: int, init):
     """The buffer of a state's checkpoints: for each ``every``-th step, the
     ``L`` values before it (last call's buffer when it fits)."""
     count = -(-n // every)
-    return _buffer(previous, (count,) + init.shape, init.dtype)
+    return mem.buffer(previous, (count,) + tuple(init.shape), init.dtype)
 
 
 class _Trajectory:
@@ -563,11 +572,11 @@ class _Trajectory:
     (``keeps_initial``: value ``j`` at ``L + j``); else ``read(j)`` of a step
     before the first is the initial buffer's entry."""
 
-    def __init__(self, previous, n: int, init, keeps_initial: bool = False):
+    def __init__(self, mem: _Memory, previous, n: int, init, keeps_initial: bool = False):
         self.init = init
-        self.shape = init.shape[1:]
+        self.shape = tuple(init.shape[1:])
         self.offset = len(init) if keeps_initial else 0
-        self.store = _buffer(previous, (self.offset + n,) + self.shape, init.dtype)
+        self.store = mem.buffer(previous, (self.offset + n,) + self.shape, init.dtype)
         if self.offset:
             self.store[:self.offset] = init
 
@@ -605,10 +614,10 @@ class _Ring:
     #: a ring's trajectory is empty: no initial entries before it
     offset = 0
 
-    def __init__(self, previous, n: int, init):
-        self.shape = init.shape[1:]
-        self.ring = np.array(init, copy=True, order="C")
-        self.empty = np.empty((0,) + self.shape, dtype=init.dtype)
+    def __init__(self, mem: _Memory, previous, n: int, init):
+        self.shape = tuple(init.shape[1:])
+        self.ring = mem.copy(init)
+        self.empty = mem.empty((0,) + self.shape, init.dtype)
 
     def read(self, j: int):
         return self.ring[j % len(self.ring), ...]
@@ -634,15 +643,49 @@ class _Ring:
         return (k, self.ring, 0, len(self.ring))
 
 
-def _buffer(previous, shape: tuple, dtype):
-    """Last call's output buffer when it fits (shape, dtype, a whole C-contiguous
-    array of its own), else a new one."""
-    dtype = np.dtype(dtype)
-    if (isinstance(previous, np.ndarray) and previous.shape == shape
-            and previous.dtype == dtype and previous.flags.c_contiguous
-            and previous.flags.writeable and previous.base is None):
-        return previous
-    return np.empty(shape, dtype=dtype)
+class _Memory:
+    """Where one call of a loop keeps its buffers: host memory, or the device
+    its inputs are on (the CUDA linker runs a loop on the device, its step
+    compiled for the device: the states never leave it)."""
+
+    def __init__(self, runtime=None):
+        self.runtime = runtime
+
+    @classmethod
+    def of(cls, values) -> _Memory:
+        """The memory of the first device array among ``values`` (host memory
+        when there is none)."""
+        for value in values:
+            runtime = runtime_of(value)
+            if runtime is not None:
+                return cls(runtime)
+        return cls()
+
+    def empty(self, shape: tuple, dtype):
+        if self.runtime is None:
+            return np.empty(shape, dtype=dtype)
+        return self.runtime.empty(shape, np.dtype(dtype))
+
+    def copy(self, array):
+        """A C-contiguous copy of ``array`` of its own."""
+        if self.runtime is None:
+            return np.array(array, copy=True, order="C")
+        out = self.runtime.empty(tuple(array.shape), array.dtype)
+        self.runtime.copy_into(out, array)
+        return out
+
+    def buffer(self, previous, shape: tuple, dtype):
+        """Last call's output buffer when it fits (shape, dtype, a whole
+        C-contiguous array of its own, in this memory), else a new one."""
+        dtype = np.dtype(dtype)
+        if self.runtime is None:
+            fits = isinstance(previous, np.ndarray) and previous.flags.writeable
+        else:
+            fits = self.runtime.is_device_array(previous)
+        if (fits and tuple(previous.shape) == tuple(shape) and previous.dtype == dtype
+                and previous.flags.c_contiguous and previous.base is None):
+            return previous
+        return self.empty(shape, dtype)
 
 
 def scan_node(inner_inputs: list, inner_outputs: list, n_steps, sequences: list,

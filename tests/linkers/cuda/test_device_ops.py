@@ -132,7 +132,8 @@ def _case_random():
 
 
 def _case_loops():
-    """A loop and its checkpointed gradient (issue 34): run on the host, the
+    """A loop and its checkpointed gradient (issue 34): the loop on the device
+    (its step compiled by the cuda linker), the gradient on the host, its
     results copied into device buffers."""
     xs, h0 = tn.matrix("xs"), tn.vector("h0")
     w = tn.vector("w")
@@ -181,6 +182,42 @@ def test_device_entries_agree_with_the_python_linker(device, name):
         g = host(g)
         assert g.dtype == w.dtype and g.shape == w.shape, (k, g.dtype, w.dtype, g.shape, w.shape)
         np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol, err_msg=f"output {k}")
+
+
+def test_a_loops_state_stays_on_the_device(device, monkeypatch):
+    """A loop on the cuda linker runs on device arrays: its step is a function
+    of the cuda linker, called with device arrays, its trajectory is a device
+    buffer, and no array is copied to the host during the call."""
+    xs, h0, w = tn.matrix("xs"), tn.vector("h0"), tn.vector("w")
+    hs, _ = tn.scan(lambda x, h: tn.tanh(h * w + x), sequences=xs, outputs_info=h0)
+    f = tn.function([xs, h0, w], [hs, hs[-1] * 2], mode=tn.Mode(linker="cuda"))
+    reference = tn.function([xs, h0, w], [hs, hs[-1] * 2], mode=tn.Mode(linker="py"))
+    values = [_m(6, 3), _m(3), _m(3)]
+    want = reference(*values)
+    f(*values)   # the first call of a signature also tries to capture a CUDA graph
+    steps, to_host = [], []
+    call, copy_back = tn.Function.__call__, type(device).to_host
+
+    def spied_call(self, *args, **kwargs):
+        steps.append((self, args))
+        return call(self, *args, **kwargs)
+
+    def spied_to_host(self, array):
+        to_host.append(array.shape)
+        return copy_back(self, array)
+
+    monkeypatch.setattr(tn.Function, "__call__", spied_call)
+    monkeypatch.setattr(type(device), "to_host", spied_to_host)
+    got = f(*values)
+    assert [shape for shape in to_host if len(shape) > 0] == []
+    loop_steps = steps[1:]
+    assert len(loop_steps) == 6
+    for step, args in loop_steps:
+        assert step.mode.linker == "cuda"
+        assert all(device.is_device_array(a) for a in args)
+    for g, w_ in zip(got, want):
+        assert device.is_device_array(g)
+        np.testing.assert_allclose(host(g), w_, rtol=1e-12)
 
 
 #: the op suite: one test file per op module, run on the cuda linker too
