@@ -14,6 +14,7 @@ suite file on the named linkers instead, by hand."""
 import importlib.util
 import os
 import pathlib
+import threading
 from dataclasses import dataclass
 from typing import Callable
 
@@ -170,15 +171,17 @@ def _on_the_emulated_device(request, monkeypatch):
         yield
         return
     call = tn.Function.__call__
-    running = [0]   # calls under way: a loop's step is called inside its function's call
+    # calls under way in this thread: a loop's step is called inside its function's call
+    running = threading.local()
 
     def call_with_host_results(self, *args, **kwargs):
-        running[0] += 1
+        depth = getattr(running, "depth", 0)
+        running.depth = depth + 1
         try:
             results = call(self, *args, **kwargs)
         finally:
-            running[0] -= 1
-        if running[0]:
+            running.depth = depth
+        if depth:
             return results   # a step's results stay on the device, as the loop needs
         if isinstance(results, list):
             return [_to_host(r) for r in results]

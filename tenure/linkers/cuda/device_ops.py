@@ -127,9 +127,10 @@ def _on_the_host(node, inputs, cells, runtime):
 
 
 def _loop_on_device(node, inputs, cells, runtime):
-    """A loop on the device: ``perform`` over the device arrays (its buffers
-    made on their device), its step compiled by the CUDA linker
-    (``Scan.state_on_device``); only ``n_steps`` is read on the host."""
+    """A loop or a loop's gradient on the device: ``perform`` over the device
+    arrays (its buffers made on their device), its steps compiled by the
+    CUDA linker (``state_on_device``); only the loop's length (and where a
+    gradient starts) is read on the host."""
     node.op.perform(node, inputs, cells)
 
 
@@ -494,8 +495,9 @@ register_cuda_op(RandomVariable, device=DeviceOp(perform_on_device, host_inputs_
 # linker's inner linker), its results copied to the device: a loop whose
 # state stays on the device is what remains.
 register_cuda_op(Scan, device=DeviceOp(_loop_on_device, lambda node: frozenset({0})))
-register_cuda_op(CheckpointedScanGrad, device=DeviceOp(_on_the_host))
-register_cuda_op(LoopGradient, device=DeviceOp(_on_the_host))
+register_cuda_op(CheckpointedScanGrad, device=DeviceOp(_loop_on_device,
+                                                       lambda node: frozenset({0, 1})))
+register_cuda_op(LoopGradient, device=DeviceOp(_loop_on_device, lambda node: frozenset({0, 1})))
 # Ops that create arrays: on the device even from host inputs (a shape).
 register_cuda_op(Alloc, device=DeviceOp(_alloc, _all_but_first), placement=DEVICE)
 register_cuda_op(Arange, device=DeviceOp(_arange, _every_input), placement=DEVICE)

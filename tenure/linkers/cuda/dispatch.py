@@ -39,9 +39,7 @@ backend, context)`` and ``DeviceOp.runner(node, context)``.  Today's
 families ignore it.  A loop (``Scan``) runs on the device (its ``device``
 part, :mod:`.device_ops`), its step compiled by the CUDA linker
 (``LINKERS["cuda"].device_loop_linker``, bound as the op's inner mode),
-and so does a loop's gradient over the stored trajectories (a ``Scan``);
-a checkpointed gradient runs on the host, its steps compiled by the C
-linker (``inner_linker``).
+and so does a loop's gradient in each of its forms (``state_on_device``).
 
 Where the registrations live: one :func:`register_cuda_op` line per op
 class, in the module that holds the part --

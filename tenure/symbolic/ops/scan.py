@@ -66,7 +66,7 @@ from tenure.symbolic.ops.shape import Shape, as_dim, infer_dims, stack_scalars
 from tenure.symbolic.types import TensorType
 from tenure.symbolic.variable import as_tensor_variable
 
-__all__ = ["Scan", "ScanParts", "concrete_dims", "nbytes", "scan_node", "step_output_shape"]
+__all__ = ["LoopMemory", "Scan", "ScanParts", "concrete_dims", "nbytes", "scan_node", "step_output_shape"]
 
 
 class ScanParts:
@@ -288,7 +288,7 @@ class Scan(inner_graph.OpWithInnerGraphs):
         n = self._checked_steps(n_steps, seqs)
         inits = [self._checked_initial(k, init) for k, init in enumerate(inits)]
         step = self._compiled_step()
-        mem = _Memory.of(seqs + inits + nonseqs)
+        mem = LoopMemory.of(seqs + inits + nonseqs)
         layout = zip(inits, self.stored, self.keeps_initial)
         states = [_Trajectory(mem, output_storage[k][0], n, init, initial) if stored
                   else _Ring(mem, output_storage[k][0], n, init)
@@ -559,7 +559,7 @@ def _save_checkpoints(states, checkpoints, index: int, t: int) -> None:
             saved[index, i] = state.read(t - depth + i)
 
 
-def _checkpoints(mem: _Memory, previous, n: int, every: int, init):
+def _checkpoints(mem: LoopMemory, previous, n: int, every: int, init):
     """The buffer of a state's checkpoints: for each ``every``-th step, the
     ``L`` values before it (last call's buffer when it fits)."""
     count = -(-n // every)
@@ -572,7 +572,7 @@ class _Trajectory:
     (``keeps_initial``: value ``j`` at ``L + j``); else ``read(j)`` of a step
     before the first is the initial buffer's entry."""
 
-    def __init__(self, mem: _Memory, previous, n: int, init, keeps_initial: bool = False):
+    def __init__(self, mem: LoopMemory, previous, n: int, init, keeps_initial: bool = False):
         self.init = init
         self.shape = tuple(init.shape[1:])
         self.offset = len(init) if keeps_initial else 0
@@ -614,7 +614,7 @@ class _Ring:
     #: a ring's trajectory is empty: no initial entries before it
     offset = 0
 
-    def __init__(self, mem: _Memory, previous, n: int, init):
+    def __init__(self, mem: LoopMemory, previous, n: int, init):
         self.shape = tuple(init.shape[1:])
         self.ring = mem.copy(init)
         self.empty = mem.empty((0,) + self.shape, init.dtype)
@@ -643,7 +643,7 @@ class _Ring:
         return (k, self.ring, 0, len(self.ring))
 
 
-class _Memory:
+class LoopMemory:
     """Where one call of a loop keeps its buffers: host memory, or the device
     its inputs are on (the CUDA linker runs a loop on the device, its step
     compiled for the device: the states never leave it)."""
@@ -652,7 +652,7 @@ class _Memory:
         self.runtime = runtime
 
     @classmethod
-    def of(cls, values) -> _Memory:
+    def of(cls, values) -> LoopMemory:
         """The memory of the first device array among ``values`` (host memory
         when there is none)."""
         for value in values:
@@ -665,6 +665,13 @@ class _Memory:
         if self.runtime is None:
             return np.empty(shape, dtype=dtype)
         return self.runtime.empty(shape, np.dtype(dtype))
+
+    def zeros(self, shape: tuple, dtype):
+        if self.runtime is None:
+            return np.zeros(shape, dtype=dtype)
+        out = self.runtime.empty(shape, np.dtype(dtype))
+        out.fill(0)
+        return out
 
     def copy(self, array):
         """A C-contiguous copy of ``array`` of its own."""

@@ -43,7 +43,7 @@ from tenure.symbolic.ops.creation import Alloc, zeros_like
 from tenure.symbolic.ops.elemwise import eq, maximum, where
 from tenure.symbolic.ops.join import concatenate
 from tenure.symbolic.ops.reduce import sum as tn_sum
-from tenure.symbolic.ops.scan import nbytes, scan_node
+from tenure.symbolic.ops.scan import LoopMemory, nbytes, scan_node
 from tenure.symbolic.ops.shape import expand_dims, shape_tuple
 from tenure.symbolic.ops.subtensor_update import IncSubtensor, inc_subtensor
 from tenure.symbolic.types import TensorType
@@ -285,6 +285,8 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
     __props__ = ("every", "state_taps", "diff_states", "n_graded", "n_seqs", "n_nonseqs",
                  "n_g_outs", "n_sums", "diff_seqs")
     _cache_attrs = ("_forward_step", "_backward_step")
+    #: on the CUDA linker it runs on device arrays, its steps compiled for the device
+    state_on_device = True
 
     def __init__(self, forward_op, back: _Backward):
         parts = forward_op.parts
@@ -347,18 +349,19 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
         seqs, checkpoints, nonseqs, g_states, g_outs, windows0, sums0 = groups
         n, start = int(n_value), int(start_value)
         forward, backward = self._steps()
-        windows = [np.array(w, copy=True) for w in windows0]
-        sums = [np.array(v, copy=True) for v in sums0]
-        seq_grads = [np.zeros(np.shape(seqs[i]), dtype=node.outputs[
+        mem = LoopMemory.of(seqs + checkpoints + nonseqs + g_states + g_outs)
+        windows = [mem.copy(w) for w in windows0]
+        sums = [mem.copy(v) for v in sums0]
+        seq_grads = [mem.zeros(tuple(seqs[i].shape), node.outputs[
             len(windows) + len(sums) + j].type.numpy_dtype) for j, i in enumerate(self.diff_seqs)]
         depths = [-taps[0] for taps in self.state_taps]
-        shapes = [np.shape(c)[2:] for c in checkpoints]
+        shapes = [tuple(c.shape)[2:] for c in checkpoints]
         for segment in reversed(range(-(-n // self.every))):
             t0, t1 = segment * self.every, min(n, (segment + 1) * self.every)
             if t1 <= start:
                 break
-            history = self._recompute(segment, t0, t1, forward, seqs, checkpoints, nonseqs,
-                                      depths, shapes)
+            history = self._recompute(mem, segment, t0, t1, forward, seqs, checkpoints,
+                                      nonseqs, depths, shapes)
             t_low = max(t0, start)
             if self._backward_in_compiled_steps(backward, t_low, t1 - 1, t0, g_states + g_outs,
                                                 seqs, history, depths, windows + sums,
@@ -376,11 +379,11 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
         for cell, value in zip(output_storage, windows + sums + seq_grads):
             cell[0] = value
 
-    def _recompute(self, segment, t0, t1, forward, seqs, checkpoints, nonseqs, depths,
+    def _recompute(self, mem, segment, t0, t1, forward, seqs, checkpoints, nonseqs, depths,
                    shapes) -> list:
         """Each state's values over one segment, after the ``L`` before it: the
         checkpoint, then the forward step run from it."""
-        history = [np.empty((depth + t1 - t0,) + shape, dtype=c.dtype)
+        history = [mem.empty((depth + t1 - t0,) + shape, c.dtype)
                    for depth, shape, c in zip(depths, shapes, checkpoints)]
         for buf, c, depth in zip(history, checkpoints, depths):
             buf[:depth] = c[segment]
@@ -492,6 +495,8 @@ class LoopGradient(OpWithInnerGraphs):
     __props__ = ("state_taps", "n_seqs", "n_nonseqs", "diff_states", "diff_nitsots",
                  "diff_seqs", "diff_nonseqs", "graded")
     _cache_attrs = ("_run",)
+    #: on the CUDA linker it runs on device arrays, its inner graph compiled for the device
+    state_on_device = True
 
     def __init__(self, forward_op, back: _Backward, input_types):
         parts = forward_op.parts
@@ -608,8 +613,9 @@ class LoopGradient(OpWithInnerGraphs):
     def _perform(self, node, inputs, output_storage):
         if self._run is None:
             self._run = inner_graph.compile_inner_graph(self.inner_graphs[0], self.inner_mode)
+        mem = LoopMemory.of(inputs)
         for cell, value in zip(output_storage, self._run(*inputs)):
-            cell[0] = np.array(value, copy=True)   # the step may reuse its buffers
+            cell[0] = mem.copy(value)   # the step may reuse its buffers
 
     def infer_shape(self, node, input_shapes):
         _, _, groups = self.split(list(input_shapes))
