@@ -742,10 +742,21 @@ def lower_scan(node, values, ctx) -> list:
     loop's backward pass (checkpointed, or not expanded) runs the same way."""
     shapes = _scan_shapes(node, values) if isinstance(node.op, Scan) else \
         _inferred_shapes(node, values)
+    lazy = tuple(i for i, value in enumerate(values) if is_lazy(value))
+    args = [_chunk_values(value) if i in lazy else value for i, value in enumerate(values)]
     task = dask.delayed(_run_scan, nout=len(node.outputs), pure=True)(
-        node.op, [var.type for var in node.inputs], *values)
+        node.op, [var.type for var in node.inputs], lazy, *args)
     return [da.from_delayed(task[k], shape=shape, dtype=out.type.numpy_dtype)
             for k, (out, shape) in enumerate(zip(node.outputs, shapes))]
+
+
+def _chunk_values(array: da.Array) -> list:
+    """A lazy input of a loop's task as its chunks' delayed values (nested
+    lists, one level per axis), each the array's own key.  Passed whole, the
+    array would be finalized into the task's graph under new keys: the tasks
+    computing it (another loop's, say) would run twice, once for this task and
+    once for their other readers -- and at the same time, in two threads."""
+    return array.to_delayed(optimize_graph=False).tolist()
 
 
 def _inferred_shapes(node, values) -> list[tuple]:
@@ -783,11 +794,22 @@ def _nit_sot_step_dims(node, k: int, out, values) -> tuple:
         return tuple(math.nan if d is None else d for d in static)
 
 
-def _run_scan(op, input_types, *values) -> tuple:
-    """The loop run on concrete values (a task: the op travels, not the graph)."""
+def _joined(chunks):
+    """An array from its chunks (nested lists, one level per axis): the chunk
+    itself when there is one (no copy)."""
+    one = chunks
+    while isinstance(one, list) and len(one) == 1:
+        one = one[0]
+    return one if not isinstance(one, list) else np.block(chunks)
+
+
+def _run_scan(op, input_types, lazy: tuple, *values) -> tuple:
+    """The loop run on concrete values (a task: the op travels, not the graph);
+    the inputs at the positions ``lazy`` come as their chunks, joined here."""
     node = op.make_node(*[t() for t in input_types])
     storage = [[None] for _ in node.outputs]
-    op.perform(node, list(values), storage)
+    values = [_joined(value) if i in lazy else value for i, value in enumerate(values)]
+    op.perform(node, values, storage)
     return tuple(cell[0] for cell in storage)
 
 

@@ -374,3 +374,33 @@ def test_lazy_output_twice_is_two_dask_arrays(data):
     assert first is not second
     first[0, 0] = 100.0
     np.testing.assert_allclose(second.compute(), data["a"] * 2)
+
+
+def test_a_loop_and_its_gradient_run_once_per_call(monkeypatch, rng):
+    """A loop is one task.  Its lazy inputs reach it by their chunks' own keys:
+    a loop whose trajectory is also read by another loop's task (its
+    gradient) runs once per call, not once for each reader (Dask would
+    embed a renamed copy of a lazy argument's graph in the reading task,
+    and compute the copy beside the original, in two threads at once).
+    The sequence comes in three chunks, joined for the loop."""
+    from tenure.symbolic.ops.scan import Scan
+    runs = []
+    perform = Scan.perform
+
+    def counted(self, node, inputs, storage):
+        runs.append(len(node.outputs))
+        return perform(self, node, inputs, storage)
+
+    monkeypatch.setattr(Scan, "perform", counted)
+    xs, h0, w = tn.matrix("xs"), tn.vector("h0"), tn.vector("w")
+    hs, _ = tn.scan(lambda x, h: tn.tanh(h * w + x), sequences=xs, outputs_info=h0)
+    outputs = [hs[-1]] + tn.grad(tn.sum(hs[-1] ** 2), [xs, w])
+    f = tn.function([In(xs, chunks=(4, 3)), h0, w], outputs, mode=COMPUTED)
+    reference = tn.function([xs, h0, w], outputs, mode=C)
+    values = [rng.standard_normal((10, 3)), rng.standard_normal(3), rng.standard_normal(3)]
+    want = reference(*values)
+    runs.clear()
+    got = f(*values)
+    assert len(runs) == 2, runs      # the loop, then its gradient's loop
+    for g, w_ in zip(got, want):
+        np.testing.assert_allclose(g, w_, rtol=1e-12)
