@@ -45,10 +45,12 @@ outputs have that many entries.
 **Gradient**: reverse mode by a second scan that runs the steps backwards.
 It carries, per state, a *window* of the gradient reaching the last ``L``
 values of that state from the steps already taken back, and per
-non-sequence the sum of its gradients; each backward step recomputes the
-forward step from the stored trajectories (a random draw inside the loop
-draws the same numbers again: its generator state is a state of the loop)
-and takes the step's vector-Jacobian product with :func:`tenure.grad`.
+non-sequence the sum of its gradients; each backward step takes the
+forward step's vector-Jacobian product with :func:`tenure.grad`, reading
+the step's inputs and the results its gradient needs (``tanh``'s value)
+from the stored trajectories, and recomputing the rest (a random draw
+inside the loop draws the same numbers again: its generator state is a
+state of the loop).
 ``truncate_gradient=k`` runs only the last ``k`` steps back.  With
 checkpoints, the backward pass recomputes each segment's states from its
 checkpoint instead of reading stored trajectories.
@@ -66,7 +68,8 @@ from tenure.symbolic.ops.shape import Shape, as_dim, infer_dims, stack_scalars
 from tenure.symbolic.types import TensorType
 from tenure.symbolic.variable import as_tensor_variable
 
-__all__ = ["LoopMemory", "Scan", "ScanParts", "concrete_dims", "nbytes", "scan_node", "step_output_shape"]
+__all__ = ["LoopMemory", "Scan", "ScanParts", "concrete_dims", "nbytes", "scan_node",
+           "step_output_shape"]
 
 
 class ScanParts:

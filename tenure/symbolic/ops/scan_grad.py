@@ -5,8 +5,10 @@ At backward step ``t`` (from the last step run down to the first), for each
 float state ``y`` whose earliest tap is ``-L``, the *window* ``W`` holds the
 gradient reaching ``y[t], y[t-1], ..., y[t-L+1]`` from the steps after ``t``
 (``W[0]`` is complete: every step reading ``y[t]`` comes after it).  The
-backward step recomputes forward step ``t`` from the stored trajectories,
-takes its vector-Jacobian product with cotangent ``dL/dy[t] + W[0]`` (and
+backward step takes forward step ``t``'s vector-Jacobian product over the
+stored trajectories -- the step's inputs, and ``y[t]`` itself wherever the
+gradient reads the step's result (``tanh``'s rule reads its value: the
+step's products are not run again) -- with cotangent ``dL/dy[t] + W[0]`` (and
 ``dL/dz[t]`` for each nit-sot ``z``), and shifts the window by one, adding the
 step's gradient for each tap ``y[t + tap]`` at ``W[-1 - tap]``.  After step
 ``0`` the window holds the gradient of the initial values (newest first).  A
@@ -36,7 +38,7 @@ import numpy as np
 
 from tenure.symbolic import inner_graph
 from tenure.symbolic.fgraph import FunctionGraph
-from tenure.symbolic.graph import Apply, Constant, clone_get_equiv, clone_replace
+from tenure.symbolic.graph import Apply, Constant, clone_get_equiv, clone_replace, io_toposort
 from tenure.symbolic.inner_graph import OpWithInnerGraphs
 from tenure.symbolic.grad import grad, is_differentiable
 from tenure.symbolic.ops.creation import Alloc, zeros_like
@@ -103,14 +105,40 @@ class _Backward:
             self.new_windows.append(_shifted(window, op.state_taps[k], state_grads))
         self.new_sums = [s + g for s, g in zip(self.sums, rest)]
         self.seq_grads = seq_grads
+        #: each state's value after step t, as stored (its trajectory's entry
+        #: t): what the step's gradient reads of the forward step's results
+        self.values = [forward[k].type(name=f"state{k}[t]") for k in range(parts.n_states)]
+        outs = _reading_stored_values(self.new_windows + self.new_sums + self.seq_grads,
+                                      forward[:parts.n_states], self.values)
+        n_windows, n_sums = len(self.new_windows), len(self.new_sums)
+        self.new_windows = outs[:n_windows]
+        self.new_sums = outs[n_windows:n_windows + n_sums]
+        self.seq_grads = outs[n_windows + n_sums:]
 
     def inputs(self) -> list:
         return (self.g_states + self.g_nitsots + self.slices
-                + [v for state_taps in self.taps for v in state_taps]
+                + [v for state_taps in self.taps for v in state_taps] + self.values
                 + self.windows + self.sums + self.nonseqs)
 
     def outputs(self) -> list:
         return self.new_windows + self.new_sums + self.seq_grads
+
+
+def _reading_stored_values(outputs: list, forward: list, stored: list) -> list:
+    """``outputs`` with every computation of a forward step's result in them
+    replaced by the result as stored.  A gradient rule reads the value it
+    differentiates (``tanh``'s: ``1 - out**2``) as a node of the same op over
+    the same inputs: recomputed, it would run the forward step again (an
+    RNN step's products) inside every backward step."""
+    stored_for = {(var.owner.op, tuple(var.owner.inputs), var.index): value
+                  for var, value in zip(forward, stored) if var.owner is not None}
+    replace = {}
+    for node in io_toposort([], outputs):
+        for out in node.outputs:
+            value = stored_for.get((node.op, tuple(node.inputs), out.index))
+            if value is not None:
+                replace[out] = value
+    return clone_replace(outputs, replace) if replace else list(outputs)
 
 
 def _shifted(window, taps, tap_grads):
@@ -252,6 +280,9 @@ def _backward_loop(op, back, n, start, seqs, histories, g_states, g_outs, window
         depth = -op.state_taps[k][0]
         sequences += [backwards(history[depth + tap:depth + tap + n])
                       for tap in op.state_taps[k]]
+    for k, history in enumerate(histories):     # the values after each step
+        depth = -op.state_taps[k][0]
+        sequences.append(backwards(history[depth:depth + n]))
     buffers = [expand_dims(v, 0) for v in windows + sums]
     labels = {"sequences": [f"the gradient's sequence {i}" for i in range(len(sequences))],
               "states": [f"the gradient of {op.label('states', k)}" for k in back.diff_states]
@@ -370,6 +401,7 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
             for t in range(t1 - 1, t_low - 1, -1):
                 args = [g[t, ...] for g in g_states] + [g[t, ...] for g in g_outs]
                 args += self._forward_args(t, t0, seqs, history, depths, [])
+                args += [buf[depth + t - t0, ...] for buf, depth in zip(history, depths)]
                 args += windows + sums + list(nonseqs)
                 results = backward(*args)
                 for buf, value in zip(windows + sums, results):
@@ -387,10 +419,10 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
                    for depth, shape, c in zip(depths, shapes, checkpoints)]
         for buf, c, depth in zip(history, checkpoints, depths):
             buf[:depth] = c[segment]
-        # the last step's own value is read by no step of the segment
-        if self._forward_in_compiled_steps(forward, t0, t1 - 1, seqs, history, depths, nonseqs):
+        # every step's value: the backward step of t reads it
+        if self._forward_in_compiled_steps(forward, t0, t1, seqs, history, depths, nonseqs):
             return history
-        for t in range(t0, t1 - 1):
+        for t in range(t0, t1):
             results = forward(*self._forward_args(t, t0, seqs, history, depths, nonseqs))
             for buf, depth, value in zip(history, depths, results):
                 buf[depth + t - t0] = value
@@ -425,7 +457,8 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
         if getattr(backward, "run_steps", None) is None:
             return False
         rows = [(g, 0) for g in g_rows] + [(seq, 0) for seq in seqs] + \
-            self._state_rows(history, depths, t0)
+            self._state_rows(history, depths, t0) + \
+            [(buf, depth - t0) for buf, depth in zip(history, depths)]
         reads = tuple((pos, *_reversed(base, start, t_high)) for pos, (base, start) in
                       enumerate(rows))
         writes = tuple((k, buf[np.newaxis], 0, 1) for k, buf in enumerate(carried)) + tuple(
@@ -459,7 +492,7 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
         loop_values = [tuple(shape) for shape in nonseqs]
         forward_inputs = slices_and_taps + loop_values
         backward_inputs = ([tuple(shape[1:]) for shape in g_states + g_outs] + slices_and_taps
-                           + [tuple(shape) for shape in windows + sums] + loop_values)
+                           + states + [tuple(shape) for shape in windows + sums] + loop_values)
         forward, backward = self._steps()
         peaks = [inner_graph.inner_graph_peak(getattr(forward, "fgraph", self.inner_graphs[0]),
                                               forward_inputs),

@@ -14,6 +14,7 @@ import tenure as tn
 from tenure.symbolic.graph import ancestors, io_toposort
 from tenure.random import RandomStream
 from tenure.symbolic.ops.random import initial_state
+from tenure.symbolic.inner_graph import OpWithInnerGraphs
 from tenure.symbolic.ops.scan import Scan
 
 EPS = 1e-6
@@ -433,6 +434,24 @@ def test_rnn_gradient(mode, rng):
     cost = tn.sum(hs * weights)
     values = [rng.normal(size=(3, 3)) * 0.7, rng.normal(size=(5, 3)), rng.normal(size=3)]
     check_grads([W, xs, h0], cost, values, mode)
+
+
+@pytest.mark.parametrize("checkpoint_every", [None, 2])
+def test_a_backward_step_reads_the_forward_values_instead_of_recomputing_them(
+        rng, checkpoint_every):
+    """tanh's gradient reads tanh's value: the backward step takes it from the
+    stored trajectory (or the recomputed segment), so it runs neither the
+    tanh nor the product under it again."""
+    W, xs, h0 = rnn_inputs()
+    hs, _ = tn.scan(lambda x, h, w: tn.tanh(tn.dot(h, w) + x), sequences=xs,
+                    outputs_info=h0, non_sequences=W, checkpoint_every=checkpoint_every)
+    cost = tn.sum(hs * tn.constant(rng.normal(size=(5, 3))))
+    f = tn.function([W, xs, h0], tn.grad(cost, [W, xs, h0]), mode=tn.Mode(linker="py"))
+    loops = [node.op for node in f.fgraph.toposort() if isinstance(node.op, OpWithInnerGraphs)]
+    backward = loops[-1].inner_graphs[-1] if checkpoint_every else loops[-1].inner
+    assert not [node for node in backward.toposort() if "tanh" in str(node.op)]
+    values = [rng.normal(size=(3, 3)) * 0.7, rng.normal(size=(5, 3)), rng.normal(size=3)]
+    check_grads([W, xs, h0], cost, values, tn.Mode(linker="py"))
 
 
 def test_rnn_gradient_with_respect_to_a_shared_weight(mode, rng):
