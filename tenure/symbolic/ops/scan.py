@@ -416,7 +416,7 @@ class Scan(inner_graph.OpWithInnerGraphs):
             value = results[n_states + j]
             if nitsots[j] is None:
                 nitsots[j] = run.mem.buffer(run.output_storage[n_states + j][0],
-                                            (run.n,) + tuple(value.shape),
+                                            (run.n,) + np.shape(value),
                                             run.node.outputs[n_states + j].type.numpy_dtype)
             self._store_nitsot(j, t, nitsots[j], value)
         return bool(self.as_while and results[-1])
