@@ -250,19 +250,26 @@ static int fc_acquire(FastCall *self)
     return 1;
 }
 
-/* run raised: let on_error see the exception (clear, add the note), then re-raise it. */
-static void fc_report(FastCall *self)
+/* A thunk's run raised: let its on_error see the exception (it clears the
+ * intermediates and adds the note naming the step), then re-raise it.  Also
+ * what src/loop.c's driver does. */
+static void tn_report_failure(PyObject *on_error)
 {
     PyObject *type, *value, *tb, *r;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
     if (tb != NULL && value != NULL)
         PyException_SetTraceback(value, tb);
-    r = PyObject_CallOneArg(self->on_error, value != NULL ? value : Py_None);
+    r = PyObject_CallOneArg(on_error, value != NULL ? value : Py_None);
     if (r == NULL)
         PyErr_Clear();
     Py_XDECREF(r);
     PyErr_Restore(type, value, tb);
+}
+
+static void fc_report(FastCall *self)
+{
+    tn_report_failure(self->on_error);
 }
 
 static PyObject *fc_call_locked(FastCall *self, PyObject *args);

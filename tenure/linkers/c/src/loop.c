@@ -164,21 +164,6 @@ static int tn_lp_write(const tn_lp_row *w, Py_ssize_t t, PyObject *value)
     return rc < 0 ? -1 : 0;
 }
 
-/* The step raised: on_error sees the exception (as FastCall's fc_report). */
-static void tn_lp_report(PyObject *on_error)
-{
-    PyObject *type, *value, *tb, *r;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (tb != NULL && value != NULL)
-        PyException_SetTraceback(value, tb);
-    r = PyObject_CallOneArg(on_error, value != NULL ? value : Py_None);
-    if (r == NULL)
-        PyErr_Clear();
-    Py_XDECREF(r);
-    PyErr_Restore(type, value, tb);
-}
-
 /* How many references to `obj` the argument list and the step's storage
  * hold: any other is someone's who kept it. */
 static Py_ssize_t tn_lp_expected_refs(PyObject *obj, PyObject *storage)
@@ -257,7 +242,7 @@ static PyObject *tn_lp_run_steps(PyObject *module, PyObject *const *argv, Py_ssi
         call_args[1] = args;
         results = PyObject_Vectorcall(run, call_args, 5, NULL);
         if (results == NULL) {
-            tn_lp_report(on_error);
+            tn_report_failure(on_error);   /* src/fastcall.c */
             goto fail;
         }
         if (!PyList_Check(results)) {
