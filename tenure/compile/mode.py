@@ -33,7 +33,8 @@ class Mode:
     (the graph computed on the GPU: device arrays in and out, device shared
     variables, generated kernels: see :mod:`tenure.linkers.cuda.device_linker`;
     :class:`~tenure.symbolic.device.CudaUnavailable` without CuPy or a device,
-    unless ``config.cuda_emulation`` runs it on the emulated device); ``None``
+    unless ``cuda_emulation`` runs it on the emulated device: None, the
+    default, takes ``config.cuda_emulation`` when the mode is made); ``None``
     means ``config.linker``.  For the dask linker only: ``compute=True``
     returns NumPy outputs (computed in the call)
     instead of Dask arrays, and ``chunk_linker`` (``"c"`` or ``"py"``)
@@ -63,14 +64,17 @@ class Mode:
     def __init__(self, linker: str | None = None, include=(), exclude=(),
                  rewrites: str = "default", activation_memory_budget=None,
                  activation_memory_budget_solver: str = "dp", compute: bool = False,
-                 chunk_linker: str = "c"):
+                 chunk_linker: str = "c", cuda_emulation: bool | None = None):
         self.linker = config.linker if linker is None else linker
         if self.linker not in LINKERS:
             raise ValueError(f"Mode: unknown linker {self.linker!r}; expected one of "
                              f"{', '.join(LINKERS)}")
+        if cuda_emulation is None:
+            cuda_emulation = config.cuda_emulation
         #: for the cuda linker: whether it runs on the emulated device (the
-        #: flag when the mode was made: its functions keep to one device)
-        self.cuda_emulation = self.linker == "cuda" and config.cuda_emulation
+        #: flag when the mode was made: its functions, and the steps of their
+        #: loops, keep to one device)
+        self.cuda_emulation = self.linker == "cuda" and bool(cuda_emulation)
         if self.linker == "cuda":
             # CudaUnavailable now, naming what is missing (CuPy, a device)
             cuda_runtime(self.cuda_emulation)
@@ -109,12 +113,10 @@ class Mode:
             linker = entry.device_loop_linker
         else:
             linker = entry.inner_linker or self.linker
-        inner = Mode(linker=linker, include=self.include,
-                     exclude=[name for name in self.exclude if name not in entry.excludes],
-                     rewrites=self.rewrites)
-        if linker == self.linker == "cuda":
-            inner.cuda_emulation = self.cuda_emulation   # the step's device is the loop's
-        return inner
+        # a step compiled for the device computes on the loop's own device
+        return Mode(linker=linker, include=self.include,
+                    exclude=[name for name in self.exclude if name not in entry.excludes],
+                    rewrites=self.rewrites, cuda_emulation=self.cuda_emulation)
 
     def make_thunk(self, fgraph, keep: set[int], input_specs, n_outputs: int) -> Thunk:
         """The linker's thunk for ``fgraph``; a linker that reads the ``In``

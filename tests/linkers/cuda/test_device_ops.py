@@ -17,6 +17,7 @@ from tenure.linkers.cuda.device_ops import DEVICE_OPS, HOST_OPS
 from tests.conftest import SUITES
 from tenure.symbolic.graph import Op
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
+from tenure.symbolic.ops.scan import Scan
 from tests.linkers.cuda.conftest import host
 
 
@@ -223,6 +224,25 @@ def test_a_loops_state_stays_on_the_device(device, monkeypatch, gradient):
     for k, (g, w_) in enumerate(zip(got, want)):
         assert device.is_device_array(g)
         np.testing.assert_allclose(host(g), w_, rtol=1e-12, err_msg=f"output {k}")
+
+
+def test_a_loops_step_runs_on_its_modes_device(cc_or_skip):
+    """The step of a loop is compiled for the device of the function's mode --
+    the emulated one here, chosen when the mode was made -- whatever
+    ``config.cuda_emulation`` says when the function is compiled (before, the
+    step's mode read the flag again: CudaUnavailable on a machine without a
+    GPU)."""
+    with tn.config.change_flags(cuda_emulation=True):
+        mode = tn.Mode(linker="cuda")
+    x = tn.vector("x")
+    hs, _ = tn.scan(lambda xt, h: h * 0.5 + xt, sequences=x, outputs_info=tn.zeros(()))
+    with tn.config.change_flags(cuda_emulation=False):
+        f = tn.function([x], hs, mode=mode)
+        got = host(f(np.arange(4.0)))
+    (loop,) = [node.op for node in f.fgraph.toposort() if isinstance(node.op, Scan)]
+    assert loop.inner_mode.linker == "cuda" and loop.inner_mode.cuda_emulation
+    np.testing.assert_allclose(got, [0.0, 1.0, 2.5, 4.25])
+    assert tn.Mode(linker="cuda", cuda_emulation=True).cuda_emulation
 
 
 #: the op suite: one test file per op module, run on the cuda linker too
