@@ -446,7 +446,7 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
         writes = tuple((k, buf, depth - first, 0) for k, (buf, depth) in
                        enumerate(zip(history, depths)))
         args = [None] * len(rows) + list(nonseqs)
-        return _ran(forward.run_steps(args, reads, writes, -1, first, stop), "forward")
+        return _ran(forward.run_steps(args, reads, writes, -1, first, stop), writes, "forward")
 
     def _backward_in_compiled_steps(self, backward, t_low, t_high, t0, g_rows, seqs, history,
                                     depths, carried, nonseqs, seq_grads) -> bool:
@@ -465,7 +465,7 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
             (len(carried) + j, *_reversed(grads, 0, t_high)) for j, grads in enumerate(seq_grads))
         args = [None] * len(rows) + list(carried) + list(nonseqs)
         return _ran(backward.run_steps(args, reads, writes, -1, 0, t_high - t_low + 1),
-                    "backward")
+                    writes, "backward")
 
     def _forward_args(self, t, t0, seqs, history, depths, nonseqs) -> list:
         args = [seq[t, ...] for seq in seqs]
@@ -683,23 +683,21 @@ class LoopGradient(OpWithInnerGraphs):
         return result
 
 
-def _ran(got, which: str) -> bool:
+def _ran(got, writes: tuple, which: str) -> bool:
     """Whether ``run_steps`` ran the steps (None: they run from Python).  The
     steps of a gradient give values of the shapes the loop's forward steps
     gave: one of another shape is an error in the gradient, not the user's."""
     if got is None:
         return False
-    _, _, bad_write, value = got
+    t, _, bad_write, value = got
     if bad_write >= 0:
-        raise ValueError(f"scan gradient: a {which} step gave a value of shape "
-                         f"{np.shape(value)} for its output {bad_write}, which has rows of "
-                         f"another shape")
+        pos, base = writes[bad_write][:2]
+        raise ValueError(f"scan gradient: {which} step {t} gave its output {pos} the shape "
+                         f"{np.shape(value)}; it must have the shape {tuple(base.shape[1:])}")
     return True
 
 
 def _reversed(base, start: int, t_high: int) -> tuple:
     """Rows ``start + t`` of ``base`` for ``t = t_high, t_high - 1, ...`` as rows
     ``start' + u`` (``u = 0, 1, ...``) of the reversed view: ``(view, start', 0)``."""
-    if not isinstance(base, np.ndarray) or base.ndim == 0:
-        return (base, 0, 0)   # run_steps refuses it: the steps run from Python
     return (base[::-1], len(base) - 1 - start - t_high, 0)

@@ -10,6 +10,8 @@ watched.  Loops over real compiled steps are tested in
 import numpy as np
 import pytest
 
+import tenure as tn
+from tenure import In, Out
 from tenure.linkers.c import runtime
 
 
@@ -152,3 +154,39 @@ def test_a_bad_read_is_refused_before_any_step(run_steps, entry):
 
     with pytest.raises(ValueError, match="run_steps: bad read entry"):
         call(run_steps, step, [None], (entry,), (), stop=3)
+
+
+def test_results_that_are_not_c_contiguous_arrays_are_copied_as_numpy_assigns(run_steps):
+    """A strided result, another dtype's and a NumPy scalar (a perform's) take
+    the general copy; a scalar for a row of one value fits it."""
+    xs = np.arange(12.0).reshape(3, 2, 2)
+    rows, sums = np.zeros((3, 2, 2)), np.zeros(3, dtype=np.float32)
+
+    def step(storage, args, table, py_steps, status):
+        (x,) = args
+        return [x.T, np.float64(x.sum())]
+
+    got = call(run_steps, step, [None], ((0, xs, 0, 0),), ((0, rows, 0, 0), (1, sums, 0, 0)))
+    assert got == (3, False, -1, None)
+    np.testing.assert_array_equal(rows, xs.transpose(0, 2, 1))
+    np.testing.assert_array_equal(sums, xs.sum(axis=(1, 2)))
+
+
+def test_a_compiled_step_runs_steps_only_for_arguments_its_gate_takes():
+    """``Function.run_steps``: a C step runs a range of steps in the driver; it
+    answers None (the loop calls the step itself) for rows its input gate
+    would convert, and on the Python executor, which has no driver."""
+    x, s = tn.scalar("x", dtype="float64"), tn.scalar("s", dtype="float64")
+
+    def compiled(linker):
+        return tn.function([In(x, borrow=True), In(s, borrow=True)], Out(x + s, borrow=True),
+                           mode=tn.Mode(linker=linker))
+
+    xs, sums = np.arange(1.0, 6.0), np.zeros(6)
+    reads, writes = ((0, xs, 0, 0), (1, sums, 0, 0)), ((0, sums, 1, 0),)
+    step = compiled("c")
+    assert step.run_steps([None, None], reads, writes, -1, 0, 5) == (5, False, -1, None)
+    np.testing.assert_array_equal(sums[1:], np.cumsum(xs))
+    other = ((0, xs.astype(np.float32), 0, 0), (1, sums, 0, 0))
+    assert step.run_steps([None, None], other, writes, -1, 0, 5) is None
+    assert compiled("py").run_steps([None, None], reads, writes, -1, 0, 5) is None

@@ -877,6 +877,18 @@ def test_a_checkpointed_loop_and_its_gradient_under_the_loop_driver(monkeypatch,
     assert len(calls) == 2
 
 
+def test_a_gradient_step_of_the_wrong_shape_names_the_step_the_output_and_both_shapes():
+    """What a checkpointed gradient raises when its driver finds a step result
+    of the wrong shape (a fault in the gradient, not in the user's loop)."""
+    from tenure.symbolic.ops.scan_grad import _ran
+    writes = ((0, np.zeros((5, 3)), 0, 0),)
+    assert _ran((5, False, -1, None), writes, "backward") is True
+    assert _ran(None, writes, "backward") is False
+    with pytest.raises(ValueError, match=r"backward step 2 gave its output 0 the shape \(2,\); "
+                                         r"it must have the shape \(3,\)"):
+        _ran((2, False, 0, np.zeros(2)), writes, "backward")
+
+
 # -- pickling and merging -------------------------------------------------------------------
 
 

@@ -103,8 +103,8 @@ static int tn_lp_parse(PyObject *entry, tn_lp_row *r, Py_ssize_t limit, Py_ssize
 bad:
     PyErr_Clear();
     PyErr_Format(PyExc_ValueError, "run_steps: bad %s entry (expected (position < %zd, an "
-                 "array with rows for steps %zd..%zd, start, modulus >= 0))", what, limit,
-                 first, stop - 1);
+                 "array with rows for steps %zd..%zd, start, modulus >= 0)), got %R", what,
+                 limit, first, stop - 1, entry);
     return -1;
 }
 
@@ -213,8 +213,10 @@ static PyObject *tn_lp_run_steps(PyObject *module, PyObject *const *argv, Py_ssi
         return NULL;
     if (!PyList_CheckExact(args0) || !PyList_CheckExact(storage) || !PyTuple_Check(reads_obj)
             || !PyTuple_Check(writes_obj) || first < 0 || stop < first) {
-        PyErr_SetString(PyExc_TypeError, "run_steps: expected args and storage as lists, reads "
-                        "and writes as tuples and 0 <= first <= stop");
+        PyErr_Format(PyExc_TypeError, "run_steps: expected args and storage as lists, reads "
+                     "and writes as tuples and 0 <= first <= stop, got %s, %s, %s, %s and "
+                     "%zd, %zd", Py_TYPE(args0)->tp_name, Py_TYPE(storage)->tp_name,
+                     Py_TYPE(reads_obj)->tp_name, Py_TYPE(writes_obj)->tp_name, first, stop);
         return NULL;
     }
     n_args = PyList_GET_SIZE(args0);
@@ -246,14 +248,16 @@ static PyObject *tn_lp_run_steps(PyObject *module, PyObject *const *argv, Py_ssi
             goto fail;
         }
         if (!PyList_Check(results)) {
-            PyErr_SetString(PyExc_TypeError, "run_steps: the step did not return a list");
+            PyErr_Format(PyExc_TypeError, "run_steps: the step returned %s, expected a list",
+                         Py_TYPE(results)->tp_name);
             goto fail;
         }
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(writes_obj); i++) {
             PyObject *value;
             int rc;
             if (writes[i].pos >= PyList_GET_SIZE(results)) {
-                PyErr_SetString(PyExc_ValueError, "run_steps: a write names no result");
+                PyErr_Format(PyExc_ValueError, "run_steps: write %zd names result %zd, but "
+                             "the step gave %zd", i, writes[i].pos, PyList_GET_SIZE(results));
                 goto fail;
             }
             value = PyList_GET_ITEM(results, writes[i].pos);
@@ -270,7 +274,8 @@ static PyObject *tn_lp_run_steps(PyObject *module, PyObject *const *argv, Py_ssi
         if (cond >= 0) {
             int truth;
             if (cond >= PyList_GET_SIZE(results)) {
-                PyErr_SetString(PyExc_ValueError, "run_steps: cond names no result");
+                PyErr_Format(PyExc_ValueError, "run_steps: cond names result %zd, but the step "
+                             "gave %zd", cond, PyList_GET_SIZE(results));
                 goto fail;
             }
             truth = PyObject_IsTrue(PyList_GET_ITEM(results, cond));
