@@ -5,7 +5,7 @@ subclass runs as its nearest registered base does (its entry's
 :meth:`CEntry.has_c_code` still decides per node).  Each op family registers
 its op classes in its own module, one :func:`register_c_op` line per class
 (:mod:`.elemwise`, :mod:`.reduce`, :mod:`.blas`, :mod:`.nnet`, :mod:`.views`,
-:mod:`.subtensor`); :mod:`.module` asks the table (:func:`entry_for`) for
+:mod:`.subtensor`, :mod:`.random`); :mod:`.module` asks the table (:func:`entry_for`) for
 every node of a schedule.  A node without an entry, or whose entry says it
 has no C code, runs its op's ``perform`` from the C loop (a ``"py"`` step).
 
@@ -62,7 +62,9 @@ the step function) gets the output's buffer as every C kernel does: a dead
 buffer the plan hands on, last call's, or a new one.  The test
 ``tests/linkers/c/test_dispatch.py`` holds a complete example (``Square``).
 One output per node; an op whose ``destroy_map`` is not empty still gets a
-buffer of its own.  Compile flags (``flags``) apply to the whole module;
+buffer of its own.  (An entry with ``many_outputs`` and a ``step_code``
+writes every output of its node: a random draw's new state and draw.)
+Compile flags (``flags``) apply to the whole module;
 ``loops=True`` puts the kernel where the module is built at ``-O3`` (else it
 is glue, at ``-O1``).  A family whose step needs more than this contract
 (set/inc_subtensor: the output has x's shape and may be x) gives
@@ -89,7 +91,7 @@ COMPILED = "compiled"
 
 #: the modules that register the built-in entries (imported on first lookup,
 #: so that the table is complete whoever asks first)
-_BUILTIN_FAMILIES = ("elemwise", "reduce", "blas", "nnet", "views", "subtensor")
+_BUILTIN_FAMILIES = ("elemwise", "reduce", "blas", "nnet", "views", "subtensor", "random")
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,9 @@ class CEntry:
     step_code: Callable | None = None
     #: ``(node, shapes, memo) -> bytes`` of temporaries (see :meth:`workspace_bytes`)
     workspace: Callable | None = None
+    #: the step writes every output of its node (a ``step_code`` entry only;
+    #: else a node of more than one output runs its ``perform``)
+    many_outputs: bool = False
 
     def __post_init__(self):
         if self.kind == "py":
@@ -125,6 +130,8 @@ class CEntry:
         if self.step not in BUILTIN_STEPS and self.step != COMPILED:
             raise ValueError(f"CEntry: step {self.step!r} is not one of "
                              f"{BUILTIN_STEPS + (COMPILED,)}")
+        if self.many_outputs and self.step_code is None:
+            raise ValueError("CEntry: many_outputs needs a step_code that writes them")
 
     @property
     def compiled(self) -> bool:
@@ -200,16 +207,16 @@ def lookup(op_class: type) -> CEntry | None:
 
 def entry_for(node: Apply, context: CContext | None = None) -> CEntry | None:
     """The entry that runs ``node`` in C, or None: it runs its ``perform``
-    (more than one output, an output dtype without C, no entry, or the entry
-    says no -- or raises: no C code rather than no function)."""
-    if len(node.outputs) != 1:
+    (more than one output, unless the entry writes them all; an output dtype
+    without C, no entry, or the entry says no -- or raises: no C code rather
+    than no function)."""
+    entry = lookup(type(node.op))
+    if entry is None or (len(node.outputs) != 1 and not entry.many_outputs):
         return None
     try:
-        typenum(node.outputs[0].dtype)
+        for out in node.outputs:
+            typenum(out.dtype)
     except NotImplementedError:
-        return None
-    entry = lookup(type(node.op))
-    if entry is None:
         return None
     try:
         return entry if entry.has_c_code(node, context) else None

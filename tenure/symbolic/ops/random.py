@@ -126,47 +126,146 @@ def _check_integers(p):
              "excluded)")
 
 
-def _fill_float(out: np.ndarray, draw: Callable) -> None:
-    """``draw(dtype, out)`` into ``out`` (float16 through a float32 temporary:
-    NumPy's generators make float32 and float64 only)."""
-    if out.dtype in (np.float32, np.float64):
-        draw(out.dtype, out)
-    else:
-        tmp = np.empty(out.shape, np.float32)
-        draw(np.float32, tmp)
-        np.copyto(out, tmp, casting="unsafe")
+# The counter-indexed draws (uniform, normal, bernoulli, integers): element
+# i of a draw is a function of the state and i alone (see the module doc and
+# linkers/c/include/tenure_philox.h, which the C runtime and the CUDA kernels
+# compute the same numbers with).  Written here with NumPy's own Philox.
+
+#: 2**-53: a 53-bit integer to a double in [0, 1)
+_TO_UNIT = 2.0 ** -53
+#: 2 pi as the C code writes it
+_TWO_PI = 6.283185307179586
+_LOW32 = np.uint64(0xFFFFFFFF)
+#: elements drawn at a time: the temporaries of a chunk stay a few kB, so a
+#: draw into last call's buffer allocates no memory that grows with it
+CHUNK = 4096
 
 
-def _draw_uniform(gen, params, out, standard):
-    _fill_float(out, lambda dtype, o: gen.random(dtype=dtype, out=o))
-    if not standard:
-        low, high = params
-        np.multiply(out, np.subtract(high, low), out=out, casting="unsafe")
-        np.add(out, low, out=out, casting="unsafe")
+def _words(state: np.ndarray, start: int, count: int, attempt: int = 0) -> np.ndarray:
+    """Words ``start .. start + count - 1`` (``start`` a multiple of 4) of the
+    draw's stream at ``attempt``: Philox's blocks at ``[1 + b, 0, n, attempt]``."""
+    counter = np.array([start // 4, 0, state[2], attempt], dtype=np.uint64)
+    return np.random.Philox(key=state[:2].copy(), counter=counter).random_raw(count)
 
 
-def _draw_normal(gen, params, out, standard):
-    _fill_float(out, lambda dtype, o: gen.standard_normal(dtype=dtype, out=o))
-    if not standard:
-        loc, scale = params
-        np.multiply(out, scale, out=out, casting="unsafe")
-        np.add(out, loc, out=out, casting="unsafe")
+def _halves(state: np.ndarray, start: int, count: int) -> np.ndarray:
+    """32-bit halves ``start ..`` (``start`` a multiple of 8): word j's low
+    half, then its high half."""
+    words = _words(state, start // 2, (count + 1) // 2)
+    halves = np.empty(2 * len(words), np.uint64)
+    halves[0::2], halves[1::2] = words & _LOW32, words >> np.uint64(32)
+    return halves[:count]
 
 
-def _draw_binomial(gen, params, out, standard):
+def standard_uniform(state: np.ndarray, start: int, count: int, dtype) -> np.ndarray:
+    """Elements ``start ..`` of a uniform draw in [0, 1) of ``dtype``:
+    float64 from a word's top 53 bits, float32 from a half's top 24, float16
+    from its top 11 (each exact, so never 1)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.float64:
+        return (_words(state, start, count) >> np.uint64(11)).astype(np.float64) * _TO_UNIT
+    bits = 24 if dtype == np.float32 else 11
+    top = (_halves(state, start, count) >> np.uint64(32 - bits)).astype(dtype)
+    return top * np.asarray(2.0 ** -bits, dtype)
+
+
+def standard_normal(state: np.ndarray, start: int, count: int) -> np.ndarray:
+    """Elements ``start ..`` (``start`` even) of a standard normal draw, in
+    float64: Box-Muller on the word pairs ``2k, 2k + 1``."""
+    pairs = (count + 1) // 2
+    words = _words(state, 2 * start, 2 * pairs)
+    u1 = ((words[0::2] >> np.uint64(11)) + np.uint64(1)).astype(np.float64) * _TO_UNIT
+    u2 = (words[1::2] >> np.uint64(11)).astype(np.float64) * _TO_UNIT
+    r = np.sqrt(-2.0 * np.log(u1))
+    theta = _TWO_PI * u2
+    z = np.empty(2 * pairs)
+    z[0::2], z[1::2] = r * np.cos(theta), r * np.sin(theta)
+    return z[:count]
+
+
+def _mulhilo(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(high, low)`` words of the 128-bit products of uint64 arrays."""
+    shift = np.uint64(32)
+    a_lo, a_hi, b_lo, b_hi = a & _LOW32, a >> shift, b & _LOW32, b >> shift
+    cross1, cross2 = a_lo * b_hi, a_hi * b_lo
+    middle = ((a_lo * b_lo) >> shift) + (cross1 & _LOW32) + (cross2 & _LOW32)
+    high = a_hi * b_hi + (cross1 >> shift) + (cross2 >> shift) + (middle >> shift)
+    return high, a * b
+
+
+def bounded_integers(state: np.ndarray, start: int, low: np.ndarray,
+                     high: np.ndarray) -> np.ndarray:
+    """Elements ``start ..`` of an integer draw in ``[low, high)`` (int64
+    vectors, high > low): Lemire's multiply and reject, a rejected element
+    taking its word of the next attempt."""
+    low = low.astype(np.uint64)
+    span = high.astype(np.uint64) - low
+    top, bottom = _mulhilo(_words(state, start, len(span)), span)
+    threshold = (~span + np.uint64(1)) % span
+    for i in np.flatnonzero(bottom < threshold):       # about span / 2**64 of them
+        word, attempt = start + int(i), 0
+        while bottom[i] < threshold[i]:
+            attempt += 1
+            block = _words(state, word - word % 4, 4, attempt)
+            top[i:i + 1], bottom[i:i + 1] = _mulhilo(block[word % 4:word % 4 + 1],
+                                                     span[i:i + 1])
+    return (low + top).view(np.int64)
+
+
+def _in_chunks(out: np.ndarray, params, fill: Callable) -> None:
+    """``fill(start, count, params) -> values`` for each chunk of ``out``
+    (C-contiguous), the parameters as 0-d arrays or that chunk's elements."""
+    flat = out.reshape(-1)
+    whole = [p.reshape(()) if p.size == 1 else np.broadcast_to(p, out.shape).reshape(-1)
+             for p in params]
+    for start in range(0, flat.size, CHUNK):
+        stop = min(start + CHUNK, flat.size)
+        chunk = [p if p.ndim == 0 else p[start:stop] for p in whole]
+        np.copyto(flat[start:stop], fill(start, stop - start, chunk), casting="unsafe")
+
+
+def _draw_uniform(state, params, out, standard):
+    dtype = out.dtype
+
+    def fill(start, count, chunk):
+        u = standard_uniform(state, start, count, dtype)
+        if not standard:
+            low, high = chunk
+            np.multiply(u, np.subtract(high, low), out=u)
+            np.add(u, low, out=u)
+        return u
+    _in_chunks(out, [np.asarray(p, dtype) for p in params], fill)
+
+
+def _draw_normal(state, params, out, standard):
+    dtype = out.dtype
+
+    def fill(start, count, chunk):
+        z = standard_normal(state, start, count).astype(dtype)
+        if not standard:
+            loc, scale = chunk
+            np.multiply(z, scale, out=z)
+            np.add(z, loc, out=z)
+        return z
+    _in_chunks(out, [np.asarray(p, dtype) for p in params], fill)
+
+
+def _draw_bernoulli(state, params, out, standard):
+    _in_chunks(out, [np.asarray(params[0])], lambda start, count, chunk: np.less(
+        standard_uniform(state, start, count, np.float64), chunk[0]))
+
+
+def _draw_integers(state, params, out, standard):
+    def fill(start, count, chunk):
+        low, high = (np.broadcast_to(p, (count,)) for p in chunk)
+        return bounded_integers(state, start, low, high)
+    _in_chunks(out, [np.asarray(p, np.int64) for p in params], fill)
+
+
+def _draw_binomial(state, params, out, standard):
     n, p = params
-    np.copyto(out, gen.binomial(np.asarray(n, np.int64), p, size=out.shape), casting="unsafe")
-
-
-def _draw_bernoulli(gen, params, out, standard):
-    (p,) = params
-    np.less(gen.random(size=out.shape), p, out=out, casting="unsafe")
-
-
-def _draw_integers(gen, params, out, standard):
-    low, high = params
-    np.copyto(out, gen.integers(np.asarray(low, np.int64), np.asarray(high, np.int64),
-                                size=out.shape, dtype=np.int64), casting="unsafe")
+    np.copyto(out, _generator(state).binomial(np.asarray(n, np.int64), p, size=out.shape),
+              casting="unsafe")
 
 
 def _check_choice(params, shape, replace):
@@ -197,17 +296,17 @@ def _check_choice(params, shape, replace):
                          f"replacement from parameter 'a', which has only {population}")
 
 
-def _draw_choice(gen, params, out, standard, replace=True):
+def _draw_choice(state, params, out, standard, replace=True):
     a = params[0]
     p = params[1] if len(params) == 2 else None
     population = int(a) if a.ndim == 0 else a
-    np.copyto(out, gen.choice(population, size=out.shape, replace=replace, p=p),
+    np.copyto(out, _generator(state).choice(population, size=out.shape, replace=replace, p=p),
               casting="unsafe")
 
 
-def _draw_permutation(gen, params, out, standard):
+def _draw_permutation(state, params, out, standard):
     (x,) = params
-    np.copyto(out, gen.permutation(int(x) if x.ndim == 0 else x), casting="unsafe")
+    np.copyto(out, _generator(state).permutation(int(x) if x.ndim == 0 else x), casting="unsafe")
 
 
 class Distribution(NamedTuple):
@@ -215,7 +314,7 @@ class Distribution(NamedTuple):
     params: tuple[str, ...]
     #: ``check(params)``: ValueError naming a parameter out of its domain
     check: Callable | None
-    #: ``draw(generator, params, out, standard)`` into ``out``
+    #: ``draw(state, params, out, standard)`` into ``out``
     draw: Callable
     #: "float", "int" or "any": the dtypes a draw may have
     kind: str
@@ -424,11 +523,10 @@ class RandomVariable(Op):
                 and not any(np.may_share_memory(cell[0], v) for v in inputs
                             if isinstance(v, np.ndarray))):
             cell[0] = np.empty(shape, dtype)
-        gen = _generator(state)
         if self.dist == "choice":
-            _draw_choice(gen, params, cell[0], self.standard, self.replace)
+            _draw_choice(state, params, cell[0], self.standard, self.replace)
         else:
-            self.spec.draw(gen, params, cell[0], self.standard)
+            self.spec.draw(state, params, cell[0], self.standard)
         output_storage[0][0] = self._advanced(state, output_storage[0][0])
 
     def _advanced(self, state: np.ndarray, buffer) -> np.ndarray:

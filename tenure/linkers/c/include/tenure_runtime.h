@@ -177,9 +177,26 @@ typedef struct {
 } tn_step_table;
 #define TN_STEP_TABLE_CAPSULE "tenure.linkers.c.module.steps"
 
+/* ------------------------------------------------------------------------
+ * Random draws (src/random.c): one node's description, which its step
+ * (tenure/linkers/c/random.py) passes to tn_rng_step. */
+enum { TN_RNG_UNIFORM = 0, TN_RNG_NORMAL = 1, TN_RNG_BERNOULLI = 2, TN_RNG_INTEGERS = 3 };
+
+typedef struct {
+    const char *dist;              /* "uniform", ...: how messages name the draw */
+    const char *label;             /* the node, for a size input's type error */
+    const char *params[2];         /* the parameters' names */
+    int kind;                      /* TN_RNG_* */
+    int standard;                  /* the standard variate: no affine part, no checks */
+    int inplace;                   /* the new state is written into the state's buffer */
+    int n_size;                    /* size inputs after the state; -1: the params' broadcast */
+    int n_params;
+    int out_type, nd;              /* the draw's typenum and ndim */
+} tn_rng_node;
+
 /* The table a runtime hands out; TN_RUNTIME_ABI changes with its layout (and
  * with the loops' signatures above). */
-#define TN_RUNTIME_ABI 3
+#define TN_RUNTIME_ABI 4
 
 typedef struct {
     int abi;
@@ -259,6 +276,10 @@ typedef struct {
                      PyObject **backups);
     void (*cl_restore)(PyObject **S, const Py_ssize_t *written, Py_ssize_t n_written,
                        PyObject **backups);
+
+    /* random draws (src/random.c) */
+    int (*rng_step)(const tn_rng_node *node, PyObject **S, const Py_ssize_t *ins,
+                    const Py_ssize_t *outs, const Py_ssize_t *graph_in, int ngraph_in);
 } tn_runtime_api;
 
 /* The capsule's name, and the Python module that builds and hands it out. */
@@ -338,6 +359,7 @@ static int tn_import_runtime(void)
 
 #define tn_rd_broadcast (tn_rt->rd_broadcast)
 #define tn_rd_run (tn_rt->rd_run)
+#define tn_rng_step (tn_rt->rng_step)
 
 #endif /* !TN_RUNTIME_BUILD */
 #endif /* TENURE_RUNTIME_H */

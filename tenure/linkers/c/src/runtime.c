@@ -33,6 +33,7 @@
 #include "nnet.c.src"
 #include "interpret.c"
 #include "loop.c"
+#include "random.c"
 
 static const tn_runtime_api tn_api = {
     .abi = TN_RUNTIME_ABI,
@@ -75,6 +76,7 @@ static const tn_runtime_api tn_api = {
     .gemm = tn_gemm,
     .cl_commit = tn_cl_commit,
     .cl_restore = tn_cl_restore,
+    .rng_step = tn_rng_step,
 };
 
 static struct PyModuleDef tn_runtime_module = {

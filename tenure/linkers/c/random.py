@@ -1,0 +1,87 @@
+"""How the C linker runs ``RandomVariable``: a step of the graph's module
+that calls the runtime's ``tn_rng_step`` (``src/random.c``), which draws with
+Philox element by element (``include/tenure_philox.h``).
+
+Which draws: ``uniform`` and ``normal`` of float32 or float64, ``bernoulli``
+of any C dtype but float16, ``integers`` of any integer dtype -- the
+draws whose element ``i`` depends on the state and ``i`` alone.  The others
+(``binomial``, ``choice``, ``permutation``: NumPy's sequential algorithms)
+and float16 draws run the op's ``perform`` (a ``"py"`` step), as before.
+The numbers are the reference's (:meth:`RandomVariable.perform`): the tests
+compare them on every linker.
+
+The step writes both outputs (``CEntry(many_outputs=True)``): the state
+after the draw -- the state's own buffer when the node is in place, else
+last call's buffer or a new one -- and the draw, into last call's buffer
+when it fits (a borrowed output allocates nothing per call).  Every check
+(state, size, parameters) comes before any write.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from tenure.linkers.c.cgen import c_string, comment, typenum
+from tenure.linkers.c.dispatch import CEntry, register_c_op
+from tenure.symbolic.graph import Apply
+from tenure.symbolic.ops.random import RandomVariable
+
+__all__ = ["KINDS", "has_c_code", "step_function"]
+
+#: the draws the runtime computes, and their TN_RNG_* values (tenure_runtime.h)
+KINDS = {"uniform": 0, "normal": 1, "bernoulli": 2, "integers": 3}
+
+_FLOATS = ("float32", "float64")
+
+
+def has_c_code(node: Apply) -> bool:
+    """Whether the runtime draws ``node`` (see the module doc)."""
+    op = node.op
+    if not isinstance(op, RandomVariable) or op.dist not in KINDS:
+        return False
+    dtype = np.dtype(op.dtype)
+    if op.dist in ("uniform", "normal"):
+        return dtype.name in _FLOATS
+    if op.dist == "integers":
+        return dtype.kind in "iu"
+    return dtype.kind in "biu" or dtype.name in _FLOATS
+
+
+def step_function(k: int, step, offset, label: str, context=None) -> tuple[str, str]:
+    """The step of a draw node (the ``step_code`` of its entry): a
+    description of the node and a call of ``tn_rng_step``.  ``offset`` and
+    ``context`` are not needed (the draw's shape is known when its size is
+    read)."""
+    node = step.node
+    if not has_c_code(node):
+        raise NotImplementedError(f"{node.op} has no C code")
+    op = node.op
+    n_params = len(op.spec.params)
+    names = ", ".join(c_string(name) for name in op.spec.params) + (
+        ", NULL" if n_params == 1 else "")
+    description = (f"static const tn_rng_node tn_rng{k} = {{{c_string(op.dist)}, "
+                   f"{c_string(f'tenure: {label}')}, {{{names}}}, {KINDS[op.dist]}, "
+                   f"{int(op.standard)}, {int(op.inplace)}, "
+                   f"{-1 if op.n_size is None else op.n_size}, {n_params}, "
+                   f"{typenum(op.dtype)}, {node.outputs[1].ndim}}};")
+    ins = ", ".join(str(s) for s in step.inputs)
+    outs = ", ".join(str(s) for s in step.outputs)
+    code = "\n".join([
+        f"/* step {k}: {comment(label)} */",
+        description,
+        f"static const Py_ssize_t tn_rng{k}_ins[] = {{{ins}}}, tn_rng{k}_outs[] = {{{outs}}};",
+        f"static int tn_step{k}(PyObject **S, const npy_intp *planned, PyObject **aside)",
+        "{",
+        "    (void)planned; (void)aside;",
+        f"    return tn_rng_step(&tn_rng{k}, S, tn_rng{k}_ins, tn_rng{k}_outs, tn_graph_inputs, "
+        "TN_N_INPUTS);",
+        "}", ""])
+    return "", code
+
+
+# How the C linker runs RandomVariable (.dispatch): a step of the graph's
+# module writing both outputs.
+register_c_op(RandomVariable, CEntry("random", sys.modules[__name__], step_code=step_function,
+                                     many_outputs=True))

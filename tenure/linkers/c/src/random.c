@@ -1,0 +1,463 @@
+/* Random draws in the C runtime (tenure/linkers/c/random.py generates the
+ * step that calls tn_rng_step): uniform, normal, bernoulli and integers,
+ * element by element from include/tenure_philox.h.  Part of the runtime
+ * (runtime.c includes this file).
+ *
+ * A step checks, in RandomVariable.perform's order and words, the generator
+ * state, the size (or the parameters' broadcast), then the parameters'
+ * domains -- all before anything is written, so a draw that raises has
+ * changed no buffer, the state included -- then fills the draw and writes
+ * the state after it: into the state's own buffer when the node is in place,
+ * else into a buffer of its own. */
+#include "tenure_philox.h"
+
+/* The parameters of one call: C-contiguous double arrays (int64 for
+ * integers), and whether a message shows each as an int (NumPy's item()
+ * of an integer parameter). */
+typedef struct {
+    PyArrayObject *values[2];
+    int integer[2];
+} tn_rng_params;
+
+static void tn_rng_release(tn_rng_params *p)
+{
+    Py_CLEAR(p->values[0]);
+    Py_CLEAR(p->values[1]);
+}
+
+static PyObject *tn_rng_tuple(int nd, const npy_intp *dims)
+{
+    PyObject *t = PyTuple_New(nd);
+    for (int d = 0; t != NULL && d < nd; d++) {
+        PyObject *v = PyLong_FromSsize_t(dims[d]);
+        if (v == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, d, v);
+    }
+    return t;
+}
+
+/* The state, checked as _check_state does (borrowed), or NULL. */
+static PyArrayObject *tn_rng_state(const tn_rng_node *node, PyObject *obj)
+{
+    PyArrayObject *a;
+    PyObject *shape;
+    if (!PyArray_Check(obj)) {
+        PyErr_Format(PyExc_ValueError, "%s: the generator state must be a uint64 array of shape "
+                     "(3,), got %s", node->dist, Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    a = (PyArrayObject *)obj;
+    if (PyArray_TYPE(a) == NPY_UINT64 && PyArray_ISNOTSWAPPED(a) && PyArray_NDIM(a) == 1
+            && PyArray_DIM(a, 0) == 3)
+        return a;
+    shape = tn_rng_tuple(PyArray_NDIM(a), PyArray_DIMS(a));
+    if (shape != NULL)
+        PyErr_Format(PyExc_ValueError, "%s: the generator state must be a uint64 array of "
+                     "shape (3,), got shape %R, dtype %S", node->dist, shape,
+                     (PyObject *)PyArray_DESCR(a));
+    Py_XDECREF(shape);
+    return NULL;
+}
+
+static tn_u64 tn_rng_state_word(PyArrayObject *state, int i)
+{
+    tn_u64 w;
+    memcpy(&w, PyArray_BYTES(state) + i * PyArray_STRIDE(state, 0), sizeof w);
+    return w;
+}
+
+static void tn_rng_set_state_word(PyArrayObject *state, int i, tn_u64 w)
+{
+    memcpy(PyArray_BYTES(state) + i * PyArray_STRIDE(state, 0), &w, sizeof w);
+}
+
+/* The parameters as arrays the loops read (see tn_rng_params). */
+static int tn_rng_convert(const tn_rng_node *node, PyObject **raw, tn_rng_params *p)
+{
+    const int type = node->kind == TN_RNG_INTEGERS ? NPY_INT64 : NPY_DOUBLE;
+    for (int i = 0; i < node->n_params; i++) {
+        PyObject *v = raw[i];
+        p->integer[i] = node->kind == TN_RNG_INTEGERS
+                        || (PyArray_Check(v) ? PyArray_ISINTEGER((PyArrayObject *)v)
+                            || PyArray_ISBOOL((PyArrayObject *)v)
+                            : PyLong_Check(v) || PyArray_IsScalar(v, Integer)
+                            || PyArray_IsScalar(v, Bool));
+        p->values[i] = (PyArrayObject *)PyArray_FROM_OTF(
+            v, type, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST);
+        if (p->values[i] == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+/* The draw's shape from the size inputs, each a length >= 0. */
+static int tn_rng_size(const tn_rng_node *node, PyObject **in, npy_intp *shape)
+{
+    for (int d = 0; d < node->n_size; d++)
+        if (tn_vw_scalar(in[1 + d], node->label, &shape[d]) < 0)
+            return -1;
+    for (int d = 0; d < node->n_size; d++) {
+        if (shape[d] < 0) {
+            PyObject *size = tn_rng_tuple(node->n_size, shape);
+            if (size != NULL)
+                PyErr_Format(PyExc_ValueError, "%s: size must hold lengths >= 0, got size[%d] = "
+                             "%zd (size %R)", node->dist, d, (Py_ssize_t)shape[d], size);
+            Py_XDECREF(size);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* 1 when `a` broadcasts to the nd lengths `shape` (right-aligned), else 0. */
+static int tn_rng_fits(PyArrayObject *a, int nd, const npy_intp *shape)
+{
+    const int and = PyArray_NDIM(a);
+    if (and > nd)
+        return 0;
+    for (int d = 0; d < and; d++) {
+        const npy_intp len = PyArray_DIM(a, d);
+        if (len != 1 && len != shape[nd - and + d])
+            return 0;
+    }
+    return 1;
+}
+
+/* Each parameter broadcasts to the size, or the error naming it. */
+static int tn_rng_check_fit(const tn_rng_node *node, const tn_rng_params *p,
+                            const npy_intp *shape)
+{
+    for (int i = 0; i < node->n_params; i++) {
+        PyArrayObject *a = p->values[i];
+        PyObject *have, *size;
+        if (tn_rng_fits(a, node->nd, shape))
+            continue;
+        have = tn_rng_tuple(PyArray_NDIM(a), PyArray_DIMS(a));
+        size = tn_rng_tuple(node->nd, shape);
+        if (have != NULL && size != NULL)
+            PyErr_Format(PyExc_ValueError, "%s: parameter '%s' of shape %R does not broadcast "
+                         "to size %R", node->dist, node->params[i], have, size);
+        Py_XDECREF(have);
+        Py_XDECREF(size);
+        return -1;
+    }
+    return 0;
+}
+
+/* The broadcast shape of the first `n` parameters in `nd` axes, or -1 with
+ * the error `perform` raises when they do not broadcast. */
+static int tn_rng_broadcast(const tn_rng_node *node, const tn_rng_params *p, int n, int nd,
+                            npy_intp *shape, int quiet)
+{
+    for (int d = 0; d < nd; d++)
+        shape[d] = 1;
+    for (int i = 0; i < n; i++) {
+        PyArrayObject *a = p->values[i];
+        const int and = PyArray_NDIM(a);
+        int ok = and <= nd;
+        for (int d = 0; ok && d < and; d++) {
+            const npy_intp len = PyArray_DIM(a, d);
+            npy_intp *have = &shape[nd - and + d];
+            if (len != 1 && *have != 1 && len != *have)
+                ok = 0;
+            else if (len != 1)
+                *have = len;
+        }
+        if (!ok) {
+            if (!quiet) {
+                PyObject *a0 = tn_rng_tuple(PyArray_NDIM(p->values[0]),
+                                            PyArray_DIMS(p->values[0]));
+                PyObject *a1 = tn_rng_tuple(PyArray_NDIM(p->values[1]),
+                                            PyArray_DIMS(p->values[1]));
+                if (a0 != NULL && a1 != NULL)
+                    PyErr_Format(PyExc_ValueError, "%s: the parameters' shapes do not broadcast "
+                                 "together: %s %R, %s %R", node->dist, node->params[0], a0,
+                                 node->params[1], a1);
+                Py_XDECREF(a0);
+                Py_XDECREF(a1);
+            }
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Byte strides of parameter `a` (C-contiguous) along the nd axes of
+ * `shape` it broadcasts to: 0 where it has length 1 or no axis. */
+static void tn_rng_strides(PyArrayObject *a, int nd, npy_intp *strides)
+{
+    const int and = PyArray_NDIM(a);
+    for (int d = 0; d < nd; d++) {
+        const int ad = d - (nd - and);
+        strides[d] = (ad < 0 || PyArray_DIM(a, ad) == 1) ? 0 : PyArray_STRIDE(a, ad);
+    }
+}
+
+/* ValueError "<dist>: parameter '<name>' must be <expected>, got <value>". */
+static int tn_rng_bad(const tn_rng_node *node, const tn_rng_params *p, int i, const char *at,
+                      const char *expected)
+{
+    PyObject *shown;
+    if (node->kind == TN_RNG_INTEGERS) {
+        long long v;
+        memcpy(&v, at, sizeof v);
+        shown = PyLong_FromLongLong(v);
+    } else {
+        double v;
+        memcpy(&v, at, sizeof v);
+        shown = p->integer[i] ? PyLong_FromDouble(v) : PyFloat_FromDouble(v);
+    }
+    if (shown != NULL)
+        PyErr_Format(PyExc_ValueError, "%s: parameter '%s' must be %s, got %R", node->dist,
+                     node->params[i], expected, shown);
+    Py_XDECREF(shown);
+    return -1;
+}
+
+enum { TN_RNG_FINITE, TN_RNG_SCALE, TN_RNG_PROBABILITY };
+
+/* Every element of parameter i passes `test`, or the error naming the first
+ * that does not. */
+static int tn_rng_check_each(const tn_rng_node *node, const tn_rng_params *p, int i, int test,
+                             const char *expected)
+{
+    PyArrayObject *a = p->values[i];
+    const double *v = (const double *)PyArray_DATA(a);
+    for (npy_intp k = 0; k < PyArray_SIZE(a); k++) {
+        const double x = v[k];
+        const int ok = test == TN_RNG_FINITE ? isfinite(x)
+                       : test == TN_RNG_SCALE ? x >= 0 && isfinite(x) : x >= 0 && x <= 1;
+        if (!ok)
+            return tn_rng_bad(node, p, i, (const char *)&v[k], expected);
+    }
+    return 0;
+}
+
+/* high >= low (high > low when `strict`) over the two parameters'
+ * broadcast, or the error naming high's first element that is not. */
+static int tn_rng_check_order(const tn_rng_node *node, const tn_rng_params *p, int strict,
+                              const char *expected)
+{
+    npy_intp shape[NPY_MAXDIMS], s0[NPY_MAXDIMS], s1[NPY_MAXDIMS], idx[NPY_MAXDIMS] = {0};
+    const int nd = PyArray_NDIM(p->values[0]) > PyArray_NDIM(p->values[1])
+                   ? PyArray_NDIM(p->values[0]) : PyArray_NDIM(p->values[1]);
+    npy_intp n = 1;
+    if (tn_rng_broadcast(node, p, 2, nd, shape, 0) < 0)
+        return -1;
+    tn_rng_strides(p->values[0], nd, s0);
+    tn_rng_strides(p->values[1], nd, s1);
+    for (int d = 0; d < nd; d++)
+        n *= shape[d];
+    for (npy_intp k = 0; k < n; k++) {
+        const char *lo = PyArray_BYTES(p->values[0]), *hi = PyArray_BYTES(p->values[1]);
+        int ok;
+        for (int d = 0; d < nd; d++) {
+            lo += idx[d] * s0[d];
+            hi += idx[d] * s1[d];
+        }
+        if (node->kind == TN_RNG_INTEGERS) {
+            long long l, h;
+            memcpy(&l, lo, sizeof l);
+            memcpy(&h, hi, sizeof h);
+            ok = strict ? h > l : h >= l;
+        } else {
+            double l, h;
+            memcpy(&l, lo, sizeof l);
+            memcpy(&h, hi, sizeof h);
+            ok = strict ? h > l : h >= l;
+        }
+        if (!ok)
+            return tn_rng_bad(node, p, 1, hi, expected);
+        for (int d = nd - 1; d >= 0 && ++idx[d] == shape[d]; d--)
+            idx[d] = 0;
+    }
+    return 0;
+}
+
+/* The parameters' domains, in _check_<dist>'s order and words. */
+static int tn_rng_check_domains(const tn_rng_node *node, const tn_rng_params *p)
+{
+    if (node->standard)
+        return 0;
+    switch (node->kind) {
+    case TN_RNG_UNIFORM:
+        if (tn_rng_check_each(node, p, 0, TN_RNG_FINITE, "finite") < 0
+                || tn_rng_check_each(node, p, 1, TN_RNG_FINITE, "finite") < 0)
+            return -1;
+        return tn_rng_check_order(node, p, 0, ">= low");
+    case TN_RNG_NORMAL:
+        if (tn_rng_check_each(node, p, 0, TN_RNG_FINITE, "finite") < 0)
+            return -1;
+        return tn_rng_check_each(node, p, 1, TN_RNG_SCALE, "finite and >= 0");
+    case TN_RNG_BERNOULLI:
+        return tn_rng_check_each(node, p, 0, TN_RNG_PROBABILITY, "a probability in [0, 1]");
+    default:
+        return tn_rng_check_order(node, p, 1, "greater than low (high is excluded)");
+    }
+}
+
+/* Store the integer `v` as the output's dtype (wrapping, as NumPy's unsafe cast). */
+static void tn_rng_store_int(char *at, int type, long long v)
+{
+    switch (type) {
+    case NPY_BOOL: *(npy_bool *)at = v != 0; break;
+    case NPY_INT8: *(npy_int8 *)at = (npy_int8)v; break;
+    case NPY_UINT8: *(npy_uint8 *)at = (npy_uint8)v; break;
+    case NPY_INT16: *(npy_int16 *)at = (npy_int16)v; break;
+    case NPY_UINT16: *(npy_uint16 *)at = (npy_uint16)v; break;
+    case NPY_INT32: *(npy_int32 *)at = (npy_int32)v; break;
+    case NPY_UINT32: *(npy_uint32 *)at = (npy_uint32)v; break;
+    case NPY_UINT64: *(npy_uint64 *)at = (npy_uint64)v; break;
+    case NPY_FLOAT32: *(npy_float32 *)at = (npy_float32)v; break;
+    case NPY_FLOAT64: *(npy_float64 *)at = (npy_float64)v; break;
+    default: *(npy_int64 *)at = (npy_int64)v; break;
+    }
+}
+
+static double tn_rng_double(const char *at)
+{
+    double v;
+    memcpy(&v, at, sizeof v);
+    return v;
+}
+
+/* Element i of the draw, written at `at`; `a`, `b`: the parameters' elements. */
+static void tn_rng_element(const tn_rng_node *node, tn_rng_key key, tn_rng_cursor *cursor,
+                           tn_u64 i, const char *a, const char *b, char *at)
+{
+    const int f32 = node->out_type == NPY_FLOAT32, standard = node->standard;
+    switch (node->kind) {
+    case TN_RNG_UNIFORM:
+        if (f32)
+            *(float *)at = tn_rng_uniform_f32(key, cursor, i, standard, tn_rng_double(a),
+                                              tn_rng_double(b));
+        else
+            *(double *)at = tn_rng_uniform_f64(key, cursor, i, standard, tn_rng_double(a),
+                                               tn_rng_double(b));
+        return;
+    case TN_RNG_NORMAL:
+        if (f32)
+            *(float *)at = tn_rng_normal_f32(key, cursor, i, standard, tn_rng_double(a),
+                                             tn_rng_double(b));
+        else
+            *(double *)at = tn_rng_normal_f64(key, cursor, i, standard, tn_rng_double(a),
+                                              tn_rng_double(b));
+        return;
+    case TN_RNG_BERNOULLI:
+        tn_rng_store_int(at, node->out_type,
+                         tn_rng_bernoulli(key, cursor, i, tn_rng_double(a)));
+        return;
+    default: {
+        long long lo, hi;
+        memcpy(&lo, a, sizeof lo);
+        memcpy(&hi, b, sizeof hi);
+        tn_rng_store_int(at, node->out_type,
+                         tn_rng_integer(key, cursor, i, lo, (tn_u64)hi - (tn_u64)lo));
+    }
+    }
+}
+
+/* Fill `out` (any strides) with the draw of `key`.  Not vectorized: GCC
+ * would take log, sin and cos from libmvec (see include/vector_math.h), a
+ * few ulps off the libm the host-compiled CUDA kernels use. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-vectorize")))
+#endif
+static void tn_rng_fill(const tn_rng_node *node, tn_rng_key key, const tn_rng_params *p,
+                        PyArrayObject *out)
+{
+    const int nd = PyArray_NDIM(out);
+    npy_intp ps[2][NPY_MAXDIMS] = {{0}}, idx[NPY_MAXDIMS] = {0};
+    const npy_intp n = PyArray_SIZE(out);
+    const char *pa[2] = {NULL, NULL};
+    char *o = PyArray_BYTES(out);
+    tn_rng_cursor cursor;
+    tn_rng_start(&cursor);
+    for (int j = 0; j < node->n_params; j++) {
+        tn_rng_strides(p->values[j], nd, ps[j]);
+        pa[j] = PyArray_BYTES(p->values[j]);
+    }
+    for (npy_intp i = 0; i < n; i++) {
+        tn_rng_element(node, key, &cursor, (tn_u64)i, pa[0], pa[1], o);
+        /* the odometer: the next element's address in out and each parameter */
+        for (int d = nd - 1; d >= 0; d--) {
+            o += PyArray_STRIDE(out, d);
+            pa[0] += ps[0][d];
+            pa[1] += ps[1][d];
+            if (++idx[d] < PyArray_DIM(out, d))
+                break;
+            o -= PyArray_STRIDE(out, d) * idx[d];
+            pa[0] -= ps[0][d] * idx[d];
+            pa[1] -= ps[1][d] * idx[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+/* One draw node's step: the state S[ins[0]], the size lengths and the
+ * parameters after it; the new state into S[outs[0]], the draw into
+ * S[outs[1]] (each buffer as tn_cl_output hands it: last call's when it
+ * fits and overlaps nothing it must not). */
+static int tn_rng_step(const tn_rng_node *node, PyObject **S, const Py_ssize_t *ins,
+                       const Py_ssize_t *outs, const Py_ssize_t *graph_in, int ngraph_in)
+{
+    PyObject *in[1 + NPY_MAXDIMS + 2];
+    npy_intp shape[NPY_MAXDIMS];
+    tn_rng_params p = {{NULL, NULL}, {0, 0}};
+    PyArrayObject *state, *draw = NULL, *next = NULL, *reads[4];
+    const npy_intp three = 3;
+    tn_rng_key key;
+    int nreads = 1;
+    const int first_param = 1 + (node->n_size > 0 ? node->n_size : 0);
+    for (int i = 0; i < first_param + node->n_params; i++)
+        in[i] = S[ins[i]];
+    state = tn_rng_state(node, in[0]);
+    if (state == NULL || tn_rng_convert(node, in + first_param, &p) < 0)
+        goto fail;
+    if (node->n_size >= 0) {
+        if (tn_rng_size(node, in, shape) < 0 || tn_rng_check_fit(node, &p, shape) < 0)
+            goto fail;
+    } else if (tn_rng_broadcast(node, &p, node->n_params, node->nd, shape, 0) < 0) {
+        goto fail;
+    }
+    if (tn_rng_check_domains(node, &p) < 0)
+        goto fail;
+    /* Checked: from here on nothing fails but an allocation, before any write. */
+    reads[0] = state;
+    for (int i = 0; i < node->n_params; i++)
+        if (PyArray_Check(in[first_param + i]))
+            reads[nreads++] = (PyArrayObject *)in[first_param + i];
+    draw = tn_cl_output(S[outs[1]], NULL, reads, nreads, S, graph_in, ngraph_in, node->out_type,
+                        node->nd, shape, NULL);
+    if (draw == NULL)
+        goto fail;
+    if (node->inplace) {
+        Py_INCREF(state);
+        next = state;
+    } else {
+        reads[nreads++] = draw;
+        next = tn_cl_output(S[outs[0]], NULL, reads, nreads, S, graph_in, ngraph_in, NPY_UINT64,
+                            1, &three, NULL);
+        if (next == NULL)
+            goto fail;
+    }
+    key.key0 = tn_rng_state_word(state, 0);
+    key.key1 = tn_rng_state_word(state, 1);
+    key.n = tn_rng_state_word(state, 2);
+    tn_rng_fill(node, key, &p, draw);
+    tn_rng_set_state_word(next, 0, key.key0);
+    tn_rng_set_state_word(next, 1, key.key1);
+    tn_rng_set_state_word(next, 2, key.n + 1);
+    tn_rng_release(&p);
+    Py_SETREF(S[outs[1]], (PyObject *)draw);
+    Py_SETREF(S[outs[0]], (PyObject *)next);
+    return 0;
+fail:
+    tn_rng_release(&p);
+    Py_XDECREF(draw);
+    Py_XDECREF(next);
+    return -1;
+}
