@@ -34,6 +34,7 @@ import numpy as np
 from tenure.linkers.cuda.dispatch import (DEVICE, HOST, OwnParts, Placed, kernel_step, lookup,
                                           register_cuda_op)
 from tenure.linkers.cuda.index_checks import check_advanced_index, check_basic_index
+from tenure.linkers.cuda.random import compile_draw
 from tenure.symbolic.grad import StopGradient
 from tenure.symbolic.ops.blas import Dot, MatMul, Outer, TensorDot
 from tenure.symbolic.ops.composite import Composite, FusedReduce
@@ -489,11 +490,11 @@ register_cuda_op(AdvancedIncSubtensor,
                  device=DeviceOp(_advanced_update, lambda node: _scalar_indices(node, 2)))
 register_cuda_op(IncSubtensor, device=DeviceOp(_basic_update, _index_scalars))
 register_cuda_op(FusedReduce, device=DeviceOp(_fused_reduce))
-# drawn on the host
-register_cuda_op(RandomVariable, device=DeviceOp(perform_on_device, host_inputs_on_device))
-# A loop runs its steps on the host (its inner graph compiled by the cuda
-# linker's inner linker), its results copied to the device: a loop whose
-# state stays on the device is what remains.
+# a Philox kernel (.random) where the draw has one, else drawn on the host
+register_cuda_op(RandomVariable,
+                 device=DeviceOp(perform_on_device, host_inputs_on_device, compile=compile_draw))
+# A loop runs on the device arrays, its step compiled by the cuda linker
+# (state_on_device); only its length (and a gradient's start) is read on the host.
 register_cuda_op(Scan, device=DeviceOp(_loop_on_device, lambda node: frozenset({0})))
 register_cuda_op(CheckpointedScanGrad, device=DeviceOp(_loop_on_device,
                                                        lambda node: frozenset({0, 1})))

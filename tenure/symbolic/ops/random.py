@@ -1,26 +1,37 @@
 """Random draws: :class:`RandomVariable`, one op for every distribution.
 
 A draw is a pure function of a *generator state*, a small ``uint64`` vector
-``[key0, key1, n]``: the Philox counter-based generator's key and the number
-of draws made with it.  Draw ``n`` runs NumPy's ``Philox(key=[key0, key1],
-counter=[0, 0, n, 0])``: every draw has its own 2**128 blocks of the counter
-space, so draws never overlap however many numbers each takes, and the
-state after a draw is ``[key0, key1, n + 1]``.  The op's outputs are that
-new state and the draw; :class:`~tenure.random.RandomStream` makes the state
-a shared variable whose ``default_update`` is the new state, so a function
-advances it by itself.
+``[key0, key1, n]``: the Philox4x64-10 counter-based generator's key and the
+number of draws made with it.  Draw ``n`` reads Philox's blocks at the
+counters ``[1 + b, 0, n, a]`` -- for ``a = 0``, the stream of NumPy's
+``Philox(key=[key0, key1], counter=[0, 0, n, 0])`` -- so draws never overlap
+however many numbers each takes, and the state after a draw is ``[key0,
+key1, n + 1]``.  The op's outputs are that new state and the draw;
+:class:`~tenure.random.RandomStream` makes the state a shared variable whose
+``default_update`` is the new state, so a function advances it by itself.
 
-Because a draw depends on nothing but its inputs, every linker that runs
-``perform`` (the Python executor, the C linker's Python steps, the CUDA
-device path through :func:`perform_on_device`) gives the same numbers, a
-checking linker can run a node twice, and merging two equal draw nodes is
-right.
+``uniform``, ``normal``, ``bernoulli`` and ``integers`` are *counter-indexed*:
+element ``i`` (C order) depends on the state and ``i`` alone -- uniform
+float64 from word ``i`` (NumPy's ``random()``), float32 from 32-bit half
+``i``, normal by Box-Muller on words ``2k, 2k + 1`` (``k = i // 2``), integers
+by Lemire's multiply-and-reject on word ``i``, a rejected word followed by
+word ``i`` of attempt ``a = 1, 2, ...`` -- so the C runtime
+(``linkers/c/include/tenure_philox.h``) and a CUDA kernel compute any element
+by itself and agree with this module's NumPy code, the reference.  The
+affine parts are in the draw's dtype, the parameters rounded to it first.
+``binomial``, ``choice`` and ``permutation`` run NumPy's sequential
+algorithms over the stream (NumPy's ``Generator`` on that Philox).
+
+Because a draw depends on nothing but its inputs, every linker gives the
+same numbers (``normal`` to a few ulps where a platform's ``log``, ``sin``
+or ``cos`` differs), a checking linker can run a node twice, and merging two
+equal draw nodes is right.
 
 ``inplace=True`` (the in-place rewrite, where the state is a shared variable
 the function updates) writes the new state into the state's own buffer;
-a draw of ``uniform`` or ``normal`` is written into last call's buffer when
-it fits, so with a borrowed output a call allocates nothing but small
-temporaries.
+a draw is written into last call's buffer when it fits, so with a borrowed
+output a call allocates nothing but small temporaries (the reference draws
+:data:`CHUNK` elements at a time; the C runtime and the kernels none).
 
 Errors are raised before anything is written: a parameter out of its
 domain (a negative scale, ``p`` outside [0, 1], ``high < low``), a size that
@@ -47,8 +58,9 @@ from tenure.symbolic.ops.shape import as_dim
 from tenure.symbolic.types import TensorType, normalize_dtype
 from tenure.symbolic.variable import TensorConstant, as_tensor_variable
 
-__all__ = ["NotDifferentiableError", "RandomVariable", "STATE_LENGTH", "STATE_TYPE",
-           "initial_state", "perform_on_device", "random_variable"]
+__all__ = ["CHUNK", "NotDifferentiableError", "RandomVariable", "STATE_LENGTH", "STATE_TYPE",
+           "bounded_integers", "check_state", "initial_state", "perform_on_device",
+           "random_variable", "standard_normal", "standard_uniform"]
 
 #: the generator state: Philox's key (2 words) and the draw counter
 STATE_LENGTH = 3
@@ -506,15 +518,21 @@ class RandomVariable(Op):
             raise ValueError(f"{self.dist}: the parameters' shapes do not broadcast together: "
                              f"{shapes}") from None
 
+    def checked_shape(self, dims, params) -> tuple:
+        """The draw's shape for these size lengths and parameters (arrays),
+        once every check of them has passed (ValueError naming what is wrong)."""
+        shape = self._shape(dims, params)
+        self._check_values(params, shape)
+        return shape
+
     def perform(self, node, inputs, output_storage):
         state = inputs[0]
         k = self.n_size or 0
         dims, params = inputs[1:1 + k], [np.asarray(p) for p in inputs[1 + k:]]
-        _check_state(state, self.dist)
-        shape = self._shape(dims, params)
+        check_state(state, self.dist)
         # Every check before anything is written: a call that raises here
         # has changed no buffer (the state included).
-        self._check_values(params, shape)
+        shape = self.checked_shape(dims, params)
         dtype = node.outputs[1].type.numpy_dtype
         cell = output_storage[1]
         if not (isinstance(cell[0], np.ndarray) and cell[0].shape == shape
@@ -568,10 +586,12 @@ class RandomVariable(Op):
         return none + [sum_to(g_first, params[0]), sum_to(g_second, params[1])]
 
 
-def _check_state(state, dist: str) -> None:
-    if not (isinstance(state, np.ndarray) and state.shape == (STATE_LENGTH,)
-            and state.dtype == np.uint64):
-        got = (f"shape {state.shape}, dtype {state.dtype}" if isinstance(state, np.ndarray)
+def check_state(state, dist: str, is_array: Callable | None = None) -> None:
+    """ValueError unless ``state`` is a generator state: a uint64 array of
+    shape (3,) -- a NumPy one, or one ``is_array`` accepts (a device's)."""
+    array = is_array(state) if is_array is not None else isinstance(state, np.ndarray)
+    if not (array and tuple(state.shape) == (STATE_LENGTH,) and state.dtype == np.uint64):
+        got = (f"shape {tuple(state.shape)}, dtype {state.dtype}" if array
                else type(state).__name__)
         raise ValueError(f"{dist}: the generator state must be a uint64 array of shape "
                          f"({STATE_LENGTH},), got {got}")
@@ -625,11 +645,12 @@ def random_variable(dist: str, state, params, size=None, dtype=None, replace=Non
 
 
 def perform_on_device(node, inputs, cells, runtime) -> None:
-    """The CUDA linker's entry (device_ops.DEVICE_OPS): the draw made on the
-    host by :meth:`RandomVariable.perform` -- the same numbers as every other
-    linker -- and written into the device buffers: the state's own when in
-    place, last call's draw buffer when it fits (no device allocation in
-    steady state).  A Philox kernel on the device is what remains."""
+    """The CUDA linker's draws without a kernel (``binomial``, ``choice``,
+    ``permutation``, array parameters: see :mod:`tenure.linkers.cuda.random`):
+    the draw made on the host by :meth:`RandomVariable.perform` -- the same
+    numbers as every other linker -- and written into the device buffers: the
+    state's own when in place, last call's draw buffer when it fits (no
+    device allocation in steady state)."""
     to_host = [runtime.to_host(v) if runtime.is_device_array(v) else v for v in inputs]
     host_cells = [[None], [None]]
     node.op.perform(node, to_host, host_cells)

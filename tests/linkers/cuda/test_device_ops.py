@@ -125,11 +125,14 @@ def _case_advanced_updates():
 
 
 def _case_random():
-    """Random draws (issue 34): drawn on the host, copied into device buffers."""
+    """Random draws (issue 34): by a Philox kernel on the device with scalar
+    parameters; with an array parameter, drawn on the host and copied."""
     from tenure.symbolic.ops.random import initial_state, random_variable
     state, loc = tn.tensor("state", dtype="uint64", shape=(3,)), tn.vector("loc")
-    return [state, loc], random_variable("normal", state, (loc, 2.0), size=(4, 3)), [
-        initial_state(5, 0), _m(3)]
+    outs = [random_variable("normal", state, (loc, 2.0), size=(4, 3))[1],
+            random_variable("uniform", state, (-1.0, 2.0), size=(4, 3), dtype="float32")[1],
+            random_variable("integers", state, (-5, 5), size=7)[1]]
+    return [state, loc], outs, [initial_state(5, 0), _m(3)]
 
 
 def _case_loops():
@@ -183,6 +186,51 @@ def test_device_entries_agree_with_the_python_linker(device, name):
         g = host(g)
         assert g.dtype == w.dtype and g.shape == w.shape, (k, g.dtype, w.dtype, g.shape, w.shape)
         np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol, err_msg=f"output {k}")
+
+
+def test_a_draw_runs_its_kernel_on_the_device(device, monkeypatch):
+    """A draw with scalar parameters is made by its Philox kernel: the state
+    stays on the device, nothing is copied to or from the host during a call,
+    the numbers are the Python linker's, and the state advances in place."""
+    from tenure.random import RandomStream
+    with tn.config.change_flags(device="cuda"):
+        draws = RandomStream(17)
+        outputs = [draws.normal(1.0, 2.0, size=(5, 4), dtype="float32"),
+                   draws.uniform(-3.0, 3.0, size=9), draws.bernoulli(0.25, size=6),
+                   draws.integers(-2 ** 62, 2 ** 62 + 3, size=(2, 5))]
+        f = tn.function([], outputs, mode=tn.Mode(linker="cuda"))
+    reference = RandomStream(17)
+    expected = tn.function([], [reference.normal(1.0, 2.0, size=(5, 4), dtype="float32"),
+                                reference.uniform(-3.0, 3.0, size=9),
+                                reference.bernoulli(0.25, size=6),
+                                reference.integers(-2 ** 62, 2 ** 62 + 3, size=(2, 5))],
+                           mode=tn.Mode(linker="py"))
+    state = draws.states[0].get_value(borrow=True, return_internal_type=True)
+    assert device.is_device_array(state)
+    f()
+    moved = []
+    to_host, from_host = type(device).to_host, type(device).from_host
+    monkeypatch.setattr(type(device), "to_host",
+                        lambda self, a: moved.append(("to", a.shape)) or to_host(self, a))
+    monkeypatch.setattr(type(device), "from_host",
+                        lambda self, a: moved.append(("from", a.shape)) or from_host(self, a))
+    got = f()
+    assert moved == []
+    monkeypatch.undo()
+    expected()
+    got = [got] + [f() for _ in range(3)]        # replayed as a CUDA graph, where captured
+    for call in range(1, 5):
+        want = expected()
+        np.testing.assert_array_max_ulp(host(got[call - 1][0]), want[0], maxulp=4)
+        for g, w in zip(got[call - 1][1:], want[1:]):
+            np.testing.assert_array_equal(host(g), w)
+    assert draws.states[0].get_value(borrow=True, return_internal_type=True) is state
+    assert host(state)[2] == 5
+    # a parameter that is an input is read at each call, not kept from the first
+    with tn.config.change_flags(device="cuda"):
+        p = tn.scalar("p")
+        coins = tn.function([p], RandomStream(3).bernoulli(p, size=50), mode=tn.Mode(linker="cuda"))
+    assert [int(host(coins(v)).sum()) for v in (0.0, 1.0, 0.0, 1.0)] == [0, 50, 0, 50]
 
 
 @pytest.mark.parametrize("gradient", ["stored", "checkpointed", "unexpanded"])

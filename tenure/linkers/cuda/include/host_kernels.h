@@ -65,16 +65,20 @@ static inline double __longlong_as_double(long long bits)
     return x;
 }
 
-/* Run `kernel(...)` as a launch of `grid` blocks of `block` threads (x only). */
+/* Run `kernel(...)` as a launch of `grid` blocks of `block` threads (x only).
+ * The loop variables have names no kernel parameter has: a parameter of the
+ * same name would be shadowed in the call. */
 #define TN_RUN_ON_HOST(kernel, grid, block, ...)                              \
     do {                                                                  \
         gridDim.x = (grid); gridDim.y = gridDim.z = 1;                    \
         blockDim.x = (block); blockDim.y = blockDim.z = 1;                \
         blockIdx.y = blockIdx.z = threadIdx.y = threadIdx.z = 0;          \
-        for (unsigned int tn_b = 0; tn_b < gridDim.x; tn_b++) {           \
-            for (unsigned int tn_t = 0; tn_t < blockDim.x; tn_t++) {      \
-                blockIdx.x = tn_b;                                        \
-                threadIdx.x = tn_t;                                       \
+        for (unsigned int tn_host_block_ = 0; tn_host_block_ < gridDim.x; \
+             tn_host_block_++) {                                          \
+            for (unsigned int tn_host_thread_ = 0;                        \
+                 tn_host_thread_ < blockDim.x; tn_host_thread_++) {       \
+                blockIdx.x = tn_host_block_;                              \
+                threadIdx.x = tn_host_thread_;                            \
                 kernel(__VA_ARGS__);                                      \
             }                                                             \
         }                                                                 \
