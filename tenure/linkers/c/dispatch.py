@@ -149,7 +149,8 @@ class CEntry:
     def step_function(self, k: int, step, offset: int, label: str,
                       context: CContext | None = None) -> tuple[str, str]:
         """``(kernel, step function tn_step<k>)`` of a compiled step; ``offset``:
-        its output's entry in the shape table.  ``NotImplementedError``: the
+        its output's entry in the shape table (``many_outputs``: a tuple, per
+        output, of its entry or -1).  ``NotImplementedError``: the
         node runs its ``perform`` after all."""
         if self.step_code is not None:
             return self.step_code(k, step, offset, label, context)

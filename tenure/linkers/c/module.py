@@ -426,7 +426,9 @@ def _c_step(k: int, step, entry: dispatch.CEntry, offsets: dict, label: str, loo
     try:
         if not entry.compiled:
             return _DESCRIBE[entry.step](k, step, offsets, label, loops)
-        kernel, code = entry.step_function(k, step, offsets[step.outputs[0]], label, context)
+        offset = (tuple(offsets.get(slot, -1) for slot in step.outputs) if entry.many_outputs
+                  else offsets[step.outputs[0]])
+        kernel, code = entry.step_function(k, step, offset, label, context)
     except NotImplementedError:
         return None
     return COMPILED, None, module.add(k, entry, kernel, code)

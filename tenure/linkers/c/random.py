@@ -10,6 +10,10 @@ and float16 draws run the op's ``perform`` (a ``"py"`` step), as before.
 The numbers are the reference's (:meth:`RandomVariable.perform`): the tests
 compare them on every linker.
 
+A draw of ``config.openmp_elemwise_minsize`` elements or more runs on
+``config.openmp_threads`` threads, as the elementwise loops do (the same
+numbers however many: element ``i`` depends on ``i`` alone).
+
 The step writes both outputs (``CEntry(many_outputs=True)``): the state
 after the draw -- the state's own buffer when the node is in place, else
 last call's buffer or a new one -- and the draw, into last call's buffer
@@ -25,6 +29,7 @@ import numpy as np
 
 from tenure.linkers.c.cgen import c_string, comment, typenum
 from tenure.linkers.c.dispatch import CEntry, register_c_op
+from tenure.linkers.c.elemwise import parallel_settings
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops.random import RandomVariable
 
@@ -49,11 +54,11 @@ def has_c_code(node: Apply) -> bool:
     return dtype.kind in "biu" or dtype.name in _FLOATS
 
 
-def step_function(k: int, step, offset, label: str, context=None) -> tuple[str, str]:
+def step_function(k: int, step, offsets: tuple, label: str, context=None) -> tuple[str, str]:
     """The step of a draw node (the ``step_code`` of its entry): a
-    description of the node and a call of ``tn_rng_step``.  ``offset`` and
-    ``context`` are not needed (the draw's shape is known when its size is
-    read)."""
+    description of the node and a call of ``tn_rng_step``, which takes the
+    draw's buffer from the plan by the draw's entry in the shape table
+    (``offsets[1]``).  ``context`` is not needed."""
     node = step.node
     if not has_c_code(node):
         raise NotImplementedError(f"{node.op} has no C code")
@@ -61,11 +66,14 @@ def step_function(k: int, step, offset, label: str, context=None) -> tuple[str, 
     n_params = len(op.spec.params)
     names = ", ".join(c_string(name) for name in op.spec.params) + (
         ", NULL" if n_params == 1 else "")
+    parallel = parallel_settings()
+    minsize, threads = (-1, 0) if parallel is None else (max(parallel.minsize, 1),
+                                                         parallel.threads)
     description = (f"static const tn_rng_node tn_rng{k} = {{{c_string(op.dist)}, "
                    f"{c_string(f'tenure: {label}')}, {{{names}}}, {KINDS[op.dist]}, "
                    f"{int(op.standard)}, {int(op.inplace)}, "
                    f"{-1 if op.n_size is None else op.n_size}, {n_params}, "
-                   f"{typenum(op.dtype)}, {node.outputs[1].ndim}}};")
+                   f"{typenum(op.dtype)}, {node.outputs[1].ndim}, {minsize}, {threads}}};")
     ins = ", ".join(str(s) for s in step.inputs)
     outs = ", ".join(str(s) for s in step.outputs)
     code = "\n".join([
@@ -74,9 +82,8 @@ def step_function(k: int, step, offset, label: str, context=None) -> tuple[str, 
         f"static const Py_ssize_t tn_rng{k}_ins[] = {{{ins}}}, tn_rng{k}_outs[] = {{{outs}}};",
         f"static int tn_step{k}(PyObject **S, const npy_intp *planned, PyObject **aside)",
         "{",
-        "    (void)planned; (void)aside;",
         f"    return tn_rng_step(&tn_rng{k}, S, tn_rng{k}_ins, tn_rng{k}_outs, tn_graph_inputs, "
-        "TN_N_INPUTS);",
+        f"TN_N_INPUTS, planned, aside, {offsets[1]});",
         "}", ""])
     return "", code
 

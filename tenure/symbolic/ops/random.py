@@ -182,10 +182,11 @@ def standard_uniform(state: np.ndarray, start: int, count: int, dtype) -> np.nda
 
 
 def standard_normal(state: np.ndarray, start: int, count: int) -> np.ndarray:
-    """Elements ``start ..`` (``start`` even) of a standard normal draw, in
-    float64: Box-Muller on the word pairs ``2k, 2k + 1``."""
+    """Elements ``start ..`` (``start`` a multiple of 4) of a standard normal
+    draw, in float64: Box-Muller on the word pairs ``2k, 2k + 1`` (elements
+    ``2k`` and ``2k + 1``: element ``i`` reads words ``i - i % 2`` and the next)."""
     pairs = (count + 1) // 2
-    words = _words(state, 2 * start, 2 * pairs)
+    words = _words(state, start, 2 * pairs)
     u1 = ((words[0::2] >> np.uint64(11)) + np.uint64(1)).astype(np.float64) * _TO_UNIT
     u2 = (words[1::2] >> np.uint64(11)).astype(np.float64) * _TO_UNIT
     r = np.sqrt(-2.0 * np.log(u1))

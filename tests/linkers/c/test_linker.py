@@ -483,3 +483,23 @@ def test_in_place_ops_in_the_dims_graph_change_no_planned_shape():
     values = np.full((1, 1, 1), 0.5), np.zeros((1, 1, 0))
     assert_same(f_c(*values), f_py(*values))
     np.testing.assert_array_equal(f_c(*values)[0], np.ones((1, 1, 1)))
+
+
+@pytest.mark.usefixtures("freeing_intermediates")
+def test_a_random_draw_takes_a_dead_buffer():
+    """The C runtime's draw step (it writes two outputs) takes the draw's
+    buffer from the plan as any C step does."""
+    from tenure.random import RandomStream
+    from tests.linkers.test_plan import LOG, address, calls, probe
+    LOG.clear()
+    x = tn.vector("x")
+    q = probe("q", probe("p", tn.exp(x)))
+    draw = RandomStream(3).normal(tn.sum(q) * 0.0, size=(x.shape[0],))   # drawn after q
+    f = tn.function([x], [draw, q], mode=C_NO_REWRITES)
+    assert "random" in c_kinds(f)
+    f._thunk.min_reuse_bytes = 0
+    got, _ = f(np.zeros(100))
+    assert address(got) == calls("p")[0][1]     # p's dead buffer
+    np.testing.assert_array_equal(
+        got, tn.function([], RandomStream(3).normal(size=100), mode=tn.Mode(linker="py"))())
+    LOG.clear()

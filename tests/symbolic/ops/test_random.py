@@ -235,9 +235,11 @@ def test_a_draws_elements_do_not_depend_on_its_size(mode):
     thread, or the C runtime's loop, compute any element by itself."""
     for dist, args in [("normal", ()), ("uniform", ()), ("integers", (0, 1000))]:
         small = tn.function([], getattr(RandomStream(5), dist)(*args, size=3), mode=mode)()
-        large = tn.function([], getattr(RandomStream(5), dist)(*args, size=(40, 30)),
+        large = tn.function([], getattr(RandomStream(5), dist)(*args, size=(90, 100)),
                             mode=mode)()
         np.testing.assert_array_equal(large.ravel()[:3], small)
+        if dist == "normal":     # past the reference's first chunks too
+            assert_same_normal(large, reference(5).normal(size=(90, 100)))
 
 
 def test_the_c_linker_draws_in_c_what_it_can():
@@ -460,3 +462,17 @@ def test_the_dask_linker_refuses_by_name():
     srng = RandomStream(0)
     with pytest.raises(LoweringError, match=r"no lowering for RandomVariable\{normal"):
         tn.function([], srng.normal(size=3), mode=tn.Mode(linker="dask", compute=True))
+
+
+def test_a_large_draw_on_several_threads_gives_the_same_numbers():
+    """The C runtime splits a large draw between threads (element i depends
+    on i alone): the numbers are the Python linker's."""
+    def draws(srng):
+        return [srng.normal(1.0, 2.0, size=(7, 9000)), srng.uniform(size=50_001, dtype="float32"),
+                srng.integers(-2 ** 62, 2 ** 62 + 3, size=40_000)]
+    with tn.config.change_flags(openmp_elemwise_minsize=1000, openmp_threads=2):
+        got = tn.function([], draws(RandomStream(31)), mode=tn.Mode(linker="c"))()
+    want = tn.function([], draws(RandomStream(31)), mode=tn.Mode(linker="py"))()
+    assert_same_normal(got[0], want[0])
+    for g, w in zip(got[1:], want[1:]):
+        np.testing.assert_array_equal(g, w)

@@ -192,6 +192,8 @@ typedef struct {
     int n_size;                    /* size inputs after the state; -1: the params' broadcast */
     int n_params;
     int out_type, nd;              /* the draw's typenum and ndim */
+    npy_intp minsize;              /* threads for draws of at least this many elements; -1: never */
+    int threads;                   /* how many (0: OpenMP's default) */
 } tn_rng_node;
 
 /* The table a runtime hands out; TN_RUNTIME_ABI changes with its layout (and
@@ -279,7 +281,8 @@ typedef struct {
 
     /* random draws (src/random.c) */
     int (*rng_step)(const tn_rng_node *node, PyObject **S, const Py_ssize_t *ins,
-                    const Py_ssize_t *outs, const Py_ssize_t *graph_in, int ngraph_in);
+                    const Py_ssize_t *outs, const Py_ssize_t *graph_in, int ngraph_in,
+                    const npy_intp *planned, PyObject **aside, Py_ssize_t draw_offset);
 } tn_runtime_api;
 
 /* The capsule's name, and the Python module that builds and hands it out. */

@@ -39,7 +39,7 @@ static PyObject *tn_rng_tuple(int nd, const npy_intp *dims)
     return t;
 }
 
-/* The state, checked as _check_state does (borrowed), or NULL. */
+/* The state, checked as check_state does (borrowed), or NULL. */
 static PyArrayObject *tn_rng_state(const tn_rng_node *node, PyObject *obj)
 {
     PyArrayObject *a;
@@ -360,18 +360,18 @@ static void tn_rng_element(const tn_rng_node *node, tn_rng_key key, tn_rng_curso
     }
 }
 
-/* Fill `out` (any strides) with the draw of `key`.  Not vectorized: GCC
- * would take log, sin and cos from libmvec (see include/vector_math.h), a
- * few ulps off the libm the host-compiled CUDA kernels use. */
+/* Elements start .. stop-1 of the draw into `out` (any strides).  Not
+ * vectorized: GCC would take log, sin and cos from libmvec (see
+ * include/vector_math.h), a few ulps off the libm the host-compiled CUDA
+ * kernels use. */
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("no-tree-vectorize")))
 #endif
-static void tn_rng_fill(const tn_rng_node *node, tn_rng_key key, const tn_rng_params *p,
-                        PyArrayObject *out)
+static void tn_rng_fill_range(const tn_rng_node *node, tn_rng_key key, const tn_rng_params *p,
+                              PyArrayObject *out, npy_intp start, npy_intp stop)
 {
     const int nd = PyArray_NDIM(out);
     npy_intp ps[2][NPY_MAXDIMS] = {{0}}, idx[NPY_MAXDIMS] = {0};
-    const npy_intp n = PyArray_SIZE(out);
     const char *pa[2] = {NULL, NULL};
     char *o = PyArray_BYTES(out);
     tn_rng_cursor cursor;
@@ -380,7 +380,15 @@ static void tn_rng_fill(const tn_rng_node *node, tn_rng_key key, const tn_rng_pa
         tn_rng_strides(p->values[j], nd, ps[j]);
         pa[j] = PyArray_BYTES(p->values[j]);
     }
-    for (npy_intp i = 0; i < n; i++) {
+    /* the odometer at element `start` (< n: no axis is empty) */
+    for (npy_intp d = nd - 1, rest = start; d >= 0; d--) {
+        idx[d] = rest % PyArray_DIM(out, d);
+        rest /= PyArray_DIM(out, d);
+        o += idx[d] * PyArray_STRIDE(out, d);
+        pa[0] += idx[d] * ps[0][d];
+        pa[1] += idx[d] * ps[1][d];
+    }
+    for (npy_intp i = start; i < stop; i++) {
         tn_rng_element(node, key, &cursor, (tn_u64)i, pa[0], pa[1], o);
         /* the odometer: the next element's address in out and each parameter */
         for (int d = nd - 1; d >= 0; d--) {
@@ -397,17 +405,44 @@ static void tn_rng_fill(const tn_rng_node *node, tn_rng_key key, const tn_rng_pa
     }
 }
 
+/* Elements a thread takes at a time (a multiple of 8: whole Philox blocks) */
+#define TN_RNG_CHUNK 16384
+
+/* The whole draw: on several threads for a draw of node->minsize elements or
+ * more (the elementwise loops' setting); the same numbers however many run,
+ * element i being a function of i alone. */
+static void tn_rng_fill(const tn_rng_node *node, tn_rng_key key, const tn_rng_params *p,
+                        PyArrayObject *out)
+{
+    const npy_intp n = PyArray_SIZE(out), chunks = (n + TN_RNG_CHUNK - 1) / TN_RNG_CHUNK;
+#ifdef _OPENMP
+    if (node->minsize >= 0 && n >= node->minsize && chunks > 1 && tn_omp_usable()) {
+        const int nthreads = node->threads > 0 ? node->threads : omp_get_max_threads();
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+        for (npy_intp c = 0; c < chunks; c++)
+            tn_rng_fill_range(node, key, p, out, c * TN_RNG_CHUNK,
+                              c == chunks - 1 ? n : (c + 1) * TN_RNG_CHUNK);
+        return;
+    }
+#endif
+    (void)chunks;
+    tn_rng_fill_range(node, key, p, out, 0, n);
+}
+
 /* One draw node's step: the state S[ins[0]], the size lengths and the
  * parameters after it; the new state into S[outs[0]], the draw into
- * S[outs[1]] (each buffer as tn_cl_output hands it: last call's when it
- * fits and overlaps nothing it must not). */
+ * S[outs[1]].  The draw's buffer is the dead one the plan hands on (its
+ * entry at `draw_offset` of the shape table, -1: none), else as
+ * tn_cl_output hands it: last call's when it fits and overlaps nothing it
+ * must not, else new. */
 static int tn_rng_step(const tn_rng_node *node, PyObject **S, const Py_ssize_t *ins,
-                       const Py_ssize_t *outs, const Py_ssize_t *graph_in, int ngraph_in)
+                       const Py_ssize_t *outs, const Py_ssize_t *graph_in, int ngraph_in,
+                       const npy_intp *planned, PyObject **aside, Py_ssize_t draw_offset)
 {
     PyObject *in[1 + NPY_MAXDIMS + 2];
     npy_intp shape[NPY_MAXDIMS];
     tn_rng_params p = {{NULL, NULL}, {0, 0}};
-    PyArrayObject *state, *draw = NULL, *next = NULL, *reads[4];
+    PyArrayObject *state, *draw = NULL, *next = NULL, *taken = NULL, *reads[4];
     const npy_intp three = 3;
     tn_rng_key key;
     int nreads = 1;
@@ -430,14 +465,17 @@ static int tn_rng_step(const tn_rng_node *node, PyObject **S, const Py_ssize_t *
     for (int i = 0; i < node->n_params; i++)
         if (PyArray_Check(in[first_param + i]))
             reads[nreads++] = (PyArrayObject *)in[first_param + i];
+    if (aside != NULL && draw_offset >= 0 && planned[draw_offset] == 1
+            && planned[draw_offset + 1] >= 0)
+        taken = tn_cl_take(aside, planned[draw_offset + 1], node->out_type, node->nd, shape);
     draw = tn_cl_output(S[outs[1]], NULL, reads, nreads, S, graph_in, ngraph_in, node->out_type,
-                        node->nd, shape, NULL);
+                        node->nd, shape, taken);
     if (draw == NULL)
         goto fail;
-    if (node->inplace) {
+    if (node->inplace && PyArray_ISWRITEABLE(state)) {
         Py_INCREF(state);
         next = state;
-    } else {
+    } else {   /* (a read-only state is never written: the new state gets a buffer) */
         reads[nreads++] = draw;
         next = tn_cl_output(S[outs[0]], NULL, reads, nreads, S, graph_in, ngraph_in, NPY_UINT64,
                             1, &three, NULL);
