@@ -115,15 +115,22 @@ TN_RNG_FN float tn_rng_uniform32(tn_rng_key key, tn_rng_cursor *cursor, tn_u64 i
     return (float)(half >> 8) * (1.0f / 16777216.0f);
 }
 
-TN_RNG_FN double tn_rng_normal64(tn_rng_key key, tn_rng_cursor *cursor, tn_u64 i)
+/* Box-Muller's radius and angle of pair k (elements 2k and 2k + 1). */
+TN_RNG_FN void tn_rng_polar(tn_rng_key key, tn_rng_cursor *cursor, tn_u64 k, double *r,
+                            double *theta)
 {
-    const tn_u64 k = i / 2;
     const double u1 = (double)((tn_rng_word(key, cursor, 2 * k, 0) >> 11) + 1)
                       * (1.0 / 9007199254740992.0);
     const double u2 = (double)(tn_rng_word(key, cursor, 2 * k + 1, 0) >> 11)
                       * (1.0 / 9007199254740992.0);
-    const double r = sqrt(-2.0 * log(u1));
-    const double theta = 6.283185307179586 * u2;
+    *r = sqrt(-2.0 * log(u1));
+    *theta = 6.283185307179586 * u2;
+}
+
+TN_RNG_FN double tn_rng_normal64(tn_rng_key key, tn_rng_cursor *cursor, tn_u64 i)
+{
+    double r, theta;
+    tn_rng_polar(key, cursor, i / 2, &r, &theta);
     return i % 2 ? r * sin(theta) : r * cos(theta);
 }
 

@@ -360,10 +360,10 @@ static void tn_rng_element(const tn_rng_node *node, tn_rng_key key, tn_rng_curso
     }
 }
 
-/* Elements start .. stop-1 of the draw into `out` (any strides).  Not
- * vectorized: GCC would take log, sin and cos from libmvec (see
- * include/vector_math.h), a few ulps off the libm the host-compiled CUDA
- * kernels use. */
+/* Elements start .. stop-1 of the draw into `out` (any strides, parameters
+ * of any shape).  Not vectorized: GCC would take log, sin and cos from
+ * libmvec (see include/vector_math.h), a few ulps off the libm the
+ * host-compiled CUDA kernels use. */
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("no-tree-vectorize")))
 #endif
@@ -405,6 +405,105 @@ static void tn_rng_fill_range(const tn_rng_node *node, tn_rng_key key, const tn_
     }
 }
 
+/* The flat loops: a C-contiguous draw whose parameters are single values
+ * (the common case), element after element with nothing but the element's
+ * arithmetic in the loop.  Same numbers as tn_rng_element. */
+#define TN_RNG_LOOP(T, expr)                                   \
+    do {                                                       \
+        T *o_ = (T *)out;                                      \
+        for (npy_intp i = start; i < stop; i++)                \
+            o_[i] = (T)(expr);                                 \
+    } while (0)
+
+/* `expr` (an integer) stored as every integer type, and bool. */
+#define TN_RNG_INT_LOOPS(expr)                                               \
+    switch (node->out_type) {                                                \
+    case NPY_BOOL: TN_RNG_LOOP(npy_bool, (expr) != 0); break;                \
+    case NPY_INT8: TN_RNG_LOOP(npy_int8, expr); break;                       \
+    case NPY_UINT8: TN_RNG_LOOP(npy_uint8, expr); break;                     \
+    case NPY_INT16: TN_RNG_LOOP(npy_int16, expr); break;                     \
+    case NPY_UINT16: TN_RNG_LOOP(npy_uint16, expr); break;                   \
+    case NPY_INT32: TN_RNG_LOOP(npy_int32, expr); break;                     \
+    case NPY_UINT32: TN_RNG_LOOP(npy_uint32, expr); break;                   \
+    case NPY_UINT64: TN_RNG_LOOP(npy_uint64, expr); break;                   \
+    case NPY_FLOAT32: TN_RNG_LOOP(npy_float32, expr); break;                 \
+    case NPY_FLOAT64: TN_RNG_LOOP(npy_float64, expr); break;                 \
+    default: TN_RNG_LOOP(npy_int64, expr); break;                            \
+    }
+
+/* Normal draws by pairs (one logarithm per pair); `start` is even.  Not
+ * vectorized: GCC would take log, sin and cos from libmvec. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-vectorize")))
+#endif
+static void tn_rng_flat_normal(const tn_rng_node *node, tn_rng_key key, double loc, double scale,
+                               char *out, npy_intp start, npy_intp stop)
+{
+    tn_rng_cursor cursor;
+    const int standard = node->standard;
+    const float locf = (float)loc, scalef = (float)scale;
+    tn_rng_start(&cursor);
+    for (npy_intp i = start; i < stop; i += 2) {
+        double r, theta, z[2];
+        tn_rng_polar(key, &cursor, (tn_u64)i / 2, &r, &theta);
+        z[0] = r * cos(theta);
+        z[1] = r * sin(theta);
+        for (int j = 0; j < 2 && i + j < stop; j++) {
+            if (node->out_type == NPY_FLOAT32) {
+                const float zf = (float)z[j];
+                ((float *)out)[i + j] = standard ? zf : zf * scalef + locf;
+            } else {
+                ((double *)out)[i + j] = standard ? z[j] : z[j] * scale + loc;
+            }
+        }
+    }
+}
+
+static void tn_rng_fill_flat(const tn_rng_node *node, tn_rng_key key, const tn_rng_params *p,
+                             char *out, npy_intp start, npy_intp stop)
+{
+    tn_rng_cursor cursor;
+    const int standard = node->standard;
+    const char *pa = PyArray_BYTES(p->values[0]);
+    const char *pb = node->n_params > 1 ? PyArray_BYTES(p->values[1]) : pa;
+    tn_rng_start(&cursor);
+    switch (node->kind) {
+    case TN_RNG_UNIFORM: {
+        const double lo = tn_rng_double(pa), hi = tn_rng_double(pb);
+        if (node->out_type == NPY_FLOAT32)
+            TN_RNG_LOOP(float, tn_rng_uniform_f32(key, &cursor, (tn_u64)i, standard, lo, hi));
+        else
+            TN_RNG_LOOP(double, tn_rng_uniform_f64(key, &cursor, (tn_u64)i, standard, lo, hi));
+        return;
+    }
+    case TN_RNG_NORMAL:
+        tn_rng_flat_normal(node, key, tn_rng_double(pa), tn_rng_double(pb), out, start, stop);
+        return;
+    case TN_RNG_BERNOULLI: {
+        const double prob = tn_rng_double(pa);
+        TN_RNG_INT_LOOPS(tn_rng_bernoulli(key, &cursor, (tn_u64)i, prob));
+        return;
+    }
+    default: {
+        long long lo, hi;
+        memcpy(&lo, pa, sizeof lo);
+        memcpy(&hi, pb, sizeof hi);
+        TN_RNG_INT_LOOPS(tn_rng_integer(key, &cursor, (tn_u64)i, lo, (tn_u64)hi - (tn_u64)lo));
+    }
+    }
+}
+
+/* Elements start .. stop-1: the flat loops where they apply, else
+ * element by element. */
+static void tn_rng_fill_part(const tn_rng_node *node, tn_rng_key key, const tn_rng_params *p,
+                             PyArrayObject *out, int flat, npy_intp start, npy_intp stop)
+{
+    if (flat)
+        tn_rng_fill_flat(node, key, p, PyArray_BYTES(out), start, stop);
+    else
+        tn_rng_fill_range(node, key, p, out, start, stop);
+}
+
 /* Elements a thread takes at a time (a multiple of 8: whole Philox blocks) */
 #define TN_RNG_CHUNK 16384
 
@@ -415,18 +514,21 @@ static void tn_rng_fill(const tn_rng_node *node, tn_rng_key key, const tn_rng_pa
                         PyArrayObject *out)
 {
     const npy_intp n = PyArray_SIZE(out), chunks = (n + TN_RNG_CHUNK - 1) / TN_RNG_CHUNK;
+    int flat = PyArray_IS_C_CONTIGUOUS(out);
+    for (int j = 0; j < node->n_params; j++)
+        flat = flat && PyArray_SIZE(p->values[j]) == 1;
 #ifdef _OPENMP
     if (node->minsize >= 0 && n >= node->minsize && chunks > 1 && tn_omp_usable()) {
         const int nthreads = node->threads > 0 ? node->threads : omp_get_max_threads();
 #pragma omp parallel for num_threads(nthreads) schedule(static)
         for (npy_intp c = 0; c < chunks; c++)
-            tn_rng_fill_range(node, key, p, out, c * TN_RNG_CHUNK,
-                              c == chunks - 1 ? n : (c + 1) * TN_RNG_CHUNK);
+            tn_rng_fill_part(node, key, p, out, flat, c * TN_RNG_CHUNK,
+                             c == chunks - 1 ? n : (c + 1) * TN_RNG_CHUNK);
         return;
     }
 #endif
     (void)chunks;
-    tn_rng_fill_range(node, key, p, out, 0, n);
+    tn_rng_fill_part(node, key, p, out, flat, 0, n);
 }
 
 /* One draw node's step: the state S[ins[0]], the size lengths and the
