@@ -3,10 +3,12 @@ that calls the runtime's ``tn_rng_step`` (``src/random.c``), which draws with
 Philox element by element (``include/tenure_philox.h``).
 
 Which draws: ``uniform`` and ``normal`` of float32 or float64, ``bernoulli``
-of any C dtype but float16, ``integers`` of any integer dtype -- the
-draws whose element ``i`` depends on the state and ``i`` alone.  The others
-(``binomial``, ``choice``, ``permutation``: NumPy's sequential algorithms)
-and float16 draws run the op's ``perform`` (a ``"py"`` step), as before.
+(and ``binomial`` with ``n`` a constant 1, which draws the same numbers) of
+any C dtype but float16, ``integers`` of any integer dtype -- the draws
+whose element ``i`` depends on the state and ``i`` alone.  The others
+(``binomial`` of other ``n``, ``choice``, ``permutation``: NumPy's
+sequential algorithms) and float16 draws run the op's ``perform`` (a
+``"py"`` step), as before.
 The numbers are the reference's (:meth:`RandomVariable.perform`): the tests
 compare them on every linker.
 
@@ -31,9 +33,9 @@ from tenure.linkers.c.cgen import c_string, comment, typenum
 from tenure.linkers.c.dispatch import CEntry, register_c_op
 from tenure.linkers.c.elemwise import parallel_settings
 from tenure.symbolic.graph import Apply
-from tenure.symbolic.ops.random import RandomVariable
+from tenure.symbolic.ops.random import RandomVariable, single_trial
 
-__all__ = ["KINDS", "has_c_code", "step_function"]
+__all__ = ["KINDS", "has_c_code", "kind_of", "step_function"]
 
 #: the draws the runtime computes, and their TN_RNG_* values (tenure_runtime.h)
 KINDS = {"uniform": 0, "normal": 1, "bernoulli": 2, "integers": 3}
@@ -41,10 +43,16 @@ KINDS = {"uniform": 0, "normal": 1, "bernoulli": 2, "integers": 3}
 _FLOATS = ("float32", "float64")
 
 
+def kind_of(node: Apply) -> str:
+    """The runtime's draw for ``node``: its distribution, or ``"bernoulli"``
+    for a binomial of one trial."""
+    return "bernoulli" if single_trial(node) else node.op.dist
+
+
 def has_c_code(node: Apply) -> bool:
     """Whether the runtime draws ``node`` (see the module doc)."""
     op = node.op
-    if not isinstance(op, RandomVariable) or op.dist not in KINDS:
+    if not isinstance(op, RandomVariable) or kind_of(node) not in KINDS:
         return False
     dtype = np.dtype(op.dtype)
     if op.dist in ("uniform", "normal"):
@@ -63,18 +71,22 @@ def step_function(k: int, step, offsets: tuple, label: str, context=None) -> tup
     if not has_c_code(node):
         raise NotImplementedError(f"{node.op} has no C code")
     op = node.op
-    n_params = len(op.spec.params)
-    names = ", ".join(c_string(name) for name in op.spec.params) + (
-        ", NULL" if n_params == 1 else "")
+    kind = kind_of(node)
+    inputs, params = list(step.inputs), list(op.spec.params)
+    if kind != op.dist:                   # a binomial of one trial: n is not read
+        del inputs[1 + (op.n_size or 0)]
+        params = ["p"]
+    n_params = len(params)
+    names = ", ".join(c_string(name) for name in params) + (", NULL" if n_params == 1 else "")
     parallel = parallel_settings()
     minsize, threads = (-1, 0) if parallel is None else (max(parallel.minsize, 1),
                                                          parallel.threads)
     description = (f"static const tn_rng_node tn_rng{k} = {{{c_string(op.dist)}, "
-                   f"{c_string(f'tenure: {label}')}, {{{names}}}, {KINDS[op.dist]}, "
+                   f"{c_string(f'tenure: {label}')}, {{{names}}}, {KINDS[kind]}, "
                    f"{int(op.standard)}, {int(op.inplace)}, "
                    f"{-1 if op.n_size is None else op.n_size}, {n_params}, "
                    f"{typenum(op.dtype)}, {node.outputs[1].ndim}, {minsize}, {threads}}};")
-    ins = ", ".join(str(s) for s in step.inputs)
+    ins = ", ".join(str(s) for s in inputs)
     outs = ", ".join(str(s) for s in step.outputs)
     code = "\n".join([
         f"/* step {k}: {comment(label)} */",

@@ -2,8 +2,9 @@
 the reference (:meth:`RandomVariable.perform`) and the C runtime.
 
 The draws whose element ``i`` depends on the state and ``i`` alone --
-``uniform`` and ``normal`` of float32 or float64, ``bernoulli`` and
-``integers`` (:func:`tenure.linkers.c.random.has_c_code` says which) -- are
+``uniform`` and ``normal`` of float32 or float64, ``bernoulli`` (and
+``binomial`` of one trial) and ``integers``
+(:func:`tenure.linkers.c.random.has_c_code` says which) -- are
 computed by a kernel from ``include/tenure_philox.h``, the C runtime's own
 text: one thread per element of a grid-stride loop, the generator state read
 on the device (no copy to the host), the draw written into last call's
@@ -107,7 +108,7 @@ def random_kernel(node: Apply) -> RandomKernel:
     """``node``'s kernel (``NotImplementedError`` when it has none)."""
     if not has_cuda_code(node):
         raise NotImplementedError(f"no CUDA code for {node.op}")
-    return _kernel(node.op.dist, np.dtype(node.op.dtype).name)
+    return _kernel(c_random.kind_of(node), np.dtype(node.op.dtype).name)
 
 
 _ADVANCE_PARAMETERS = ["char *tn_p0", "const char *tn_p1", "int *tn_error"]
@@ -143,6 +144,8 @@ def _arguments(node, params) -> list[int] | None:
     if any(v.size != 1 for v in values):
         return None
     values = [v.reshape(()) for v in values]
+    if c_random.kind_of(node) != node.op.dist:      # a binomial of one trial: p only
+        values = values[1:]
     if node.op.dist == "integers":
         low, high = (v.astype(np.int64) for v in values)
         span = (high.astype(np.uint64) - low.astype(np.uint64)).view(np.int64)

@@ -19,7 +19,8 @@ word ``i`` of attempt ``a = 1, 2, ...`` -- so the C runtime
 (``linkers/c/include/tenure_philox.h``) and a CUDA kernel compute any element
 by itself and agree with this module's NumPy code, the reference.  The
 affine parts are in the draw's dtype, the parameters rounded to it first.
-``binomial``, ``choice`` and ``permutation`` run NumPy's sequential
+``binomial`` with ``n = 1`` everywhere draws the bernoulli numbers;
+otherwise ``binomial``, ``choice`` and ``permutation`` run NumPy's sequential
 algorithms over the stream (NumPy's ``Generator`` on that Philox).
 
 Because a draw depends on nothing but its inputs, every linker gives the
@@ -60,7 +61,7 @@ from tenure.symbolic.variable import TensorConstant, as_tensor_variable
 
 __all__ = ["CHUNK", "NotDifferentiableError", "RandomVariable", "STATE_LENGTH", "STATE_TYPE",
            "bounded_integers", "check_state", "initial_state", "perform_on_device",
-           "random_variable", "standard_normal", "standard_uniform"]
+           "random_variable", "single_trial", "standard_normal", "standard_uniform"]
 
 #: the generator state: Philox's key (2 words) and the draw counter
 STATE_LENGTH = 3
@@ -275,8 +276,23 @@ def _draw_integers(state, params, out, standard):
     _in_chunks(out, [np.asarray(p, np.int64) for p in params], fill)
 
 
+def single_trial(node) -> bool:
+    """Whether ``node`` draws ``binomial`` with ``n`` a constant 1 (one
+    element): the bernoulli numbers, which the C runtime and the CUDA
+    kernels compute too."""
+    op = node.op
+    if not isinstance(op, RandomVariable) or op.dist != "binomial":
+        return False
+    n = node.inputs[1 + (op.n_size or 0)]
+    return isinstance(n, TensorConstant) and np.size(n.data) == 1 and np.all(n.data == 1)
+
+
 def _draw_binomial(state, params, out, standard):
     n, p = params
+    if np.all(np.equal(n, 1)):
+        # One trial: the bernoulli numbers (counter-indexed, as every linker draws them).
+        _draw_bernoulli(state, [p], out, standard)
+        return
     np.copyto(out, _generator(state).binomial(np.asarray(n, np.int64), p, size=out.shape),
               casting="unsafe")
 

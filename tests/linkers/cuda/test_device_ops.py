@@ -197,13 +197,15 @@ def test_a_draw_runs_its_kernel_on_the_device(device, monkeypatch):
         draws = RandomStream(17)
         outputs = [draws.normal(1.0, 2.0, size=(5, 4), dtype="float32"),
                    draws.uniform(-3.0, 3.0, size=9), draws.bernoulli(0.25, size=6),
-                   draws.integers(-2 ** 62, 2 ** 62 + 3, size=(2, 5))]
+                   draws.integers(-2 ** 62, 2 ** 62 + 3, size=(2, 5)),
+                   draws.binomial(1, 0.5, size=7, dtype="int8")]
         f = tn.function([], outputs, mode=tn.Mode(linker="cuda"))
     reference = RandomStream(17)
     expected = tn.function([], [reference.normal(1.0, 2.0, size=(5, 4), dtype="float32"),
                                 reference.uniform(-3.0, 3.0, size=9),
                                 reference.bernoulli(0.25, size=6),
-                                reference.integers(-2 ** 62, 2 ** 62 + 3, size=(2, 5))],
+                                reference.integers(-2 ** 62, 2 ** 62 + 3, size=(2, 5)),
+                                reference.binomial(1, 0.5, size=7, dtype="int8")],
                            mode=tn.Mode(linker="py"))
     state = draws.states[0].get_value(borrow=True, return_internal_type=True)
     assert device.is_device_array(state)

@@ -246,14 +246,40 @@ def test_the_c_linker_draws_in_c_what_it_can():
     srng = RandomStream(2)
     draws = [srng.normal(size=3), srng.uniform(size=3, dtype="float32"),
              srng.bernoulli(0.5, size=3, dtype="bool"), srng.integers(9, size=3, dtype="uint16"),
+             srng.binomial(1, 0.5, size=3, dtype="int8"),
              srng.uniform(size=3, dtype="float16"), srng.binomial(4, 0.5, size=3),
              srng.permutation(4)]
     f = tn.function([], draws, mode=tn.Mode(linker="c"))
     kinds = {(step.node.op.dist, step.node.op.dtype): kind for kind, step in
              zip(f._thunk.graph.kinds, f._thunk.plan.steps)
              if isinstance(step.node.op, RandomVariable)}
-    assert [kinds[d.owner.op.dist, d.dtype] for d in draws] == ["random"] * 4 + ["py"] * 3
+    assert [kinds[d.owner.op.dist, d.dtype] for d in draws] == ["random"] * 5 + ["py"] * 3
     f()
+
+
+def test_a_binomial_of_one_trial_draws_the_bernoulli_numbers(mode):
+    """binomial(1, p) -- the Theano tutorials' dropout and corruption mask --
+    is drawn as bernoulli(p) is, on every linker (in C and on the device too),
+    with n given as a constant or as an input of ones; other n are NumPy's
+    binomial over the same stream."""
+    srng = RandomStream(12)
+    n = tn.vector("n", dtype="int64")
+    p = np.array([0.2, 0.5, 0.9])
+    f = tn.function([n], [srng.binomial(1, 0.3, size=(4, 5), dtype="float32"),
+                          srng.binomial(n, p, size=(2, 3)), srng.binomial(n, 0.5, size=3)],
+                    mode=mode)
+    for call in range(2):
+        constant_n, input_n, other_n = f(np.array([1, 1, 1]))
+        np.testing.assert_array_equal(
+            constant_n, (reference(12, 0, call).random((4, 5)) < 0.3).astype(np.float32))
+        np.testing.assert_array_equal(input_n, reference(12, 1, call).random((2, 3)) < p)
+        np.testing.assert_array_equal(other_n, reference(12, 2, call).random(3) < 0.5)
+    _, twos, _ = f(np.array([2, 2, 2]))
+    np.testing.assert_array_equal(twos, reference(12, 1, 2).generator().binomial(2, p, (2, 3)))
+    q = tn.scalar("q")
+    with pytest.raises(ValueError, match=r"binomial: parameter 'p' must be a probability in "
+                                         r"\[0, 1\], got 1\.5"):
+        tn.function([q], srng.binomial(1, q, size=2), mode=mode)(1.5)
 
 
 def test_symbolic_size(mode):
