@@ -105,4 +105,7 @@ def test_main_thread_keeps_ctrl_c():
     during = len(progress) - before
     stop.set()
     counter.join()
-    assert during <= 2
+    # A loop that let the GIL go would let the counter append thousands of
+    # times; the call's Python around the loop may hand it over a few times
+    # (4 seen on a loaded CI machine).
+    assert during <= 20
