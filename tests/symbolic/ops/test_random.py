@@ -10,7 +10,6 @@ this reference" on each of them.  Uniform and bernoulli draws are NumPy's
 platform: NumPy's SIMD ones may differ from libm's), everything else exactly."""
 
 import math
-
 import pickle
 import tracemalloc
 

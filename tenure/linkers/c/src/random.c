@@ -25,20 +25,6 @@ static void tn_rng_release(tn_rng_params *p)
     Py_CLEAR(p->values[1]);
 }
 
-static PyObject *tn_rng_tuple(int nd, const npy_intp *dims)
-{
-    PyObject *t = PyTuple_New(nd);
-    for (int d = 0; t != NULL && d < nd; d++) {
-        PyObject *v = PyLong_FromSsize_t(dims[d]);
-        if (v == NULL) {
-            Py_CLEAR(t);
-            break;
-        }
-        PyTuple_SET_ITEM(t, d, v);
-    }
-    return t;
-}
-
 /* The state, checked as check_state does (borrowed), or NULL. */
 static PyArrayObject *tn_rng_state(const tn_rng_node *node, PyObject *obj)
 {
@@ -53,7 +39,7 @@ static PyArrayObject *tn_rng_state(const tn_rng_node *node, PyObject *obj)
     if (PyArray_TYPE(a) == NPY_UINT64 && PyArray_ISNOTSWAPPED(a) && PyArray_NDIM(a) == 1
             && PyArray_DIM(a, 0) == 3)
         return a;
-    shape = tn_rng_tuple(PyArray_NDIM(a), PyArray_DIMS(a));
+    shape = tn_shape_tuple(PyArray_NDIM(a), PyArray_DIMS(a));
     if (shape != NULL)
         PyErr_Format(PyExc_ValueError, "%s: the generator state must be a uint64 array of "
                      "shape (3,), got shape %R, dtype %S", node->dist, shape,
@@ -101,7 +87,7 @@ static int tn_rng_size(const tn_rng_node *node, PyObject **in, npy_intp *shape)
             return -1;
     for (int d = 0; d < node->n_size; d++) {
         if (shape[d] < 0) {
-            PyObject *size = tn_rng_tuple(node->n_size, shape);
+            PyObject *size = tn_shape_tuple(node->n_size, shape);
             if (size != NULL)
                 PyErr_Format(PyExc_ValueError, "%s: size must hold lengths >= 0, got size[%d] = "
                              "%zd (size %R)", node->dist, d, (Py_ssize_t)shape[d], size);
@@ -135,8 +121,8 @@ static int tn_rng_check_fit(const tn_rng_node *node, const tn_rng_params *p,
         PyObject *have, *size;
         if (tn_rng_fits(a, node->nd, shape))
             continue;
-        have = tn_rng_tuple(PyArray_NDIM(a), PyArray_DIMS(a));
-        size = tn_rng_tuple(node->nd, shape);
+        have = tn_shape_tuple(PyArray_NDIM(a), PyArray_DIMS(a));
+        size = tn_shape_tuple(node->nd, shape);
         if (have != NULL && size != NULL)
             PyErr_Format(PyExc_ValueError, "%s: parameter '%s' of shape %R does not broadcast "
                          "to size %R", node->dist, node->params[i], have, size);
@@ -168,9 +154,9 @@ static int tn_rng_broadcast(const tn_rng_node *node, const tn_rng_params *p, int
         }
         if (!ok) {
             if (!quiet) {
-                PyObject *a0 = tn_rng_tuple(PyArray_NDIM(p->values[0]),
+                PyObject *a0 = tn_shape_tuple(PyArray_NDIM(p->values[0]),
                                             PyArray_DIMS(p->values[0]));
-                PyObject *a1 = tn_rng_tuple(PyArray_NDIM(p->values[1]),
+                PyObject *a1 = tn_shape_tuple(PyArray_NDIM(p->values[1]),
                                             PyArray_DIMS(p->values[1]));
                 if (a0 != NULL && a1 != NULL)
                     PyErr_Format(PyExc_ValueError, "%s: the parameters' shapes do not broadcast "
