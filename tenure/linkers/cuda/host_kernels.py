@@ -154,7 +154,7 @@ class HostBackend:
     max_blocks = HOST_BLOCKS
 
     def __init__(self, check_device_compile: bool = False):
-        #: also compile each module for the device (:func:`.nvrtc.compile_ptx`):
+        #: also compile each module for the device (:func:`.nvrtc.check_compiles`):
         #: the tests' way to compile every kernel the suites generate
         self.check_device_compile = check_device_compile
         self._modules: dict[str, HostModule] = {}
@@ -164,7 +164,7 @@ class HostBackend:
         kernels = [k for k in {k.name: k for k in kernels}.values() if k.name not in self._modules]
         if kernels:
             if self.check_device_compile:
-                nvrtc.compile_ptx(module_source(kernels))
+                nvrtc.check_compiles(module_source(kernels))
             module = load(kernels)
             self._modules.update({k.name: module for k in kernels})
 

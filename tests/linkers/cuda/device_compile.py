@@ -17,11 +17,12 @@ def device_compiler() -> str:
 
 
 def compile_all(kernels) -> str:
-    """The PTX of one module holding every kernel of ``kernels`` (equal
-    kernels once): one NVRTC program."""
+    """The unoptimized PTX (:func:`.nvrtc.check_compiles`) of one module
+    holding every kernel of ``kernels`` (equal kernels once): one NVRTC
+    program."""
     device_compiler()
     unique = {k.name: k for k in kernels}
-    return nvrtc.compile_ptx(module_source(unique.values()))
+    return nvrtc.check_compiles(module_source(unique.values()))
 
 
 def assert_defined(ptx: str, names) -> None:
