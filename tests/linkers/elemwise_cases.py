@@ -37,7 +37,8 @@ COMPARISONS = {"less", "less_equal", "greater", "greater_equal", "equal", "not_e
 #: others call exp, sin, ... which NumPy takes from its own SIMD code and the C
 #: code from libm or, vectorized, glibc's libmvec: equal within a few ulps.
 EXACT = {"add", "sub", "mul", "true_divide", "floor_divide", "mod", "neg", "abs", "sign",
-         "square", "reciprocal", "maximum", "minimum", "clip", "sqrt", "relu", "where"}
+         "square", "reciprocal", "maximum", "minimum", "clip", "sqrt", "relu", "where",
+         "floor", "ceil", "trunc", "rint", "round"}
 #: where NumPy's SIMD loops pick either zero when comparing -0.0 with 0.0
 ZERO_SIGN_FREE = {"maximum", "minimum", "clip", "relu"}
 RTOL = {np.dtype("float64"): 1e-15, np.dtype("float32"): 1e-6}

@@ -429,7 +429,18 @@ EXPRESSIONS: dict[str, Expression] = {
     "clip": Expression("tn_clip_{t}({0}, {1}, {2})", dtypes=_same_as_output, weak="saturate"),
     # Transcendental
     **{name: _math(name) for name in ("exp", "log", "log1p", "expm1", "sqrt", "sin", "cos",
-                                      "tanh", "erf")},   # C's erf; SciPy's is within ulps
+                                      "tanh", "erf",   # C's erf; SciPy's is within ulps
+                                      "tan", "sinh", "cosh", "log2", "log10", "exp2")},
+    # NumPy's arc functions are C's a... functions
+    **{name: _math(name.replace("arc", "a")) for name in ("arcsin", "arccos", "arctan",
+                                                          "arcsinh", "arccosh", "arctanh")},
+    "arctan2": Expression({"f": "atan2{f}({0}, {1})"}),
+    # Rounding: IEEE-exact, as NumPy's loops (rint rounds halves to even in the
+    # default rounding mode, which nothing here changes); integers unchanged
+    **{name: Expression({"biu": "{0}", "f": f"{name}{{f}}({{0}})"})
+       for name in ("floor", "ceil", "trunc")},
+    "round": Expression({"iu": "{0}", "f": "rint{f}({0})"}, dtypes=_same_as_output),
+    "rint": _math("rint"),
     "sigmoid": Expression({"f": "({T})1 / (({T})1 + exp{f}(-{0}))"}),  # SciPy's own formula
     "softplus": Expression({"f": "tn_softplus_{t}({0})"}, dtypes=_same_as_output),
     "relu": Expression({"biu": "{0} > 0 ? {0} : ({T})0",

@@ -59,9 +59,13 @@ __all__ = ["ElemwiseKernel", "MATH_ULPS", "elemwise_kernel", "has_cuda_code",
 #: correctly rounded value too, so the two may differ by about the sum.
 MATH_ULPS = {
     "float64": {"exp": 1, "expm1": 1, "log": 1, "log1p": 1, "sin": 2, "cos": 2, "tanh": 1,
-                "erf": 2, "pow": 2},
+                "erf": 2, "pow": 2, "tan": 2, "asin": 2, "acos": 2, "atan": 2, "atan2": 2,
+                "sinh": 2, "cosh": 1, "asinh": 3, "acosh": 3, "atanh": 2, "log2": 1,
+                "log10": 1, "exp2": 1},
     "float32": {"exp": 2, "expm1": 1, "log": 1, "log1p": 1, "sin": 2, "cos": 2, "tanh": 2,
-                "erf": 2, "pow": 4},
+                "erf": 2, "pow": 4, "tan": 4, "asin": 2, "acos": 2, "atan": 2, "atan2": 3,
+                "sinh": 3, "cosh": 2, "asinh": 3, "acosh": 4, "atanh": 3, "log2": 1,
+                "log10": 2, "exp2": 2},
 }
 
 

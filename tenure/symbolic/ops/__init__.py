@@ -1,12 +1,13 @@
 """The op families, one file each; this module re-exports their user-facing functions."""
 
 from tenure.symbolic.ops.elemwise import (  # noqa: F401
-    Elemwise, abs, absolute, add, astype, bitwise_and, bitwise_or, bitwise_xor, cast, clip, cos,
-    divide, eq, equal, erf, exp, expm1, floor_divide, ge, greater, greater_equal, gt, invert,
-    isinf, isnan, le, less, less_equal, log, log1p, logical_and, logical_not, logical_or,
+    Elemwise, abs, absolute, add, arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh,
+    astype, bitwise_and, bitwise_or, bitwise_xor, cast, ceil, clip, cos, cosh, divide, eq, equal,
+    erf, exp, exp2, expm1, floor, floor_divide, ge, greater, greater_equal, gt, invert, isinf,
+    isnan, le, less, less_equal, log, log1p, log2, log10, logical_and, logical_not, logical_or,
     logical_xor, lt, maximum, minimum, mod, mul, multiply, neg, negative, neq, not_equal, power,
-    reciprocal, sigmoid, sign, sin, softplus, sqrt, square, sub, subtract, tanh, true_divide,
-    where)
+    reciprocal, rint, round, sigmoid, sign, sin, sinh, softplus, sqrt, square, sub, subtract,
+    switch, tan, tanh, true_divide, trunc, where)
 from tenure.symbolic.ops.reduce import (  # noqa: F401
     all, any, argmax, argmin, max, mean, min, prod, sum, sum_to)
 from tenure.symbolic.ops.blas import dot, matmul  # noqa: F401

@@ -330,10 +330,33 @@ invert = _make(ps.invert, "``~x`` (logical not for bools).")
 isnan = _make(ps.isnan, "Elementwise test for NaN.")
 isinf = _make(ps.isinf, "Elementwise test for positive or negative infinity.")
 where = _make(ps.where, "``a`` where ``cond`` holds, else ``b`` (broadcast together).")
+floor = _make(ps.floor, "The largest integer ``<= x`` (integers and bools unchanged, as NumPy).")
+ceil = _make(ps.ceil, "The smallest integer ``>= x`` (integers and bools unchanged).")
+trunc = _make(ps.trunc, "``x`` rounded towards zero (integers and bools unchanged).")
+rint = _make(ps.rint, "The nearest integer, halves to even; integers give floats, as NumPy.")
+round = _make(ps.round_, "The nearest integer, halves to even, as ``np.round`` with no "
+              "decimals (integers unchanged).  The gradient is zero.")
+tan = _make(ps.tan, "Elementwise tangent.")
+arcsin = _make(ps.arcsin, "Elementwise inverse sine (NaN outside ``[-1, 1]``).")
+arccos = _make(ps.arccos, "Elementwise inverse cosine (NaN outside ``[-1, 1]``).")
+arctan = _make(ps.arctan, "Elementwise inverse tangent.")
+arctan2 = _make(ps.arctan2, "The angle of the point ``(x2, x1)``: ``arctan(x1 / x2)`` in its "
+                "quadrant, in ``[-pi, pi]``.")
+sinh = _make(ps.sinh, "Elementwise hyperbolic sine.")
+cosh = _make(ps.cosh, "Elementwise hyperbolic cosine.")
+arcsinh = _make(ps.arcsinh, "Elementwise inverse hyperbolic sine.")
+arccosh = _make(ps.arccosh, "Elementwise inverse hyperbolic cosine (NaN below 1).")
+arctanh = _make(ps.arctanh, "Elementwise inverse hyperbolic tangent (NaN outside "
+                "``[-1, 1]``).")
+log2 = _make(ps.log2, "Elementwise base-2 logarithm.")
+log10 = _make(ps.log10, "Elementwise base-10 logarithm.")
+exp2 = _make(ps.exp2, "``2 ** x``, elementwise.")
 
 # NumPy-style aliases
 subtract, multiply, divide, negative, absolute = sub, mul, true_divide, neg, abs
 eq, neq, lt, le, gt, ge = equal, not_equal, less, less_equal, greater, greater_equal
+#: Theano's and PyTensor's name for ``where``
+switch = where
 
 
 def clip(x, min, max):
@@ -402,6 +425,16 @@ def _clip_grad(inputs, out, gz):
 
 
 _SQRT_PI = 1.7724538509055159
+_LN2 = 0.6931471805599453
+_LN10 = 2.302585092994046
+
+
+def _arctan2_grad(i, o, gz):
+    # d/dy atan2(y, x) = x / (x² + y²), d/dx = -y / (x² + y²)
+    y, x = i
+    norm = add(square(x), square(y))
+    return [true_divide(mul(gz, x), norm), neg(true_divide(mul(gz, y), norm))]
+
 
 _GRAD_RULES = {
     "add": lambda i, o, gz: [gz, gz],
@@ -438,4 +471,19 @@ _GRAD_RULES = {
     "relu": lambda i, o, gz: [where(greater(o, 0), gz, 0)],
     "erf": lambda i, o, gz: [mul(gz, mul(2 / _SQRT_PI, exp(neg(square(i[0])))))],
     "where": lambda i, o, gz: [None, where(i[0], gz, 0), where(i[0], 0, gz)],
+    **{name: lambda i, o, gz: [_zero(i[0])]     # piecewise constant
+       for name in ("floor", "ceil", "trunc", "rint", "round")},
+    "tan": lambda i, o, gz: [mul(gz, add(1, square(o)))],
+    "arcsin": lambda i, o, gz: [true_divide(gz, sqrt(sub(1, square(i[0]))))],
+    "arccos": lambda i, o, gz: [neg(true_divide(gz, sqrt(sub(1, square(i[0])))))],
+    "arctan": lambda i, o, gz: [true_divide(gz, add(1, square(i[0])))],
+    "arctan2": _arctan2_grad,
+    "sinh": lambda i, o, gz: [mul(gz, cosh(i[0]))],
+    "cosh": lambda i, o, gz: [mul(gz, sinh(i[0]))],
+    "arcsinh": lambda i, o, gz: [true_divide(gz, sqrt(add(square(i[0]), 1)))],
+    "arccosh": lambda i, o, gz: [true_divide(gz, sqrt(sub(square(i[0]), 1)))],
+    "arctanh": lambda i, o, gz: [true_divide(gz, sub(1, square(i[0])))],
+    "log2": lambda i, o, gz: [true_divide(gz, mul(i[0], _LN2))],
+    "log10": lambda i, o, gz: [true_divide(gz, mul(i[0], _LN10))],
+    "exp2": lambda i, o, gz: [mul(gz, mul(o, _LN2))],
 }

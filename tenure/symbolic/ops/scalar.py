@@ -136,6 +136,12 @@ def _where(cond, a, b, out=None):
     return out
 
 
+def _round(x, out=None):
+    # np.round with no decimals: halves to even, as rint, but integers (and
+    # their dtype) unchanged; np.round has no ufunc of its own.
+    return np.round(x, out=out)
+
+
 def _clip(x, lo, hi, out=None):
     return np.clip(x, lo, hi, out=out)
 
@@ -177,6 +183,13 @@ maximum = _register("maximum", 2, np.maximum, "elementwise max (NaN propagates)"
 minimum = _register("minimum", 2, np.minimum, "elementwise min (NaN propagates)")
 clip = _register("clip", 3, _clip, "x limited to [lo, hi]")
 
+# Rounding (exact; floor, ceil, trunc and round keep integers as they are)
+floor = _register("floor", 1, np.floor, "largest integer <= x")
+ceil = _register("ceil", 1, np.ceil, "smallest integer >= x")
+trunc = _register("trunc", 1, np.trunc, "x rounded towards zero")
+rint = _register("rint", 1, np.rint, "nearest integer, halves to even (integers give floats)")
+round_ = _register("round", 1, _round, "nearest integer, halves to even (as np.round)")
+
 # Transcendental
 exp = _register("exp", 1, np.exp)
 log = _register("log", 1, np.log)
@@ -190,6 +203,20 @@ sigmoid = _register("sigmoid", 1, scipy.special.expit, "1 / (1 + exp(-x))")
 softplus = _register("softplus", 1, _softplus, "log(1 + exp(x)), stable")
 relu = _register("relu", 1, _relu, "max(x, 0); NaN stays NaN")
 erf = _register("erf", 1, scipy.special.erf)
+tan = _register("tan", 1, np.tan)
+arcsin = _register("arcsin", 1, np.arcsin)
+arccos = _register("arccos", 1, np.arccos)
+arctan = _register("arctan", 1, np.arctan)
+arctan2 = _register("arctan2", 2, np.arctan2, "the angle of the point (x2, x1): arctan(x1 / x2) "
+                    "in its quadrant")
+sinh = _register("sinh", 1, np.sinh)
+cosh = _register("cosh", 1, np.cosh)
+arcsinh = _register("arcsinh", 1, np.arcsinh)
+arccosh = _register("arccosh", 1, np.arccosh)
+arctanh = _register("arctanh", 1, np.arctanh)
+log2 = _register("log2", 1, np.log2)
+log10 = _register("log10", 1, np.log10)
+exp2 = _register("exp2", 1, np.exp2, "2 ** x")
 
 # Comparisons and logic
 less = _register("less", 2, np.less, "x < y")

@@ -66,6 +66,24 @@ OPS = {
     "invert": (tn.invert, np.invert, 1),
     "isnan": (tn.isnan, np.isnan, 1),
     "isinf": (tn.isinf, np.isinf, 1),
+    "floor": (tn.floor, np.floor, 1),
+    "ceil": (tn.ceil, np.ceil, 1),
+    "trunc": (tn.trunc, np.trunc, 1),
+    "rint": (tn.rint, np.rint, 1),
+    "round": (tn.round, np.round, 1),
+    "tan": (tn.tan, np.tan, 1),
+    "arcsin": (tn.arcsin, np.arcsin, 1),
+    "arccos": (tn.arccos, np.arccos, 1),
+    "arctan": (tn.arctan, np.arctan, 1),
+    "arctan2": (tn.arctan2, np.arctan2, 2),
+    "sinh": (tn.sinh, np.sinh, 1),
+    "cosh": (tn.cosh, np.cosh, 1),
+    "arcsinh": (tn.arcsinh, np.arcsinh, 1),
+    "arccosh": (tn.arccosh, np.arccosh, 1),
+    "arctanh": (tn.arctanh, np.arctanh, 1),
+    "log2": (tn.log2, np.log2, 1),
+    "log10": (tn.log10, np.log10, 1),
+    "exp2": (tn.exp2, np.exp2, 1),
 }
 
 COMPARISONS = {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"}
@@ -296,6 +314,47 @@ def test_weak_python_scalars_promote_like_numpy(name, dtype, scalar, left, data,
     result = _run(f, arr)
     assert result.dtype == expected.dtype
     _assert_same_values(result, expected)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_rounding_takes_halves_to_even_and_keeps_zeros_signs(dtype, mode):
+    """round and rint as np.round: 2.5 -> 2.0, -0.5 -> -0.0; floor, ceil and
+    trunc keep -0.0, infinities and NaN (17 values: a vectorized loop and
+    its tail on the C linker)."""
+    x = tn.vector("x", dtype=dtype)
+    fns = [tn.round, tn.rint, tn.floor, tn.ceil, tn.trunc]
+    f = tn.function([x], [fn(x) for fn in fns], mode=mode)
+    v = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, -0.0, 0.4999999, -0.7, 2 ** 52 + 0.5,
+                  np.inf, -np.inf, np.nan, 1e30, -3.0, 0.0], dtype=dtype)
+    references = [np.round, np.rint, np.floor, np.ceil, np.trunc]
+    for fn, got, reference in zip(fns, f(v), references):
+        want = reference(v)
+        assert got.dtype == want.dtype, fn.__name__
+        np.testing.assert_array_equal(got, want, err_msg=fn.__name__)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=fn.__name__)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int64", "bool"])
+def test_rounding_an_integer_keeps_it_and_its_dtype(dtype, mode):
+    """NumPy 2: floor, ceil, trunc (and round, of integers) return their
+    input's dtype; rint gives floats."""
+    x = tn.vector("x", dtype=dtype)
+    fns = [tn.floor, tn.ceil, tn.trunc, tn.rint] + ([] if dtype == "bool" else [tn.round])
+    v = np.array([0, 1, 1, 0, 1], dtype=dtype) if dtype == "bool" else \
+        np.array([0, 1, 5, 100, np.iinfo(dtype).max], dtype=dtype)
+    f = tn.function([x], [fn(x) for fn in fns], mode=mode)
+    for fn, got in zip(fns, f(v)):
+        want = np.rint(v) if fn is tn.rint else np.round(v) if fn is tn.round else \
+            getattr(np, fn.__name__)(v)
+        assert got.dtype == want.dtype, fn.__name__
+        np.testing.assert_array_equal(got, want, err_msg=fn.__name__)
+
+
+def test_switch_is_theanos_name_for_where():
+    c, a, b = tn.vector("c", dtype="bool"), tn.vector("a"), tn.vector("b")
+    f = tn.function([c, a, b], tn.switch(c, a, b))
+    np.testing.assert_array_equal(f(np.array([True, False]), np.ones(2), np.zeros(2)), [1, 0])
+    assert tn.switch is tn.where
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -14,6 +14,7 @@ from tenure.testing import verify_grad
 #: scalar op name -> (tenure function, sampler of valid inputs)
 POSITIVE = (0.5, 2.0)
 ANY = (-2.0, 2.0)
+INSIDE_ONE = (-0.9, 0.9)
 UNARY = {
     "neg": (tn.neg, ANY), "abs": (tn.abs, ANY), "square": (tn.square, ANY),
     "reciprocal": (tn.reciprocal, POSITIVE), "exp": (tn.exp, ANY), "log": (tn.log, POSITIVE),
@@ -21,15 +22,22 @@ UNARY = {
     "sin": (tn.sin, ANY), "cos": (tn.cos, ANY), "tanh": (tn.tanh, ANY),
     "sigmoid": (tn.sigmoid, ANY), "softplus": (tn.softplus, ANY), "erf": (tn.erf, ANY),
     "relu": (tn.relu, ANY),
+    "tan": (tn.tan, (-1.2, 1.2)), "arcsin": (tn.arcsin, INSIDE_ONE),
+    "arccos": (tn.arccos, INSIDE_ONE), "arctan": (tn.arctan, ANY), "sinh": (tn.sinh, ANY),
+    "cosh": (tn.cosh, ANY), "arcsinh": (tn.arcsinh, ANY), "arccosh": (tn.arccosh, (1.2, 3.0)),
+    "arctanh": (tn.arctanh, INSIDE_ONE), "log2": (tn.log2, POSITIVE),
+    "log10": (tn.log10, POSITIVE), "exp2": (tn.exp2, ANY),
 }
 BINARY = {
     "add": (tn.add, ANY, ANY), "sub": (tn.sub, ANY, ANY), "mul": (tn.mul, ANY, ANY),
     "true_divide": (tn.true_divide, ANY, POSITIVE), "power": (tn.power, POSITIVE, ANY),
     "maximum": (tn.maximum, ANY, ANY), "minimum": (tn.minimum, ANY, ANY),
     "mod": (tn.mod, POSITIVE, (2.5, 3.0)),
+    # away from the origin and from arctan2's cut (x1 = 0, x2 < 0)
+    "arctan2": (tn.arctan2, ANY, POSITIVE),
 }
 #: ops whose gradient is zero almost everywhere, or which carry none (bool results)
-PIECEWISE_CONSTANT = {"sign", "floor_divide"}
+PIECEWISE_CONSTANT = {"sign", "floor_divide", "floor", "ceil", "trunc", "rint", "round"}
 NO_GRADIENT = {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal",
                "logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_and",
                "bitwise_or", "bitwise_xor", "invert", "isnan", "isinf"}
@@ -81,7 +89,8 @@ def test_cast_gradient_flows_between_float_dtypes():
     np.testing.assert_array_equal(g.eval({x: np.ones(2)}), [3.0, 3.0])
 
 
-@pytest.mark.parametrize("fn", [tn.sign, lambda x: tn.floor_divide(x, 2.0)])
+@pytest.mark.parametrize("fn", [tn.sign, lambda x: tn.floor_divide(x, 2.0), tn.floor, tn.ceil,
+                                tn.trunc, tn.rint, tn.round])
 def test_piecewise_constant_ops_have_zero_gradient(fn):
     x = tn.vector("x")
     g = tn.grad(fn(x).sum(), x)
