@@ -1,0 +1,143 @@
+"""Array functions written with other ops: ``tril``, ``triu``, ``tile``,
+``repeat`` and ``linspace``, NumPy's semantics.
+
+None of them is an op of its own.  Each builds its result from the op
+families (elementwise ``where`` and arithmetic, ``arange``, broadcasting,
+``reshape``, ``set_subtensor``), so every linker runs it with the code those
+ops have there (C, CUDA, Dask), their gradients give its gradient, and the
+rewrites see through it.  Their static arguments (``k``, ``reps``,
+``repeats``, ``num``) must be Python integers: they decide the graph's shape.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from tenure.symbolic.ops.creation import arange, broadcast_to
+from tenure.symbolic.ops.elemwise import (add, cast, floor, less_equal, mul, sub, true_divide,
+                                          where)
+from tenure.symbolic.ops.shape import dim_mul, dimshuffle, expand_dims, reshape, shape_tuple
+from tenure.symbolic.ops.subtensor_update import set_subtensor
+from tenure.symbolic.types import normalize_dtype
+from tenure.symbolic.variable import TensorConstant, as_tensor_variable
+
+__all__ = ["linspace", "repeat", "tile", "tril", "triu"]
+
+
+def _static_int(value, fn: str, name: str, minimum: int | None = None) -> int:
+    """``value`` as a Python int, else a TypeError naming ``fn``'s argument."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{fn}: {name} must be a Python integer (it decides the result's "
+                        f"shape), got {value!r} ({type(value).__name__})")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{fn}: {name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def _matrix_mask(x, k: int, fn: str):
+    """``(x, keep)``: ``keep[i, j]`` is ``j <= i + k`` over ``x``'s last two axes."""
+    x = as_tensor_variable(x)
+    if x.ndim < 2:
+        raise ValueError(f"{fn}: x must have at least 2 dimensions, got {x.ndim}-d {x.type}")
+    k = _static_int(k, fn, "k")
+    rows, cols = shape_tuple(x)[-2:]
+    i = expand_dims(arange(rows), 1)
+    j = expand_dims(arange(cols), 0)
+    return x, less_equal(j, add(i, k))
+
+
+def _zero_of(x):
+    return as_tensor_variable(np.zeros((), dtype=x.dtype))
+
+
+def tril(x, k: int = 0):
+    """``x`` with the elements above the ``k``-th diagonal of its last two axes
+    zeroed (NumPy's ``tril``; ``k > 0`` keeps diagonals above the main one)."""
+    x, keep = _matrix_mask(x, k, "tril")
+    return where(keep, x, _zero_of(x))
+
+
+def triu(x, k: int = 0):
+    """``x`` with the elements below the ``k``-th diagonal of its last two axes
+    zeroed (NumPy's ``triu``)."""
+    x, below = _matrix_mask(x, _static_int(k, "triu", "k") - 1, "triu")
+    return where(below, _zero_of(x), x)
+
+
+def tile(x, reps):
+    """``x`` repeated ``reps[d]`` times along each axis ``d`` (NumPy's ``tile``):
+    ``reps`` shorter than ``x.ndim`` is padded with ones in front, longer
+    gives ``x`` new leading axes."""
+    x = as_tensor_variable(x)
+    reps = (reps,) if isinstance(reps, numbers.Integral) else tuple(reps)
+    reps = tuple(_static_int(r, "tile", f"reps[{i}]", minimum=0) for i, r in enumerate(reps))
+    ndim = max(x.ndim, len(reps))
+    reps = (1,) * (ndim - len(reps)) + reps
+    if ndim > x.ndim:
+        x = expand_dims(x, tuple(range(ndim - x.ndim)))
+    if all(r == 1 for r in reps):
+        return x
+    dims = shape_tuple(x)
+    # (r0, n0, r1, n1, ...): a new axis before each, broadcast, then merged
+    spread = dimshuffle(x, [a for axis in range(ndim) for a in ("x", axis)])
+    spread = broadcast_to(spread, [d for r, n in zip(reps, dims) for d in (r, n)])
+    return reshape(spread, [dim_mul(r, n) for r, n in zip(reps, dims)])
+
+
+def repeat(x, repeats: int, axis: int | None = None):
+    """Each element of ``x`` repeated ``repeats`` times along ``axis`` (NumPy's
+    ``repeat``; ``axis=None`` repeats the flattened ``x``).  ``repeats`` is one
+    count for every element."""
+    x = as_tensor_variable(x)
+    if not isinstance(repeats, numbers.Integral) or isinstance(repeats, bool):
+        raise TypeError(f"repeat: repeats must be a Python integer, one count for every "
+                        f"element, got {repeats!r} ({type(repeats).__name__}); a count per "
+                        "element is not supported")
+    repeats = _static_int(repeats, "repeat", "repeats", minimum=0)
+    if axis is None:
+        x, axis = reshape(x, [-1]), 0
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral) \
+            or not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"repeat: axis must be an int in [{-x.ndim}, {x.ndim}) for "
+                         f"{x.ndim}-d {x.type}, got {axis!r}")
+    axis %= x.ndim
+    dims = list(shape_tuple(x))
+    spread = expand_dims(x, axis + 1)
+    spread = broadcast_to(spread, dims[:axis + 1] + [repeats] + dims[axis + 1:])
+    return reshape(spread, dims[:axis] + [dim_mul(dims[axis], repeats)] + dims[axis + 1:])
+
+
+def linspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None):
+    """``num`` evenly spaced values from ``start`` to ``stop`` (NumPy's
+    ``linspace`` for scalar bounds: ``start + i * step``, and ``stop`` itself
+    last when ``endpoint``).  ``start`` and ``stop`` may be 0-d variables;
+    ``num`` is a Python integer."""
+    num = _static_int(num, "linspace", "num", minimum=0)
+    start, stop = as_tensor_variable(start), as_tensor_variable(stop)
+    for name, bound in (("start", start), ("stop", stop)):
+        if bound.ndim != 0:
+            raise ValueError(f"linspace: {name} must be a scalar (0-d), got {bound.ndim}-d "
+                             f"{bound.type}")
+    dt = _inexact_result_dtype(start, stop)
+    div = num - 1 if endpoint else num
+    delta = sub(cast(stop, dt), cast(start, dt))
+    # NumPy's order: i * step (i * delta for a single value: its step is NaN), + start
+    values = add(mul(arange(num, dtype=dt), true_divide(delta, div) if div > 0 else delta),
+                 start)
+    if endpoint and num > 1:
+        values = set_subtensor(values[-1], stop)
+    if dtype is None:
+        return values
+    dtype = normalize_dtype(dtype, what="linspace")
+    if np.dtype(dtype).kind in "iu":
+        values = floor(values)      # NumPy floors before converting to integers
+    return cast(values, dtype)
+
+
+def _inexact_result_dtype(*bounds) -> str:
+    """NumPy's dtype for ``bounds`` (a Python number weakly typed), made a float."""
+    probes = [type(b.weak_value)(0) if isinstance(b, TensorConstant) and b.weak
+              else np.empty(0, b.dtype) for b in bounds]
+    return np.result_type(*probes, 1.0).name

@@ -1,0 +1,93 @@
+"""tril, triu, tile, repeat and linspace against NumPy on every linker, their
+gradients, and the errors their static arguments get."""
+
+import numpy as np
+import pytest
+
+import tenure as tn
+from tenure.testing import verify_grad
+
+
+def _check(mode, inputs, values, build, reference):
+    f = tn.function(inputs, build(*inputs), mode=mode)
+    got, want = f(*values), reference(*values)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "bool"])
+@pytest.mark.parametrize("k", [-2, 1, 5])
+@pytest.mark.parametrize("shape", [(4, 2), (2, 3, 3)])
+def test_tril_and_triu_match_numpy(shape, k, dtype, mode):
+    x = tn.tensor("x", dtype=dtype, shape=(None,) * len(shape))
+    value = (np.arange(np.prod(shape)).reshape(shape) % 3 + 1).astype(dtype)
+    _check(mode, [x], [value], lambda x: tn.tril(x, k), lambda v: np.tril(v, k))
+    _check(mode, [x], [value], lambda x: tn.triu(x, k), lambda v: np.triu(v, k))
+
+
+@pytest.mark.parametrize("shape, reps", [((3,), 2), ((3,), (2, 2)), ((2, 3), (3, 1)),
+                                         ((2, 3), 2), ((2, 1, 3), (2, 2, 2)), ((2, 3), (1, 1)),
+                                         ((2, 3), (0, 2)), ((), (3,))])
+def test_tile_matches_numpy(shape, reps, mode):
+    x = tn.tensor("x", shape=(None,) * len(shape))
+    value = np.arange(float(np.prod(shape))).reshape(shape)
+    _check(mode, [x], [value], lambda x: tn.tile(x, reps), lambda v: np.tile(v, reps))
+
+
+@pytest.mark.parametrize("shape, repeats, axis", [((3,), 2, None), ((2, 3), 3, None),
+                                                  ((2, 3), 2, 0), ((2, 3), 2, 1),
+                                                  ((2, 3), 2, -1), ((2, 3), 0, 1),
+                                                  ((2, 2, 2), 1, 1)])
+def test_repeat_matches_numpy(shape, repeats, axis, mode):
+    x = tn.tensor("x", dtype="int64", shape=(None,) * len(shape))
+    value = np.arange(np.prod(shape)).reshape(shape)
+    _check(mode, [x], [value], lambda x: tn.repeat(x, repeats, axis=axis),
+           lambda v: np.repeat(v, repeats, axis=axis))
+
+
+@pytest.mark.parametrize("num", [0, 1, 7])
+@pytest.mark.parametrize("endpoint", [True, False])
+@pytest.mark.parametrize("dtype", [None, "int32"])
+def test_linspace_matches_numpy_bit_for_bit(num, endpoint, dtype, mode):
+    start, stop = tn.scalar("start"), tn.scalar("stop")
+    _check(mode, [start, stop], [np.float64(-1.3), np.float64(2.9)],
+           lambda a, b: tn.linspace(a, b, num, endpoint=endpoint, dtype=dtype),
+           lambda a, b: np.linspace(a, b, num, endpoint=endpoint, dtype=dtype))
+
+
+def test_linspace_of_float32_bounds_and_python_numbers(mode):
+    start = tn.scalar("start", dtype="float32")
+    f = tn.function([start], [tn.linspace(start, 1.0, 9), tn.linspace(0, 3, 4)], mode=mode)
+    got32, got_int_bounds = f(np.float32(0.1))
+    want32 = np.linspace(np.float32(0.1), 1.0, 9)
+    assert got32.dtype == want32.dtype == np.float32
+    np.testing.assert_array_equal(got32, want32)
+    np.testing.assert_array_equal(got_int_bounds, np.linspace(0, 3, 4))
+
+
+def test_gradients_flow_through_them():
+    rng = np.random.default_rng(0)
+    verify_grad(lambda x: tn.tril(x, 1) * tn.triu(x), [rng.standard_normal((3, 4))], rng=rng)
+    verify_grad(lambda x: tn.tile(x, (2, 3)), [rng.standard_normal((2, 2))], rng=rng)
+    verify_grad(lambda x: tn.repeat(x, 3, axis=0), [rng.standard_normal((2, 3))], rng=rng)
+    verify_grad(lambda a, b: tn.linspace(a, b, 5), [np.array(0.5), np.array(2.0)], rng=rng)
+
+
+def test_static_arguments_and_shapes_are_checked_when_the_graph_is_built():
+    v, m = tn.vector("v"), tn.matrix("m")
+    with pytest.raises(ValueError, match="tril: x must have at least 2 dimensions"):
+        tn.tril(v)
+    with pytest.raises(TypeError, match=r"triu: k must be a Python integer.*0\.5"):
+        tn.triu(m, 0.5)
+    with pytest.raises(TypeError, match=r"tile: reps\[1\] must be a Python integer"):
+        tn.tile(m, (2, tn.scalar("r", dtype="int64")))
+    with pytest.raises(ValueError, match=r"tile: reps\[0\] must be >= 0, got -1"):
+        tn.tile(m, -1)
+    with pytest.raises(TypeError, match="repeat: repeats must be a Python integer.*count per"):
+        tn.repeat(v, [1, 2, 3])
+    with pytest.raises(ValueError, match=r"repeat: axis must be an int in \[-2, 2\)"):
+        tn.repeat(m, 2, axis=2)
+    with pytest.raises(ValueError, match="linspace: num must be >= 0, got -1"):
+        tn.linspace(0, 1, -1)
+    with pytest.raises(ValueError, match="linspace: stop must be a scalar"):
+        tn.linspace(0, v, 3)
