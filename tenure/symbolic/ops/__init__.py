@@ -30,7 +30,7 @@ from tenure.symbolic.ops.nnet import (  # noqa: F401
     gelu, log_softmax, logsumexp, one_hot, relu, softmax)
 from tenure.symbolic.ops.sorting import argsort, sort  # noqa: F401
 from tenure.symbolic.ops.trace import trace  # noqa: F401
-from tenure.symbolic.ops.composed import linspace, repeat, tile, tril, triu  # noqa: F401
+from tenure.symbolic.ops.composed import linspace, pad, repeat, tile, tril, triu  # noqa: F401
 
 __all__ = [name for name in dir() if not name.startswith("_")
            and name not in ("elemwise", "reduce", "blas", "indexing", "scalar", "creation",

@@ -1,12 +1,13 @@
 """Array functions written with other ops: ``tril``, ``triu``, ``tile``,
-``repeat`` and ``linspace``, NumPy's semantics.
+``repeat``, ``pad`` and ``linspace``, NumPy's semantics.
 
 None of them is an op of its own.  Each builds its result from the op
 families (elementwise ``where`` and arithmetic, ``arange``, broadcasting,
 ``reshape``, ``set_subtensor``), so every linker runs it with the code those
 ops have there (C, CUDA, Dask), their gradients give its gradient, and the
 rewrites see through it.  Their static arguments (``k``, ``reps``,
-``repeats``, ``num``) must be Python integers: they decide the graph's shape.
+``repeats``, ``pad_width``, ``num``) must be Python integers: they decide the
+graph's shape.
 """
 
 from __future__ import annotations
@@ -15,15 +16,16 @@ import numbers
 
 import numpy as np
 
-from tenure.symbolic.ops.creation import arange, broadcast_to
+from tenure.symbolic.ops.creation import arange, broadcast_to, full
 from tenure.symbolic.ops.elemwise import (add, cast, floor, less_equal, mul, sub, true_divide,
                                           where)
-from tenure.symbolic.ops.shape import dim_mul, dimshuffle, expand_dims, reshape, shape_tuple
+from tenure.symbolic.ops.shape import (dim_add, dim_mul, dimshuffle, expand_dims, reshape,
+                                       shape_tuple)
 from tenure.symbolic.ops.subtensor_update import set_subtensor
 from tenure.symbolic.types import normalize_dtype
 from tenure.symbolic.variable import TensorConstant, as_tensor_variable
 
-__all__ = ["linspace", "repeat", "tile", "tril", "triu"]
+__all__ = ["linspace", "pad", "repeat", "tile", "tril", "triu"]
 
 
 def _static_int(value, fn: str, name: str, minimum: int | None = None) -> int:
@@ -107,6 +109,52 @@ def repeat(x, repeats: int, axis: int | None = None):
     spread = expand_dims(x, axis + 1)
     spread = broadcast_to(spread, dims[:axis + 1] + [repeats] + dims[axis + 1:])
     return reshape(spread, dims[:axis] + [dim_mul(dims[axis], repeats)] + dims[axis + 1:])
+
+
+def pad(x, pad_width, mode: str = "constant", constant_values=0):
+    """``x`` with ``pad_width`` elements of ``constant_values`` before and after
+    each axis (NumPy's ``pad`` in its ``"constant"`` mode).  ``pad_width`` is
+    NumPy's: an int for every side, ``(before, after)`` for every axis, or one
+    ``(before, after)`` per axis.  ``constant_values`` is a scalar, converted
+    to ``x``'s dtype.  The gradient of the result is the gradient of ``x``'s
+    region."""
+    x = as_tensor_variable(x)
+    if mode != "constant":
+        raise ValueError(f"pad: mode must be 'constant' (the only mode tenure has), "
+                         f"got {mode!r}")
+    widths = _pad_widths(pad_width, x.ndim)
+    value = as_tensor_variable(constant_values)
+    if value.ndim != 0:
+        raise ValueError(f"pad: constant_values must be a scalar, got {value.ndim}-d "
+                         f"{value.type}")
+    dims = shape_tuple(x)
+    padded = full([dim_add(dim_add(before, n), after) for (before, after), n in zip(widths, dims)],
+                  cast(value, x.dtype))
+    region = tuple(slice(before, dim_add(before, n)) for (before, _), n in zip(widths, dims))
+    return set_subtensor(padded[region], x)
+
+
+def _pad_widths(pad_width, ndim: int) -> list[tuple[int, int]]:
+    """NumPy's forms of ``pad_width`` as one ``(before, after)`` per axis: it
+    broadcasts to ``(ndim, 2)``, as in NumPy."""
+    widths = np.asarray(pad_width, dtype=object if _has_variables(pad_width) else None)
+    if widths.dtype.kind not in "iu":
+        raise TypeError(f"pad: pad_width must hold Python integers (they decide the result's "
+                        f"shape), got {pad_width!r}")
+    try:
+        widths = np.broadcast_to(widths, (ndim, 2))
+    except ValueError:
+        raise ValueError(f"pad: pad_width must be an int, (before, after), or one "
+                         f"(before, after) per axis of the {ndim}-d x, got {pad_width!r}") \
+            from None
+    return [tuple(_static_int(int(w), "pad", f"pad_width[{axis}]", minimum=0) for w in row)
+            for axis, row in enumerate(widths)]
+
+
+def _has_variables(value) -> bool:
+    if isinstance(value, (tuple, list)):
+        return any(_has_variables(v) for v in value)
+    return not isinstance(value, numbers.Number)
 
 
 def linspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None):

@@ -1,4 +1,4 @@
-"""tril, triu, tile, repeat and linspace against NumPy on every linker, their
+"""tril, triu, tile, repeat, pad and linspace against NumPy on every linker, their
 gradients, and the errors their static arguments get."""
 
 import numpy as np
@@ -45,6 +45,19 @@ def test_repeat_matches_numpy(shape, repeats, axis, mode):
            lambda v: np.repeat(v, repeats, axis=axis))
 
 
+PAD_CASES = [((3,), 2, 0), ((3,), (1, 4), -2.5), ((2, 3), ((1, 0), (2, 3)), 7),
+             ((2, 3), ((1, 2),), 1), ((2, 0), 1, 3), ((2, 3), 0, 0)]
+
+
+@pytest.mark.parametrize("shape, pad_width, value", PAD_CASES)
+@pytest.mark.parametrize("dtype", ["float32", "int16"])
+def test_pad_matches_numpy(shape, pad_width, value, dtype, mode):
+    x = tn.tensor("x", dtype=dtype, shape=(None,) * len(shape))
+    data = np.arange(np.prod(shape)).reshape(shape).astype(dtype)
+    _check(mode, [x], [data], lambda x: tn.pad(x, pad_width, constant_values=value),
+           lambda v: np.pad(v, pad_width, constant_values=value))
+
+
 @pytest.mark.parametrize("num", [0, 1, 7])
 @pytest.mark.parametrize("endpoint", [True, False])
 @pytest.mark.parametrize("dtype", [None, "int32"])
@@ -71,6 +84,8 @@ def test_gradients_flow_through_them():
     verify_grad(lambda x: tn.tile(x, (2, 3)), [rng.standard_normal((2, 2))], rng=rng)
     verify_grad(lambda x: tn.repeat(x, 3, axis=0), [rng.standard_normal((2, 3))], rng=rng)
     verify_grad(lambda a, b: tn.linspace(a, b, 5), [np.array(0.5), np.array(2.0)], rng=rng)
+    verify_grad(lambda x: tn.pad(x, ((1, 0), (2, 1)), constant_values=3.0),
+                [rng.standard_normal((2, 3))], rng=rng)
 
 
 def test_static_arguments_and_shapes_are_checked_when_the_graph_is_built():
@@ -87,6 +102,16 @@ def test_static_arguments_and_shapes_are_checked_when_the_graph_is_built():
         tn.repeat(v, [1, 2, 3])
     with pytest.raises(ValueError, match=r"repeat: axis must be an int in \[-2, 2\)"):
         tn.repeat(m, 2, axis=2)
+    with pytest.raises(ValueError, match=r"pad: pad_width must be an int, \(before, after\)"):
+        tn.pad(m, ((1, 2, 3),))
+    with pytest.raises(TypeError, match="pad: pad_width must hold Python integers"):
+        tn.pad(m, (tn.scalar("w", dtype="int64"), 1))
+    with pytest.raises(ValueError, match=r"pad: pad_width\[1\] must be >= 0, got -1"):
+        tn.pad(m, ((0, 0), (1, -1)))
+    with pytest.raises(ValueError, match="pad: mode must be 'constant'.*'edge'"):
+        tn.pad(m, 1, mode="edge")
+    with pytest.raises(ValueError, match="pad: constant_values must be a scalar"):
+        tn.pad(m, 1, constant_values=v)
     with pytest.raises(ValueError, match="linspace: num must be >= 0, got -1"):
         tn.linspace(0, 1, -1)
     with pytest.raises(ValueError, match="linspace: stop must be a scalar"):
