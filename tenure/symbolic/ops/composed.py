@@ -152,9 +152,11 @@ def _pad_widths(pad_width, ndim: int) -> list[tuple[int, int]]:
 
 
 def _has_variables(value) -> bool:
+    """Whether ``value`` holds anything but numbers (NumPy would make an
+    array of the objects, or fail, before tenure could name the argument)."""
     if isinstance(value, (tuple, list)):
         return any(_has_variables(v) for v in value)
-    return not isinstance(value, numbers.Number)
+    return not isinstance(value, (numbers.Number, np.ndarray))
 
 
 def linspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None):

@@ -46,7 +46,8 @@ def test_repeat_matches_numpy(shape, repeats, axis, mode):
 
 
 PAD_CASES = [((3,), 2, 0), ((3,), (1, 4), -2.5), ((2, 3), ((1, 0), (2, 3)), 7),
-             ((2, 3), ((1, 2),), 1), ((2, 0), 1, 3), ((2, 3), 0, 0)]
+             ((2, 3), ((1, 2),), 1), ((2, 0), 1, 3), ((2, 3), 0, 0),
+             ((2, 3), np.array([[0, 1], [2, 0]]), 5)]
 
 
 @pytest.mark.parametrize("shape, pad_width, value", PAD_CASES)
