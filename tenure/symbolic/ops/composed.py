@@ -38,12 +38,13 @@ def _static_int(value, fn: str, name: str, minimum: int | None = None) -> int:
     return int(value)
 
 
-def _matrix_mask(x, k: int, fn: str):
-    """``(x, keep)``: ``keep[i, j]`` is ``j <= i + k`` over ``x``'s last two axes."""
+def _matrix_mask(x, k: int, fn: str, shift: int = 0):
+    """``(x, keep)``: ``keep[i, j]`` is ``j <= i + k + shift`` over ``x``'s
+    last two axes."""
     x = as_tensor_variable(x)
     if x.ndim < 2:
         raise ValueError(f"{fn}: x must have at least 2 dimensions, got {x.ndim}-d {x.type}")
-    k = _static_int(k, fn, "k")
+    k = _static_int(k, fn, "k") + shift
     rows, cols = shape_tuple(x)[-2:]
     i = expand_dims(arange(rows), 1)
     j = expand_dims(arange(cols), 0)
@@ -64,7 +65,7 @@ def tril(x, k: int = 0):
 def triu(x, k: int = 0):
     """``x`` with the elements below the ``k``-th diagonal of its last two axes
     zeroed (NumPy's ``triu``)."""
-    x, below = _matrix_mask(x, _static_int(k, "triu", "k") - 1, "triu")
+    x, below = _matrix_mask(x, k, "triu", shift=-1)
     return where(below, _zero_of(x), x)
 
 
