@@ -34,7 +34,7 @@ import numpy as np
 from tenure.linkers.cuda.dispatch import (DEVICE, HOST, OwnParts, Placed, kernel_step, lookup,
                                           register_cuda_op)
 from tenure.linkers.cuda.index_checks import check_advanced_index, check_basic_index
-from tenure.linkers.cuda.random import compile_draw
+from tenure.linkers.cuda.random import compile_draw, draw_host_inputs
 from tenure.symbolic.grad import StopGradient
 from tenure.symbolic.ops.blas import Dot, MatMul, Outer, TensorDot
 from tenure.symbolic.ops.composite import Composite, FusedReduce
@@ -45,7 +45,7 @@ from tenure.symbolic.ops.indexing import (AdvancedSubtensor, Subtensor, advanced
                                           index_tuple)
 from tenure.symbolic.ops.join import Join, Split, SplitGrad, Stack
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, OneHot, Softmax
-from tenure.symbolic.ops.random import RandomVariable, host_inputs_on_device, perform_on_device
+from tenure.symbolic.ops.random import RandomVariable, perform_on_device
 from tenure.symbolic.ops.scan import Scan
 from tenure.symbolic.ops.scan_grad import CheckpointedScanGrad, LoopGradient
 from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, SumTo, Var
@@ -492,7 +492,7 @@ register_cuda_op(IncSubtensor, device=DeviceOp(_basic_update, _index_scalars))
 register_cuda_op(FusedReduce, device=DeviceOp(_fused_reduce))
 # a Philox kernel (.random) where the draw has one, else drawn on the host
 register_cuda_op(RandomVariable,
-                 device=DeviceOp(perform_on_device, host_inputs_on_device, compile=compile_draw))
+                 device=DeviceOp(perform_on_device, draw_host_inputs, compile=compile_draw))
 # A loop runs on the device arrays, its step compiled by the cuda linker
 # (state_on_device); only its length (and a gradient's start) is read on the host.
 register_cuda_op(Scan, device=DeviceOp(_loop_on_device, lambda node: frozenset({0})))

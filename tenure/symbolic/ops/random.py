@@ -513,8 +513,10 @@ class RandomVariable(Op):
         self._check_values(values, shape)
         return True
 
-    def _shape(self, dims, params) -> tuple:
-        """The draw's shape for these values (checked, naming what is wrong)."""
+    def draw_shape(self, dims, params) -> tuple:
+        """The draw's shape for these size lengths and parameters (anything
+        with a ``shape``: a device's arrays too), checked against each other
+        but not the parameters' values (ValueError naming what is wrong)."""
         if self.n_size is not None:
             size = tuple(int(d) for d in dims)
             self._check_size(size, params)
@@ -538,7 +540,7 @@ class RandomVariable(Op):
     def checked_shape(self, dims, params) -> tuple:
         """The draw's shape for these size lengths and parameters (arrays),
         once every check of them has passed (ValueError naming what is wrong)."""
-        shape = self._shape(dims, params)
+        shape = self.draw_shape(dims, params)
         self._check_values(params, shape)
         return shape
 
@@ -683,8 +685,3 @@ def perform_on_device(node, inputs, cells, runtime) -> None:
         runtime.copy_into(old, draw)
     else:
         cells[1][0] = runtime.from_host(np.ascontiguousarray(draw))
-
-
-def host_inputs_on_device(node) -> frozenset:
-    """Every input but the state is read on the host (sizes, parameters)."""
-    return frozenset(range(1, len(node.inputs)))

@@ -125,8 +125,8 @@ def _case_advanced_updates():
 
 
 def _case_random():
-    """Random draws (issue 34): by a Philox kernel on the device with scalar
-    parameters; with an array parameter, drawn on the host and copied."""
+    """Random draws (issue 34): by a Philox kernel on the device, with scalar
+    parameters or an array parameter (read on the device)."""
     from tenure.symbolic.ops.random import initial_state, random_variable
     state, loc = tn.tensor("state", dtype="uint64", shape=(3,)), tn.vector("loc")
     outs = [random_variable("normal", state, (loc, 2.0), size=(4, 3))[1],
@@ -233,6 +233,104 @@ def test_a_draw_runs_its_kernel_on_the_device(device, monkeypatch):
         p = tn.scalar("p")
         coins = tn.function([p], RandomStream(3).bernoulli(p, size=50), mode=tn.Mode(linker="cuda"))
     assert [int(host(coins(v)).sum()) for v in (0.0, 1.0, 0.0, 1.0)] == [0, 50, 0, 50]
+
+
+def _draws_from_device_parameters(draws, h, loc, sigma):
+    """An RBM's and a VAE's draws, over parameters computed on the device:
+    broadcast, transposed (strided), of other dtypes than the draw's."""
+    p = tn.sigmoid(h)
+    return [draws.binomial(1, p, size=h.shape), draws.bernoulli(p.T),
+            draws.normal(loc, sigma, size=(4, 2, 3)), draws.normal(loc, tn.exp(h)),
+            draws.uniform(loc, loc + 2.0, size=(2, 3), dtype="float32"),
+            draws.uniform(tn.cast(loc, "int32"), 50, dtype="float64"),
+            draws.integers(tn.cast(loc, "int16"), tn.cast(loc, "int64") + 7, size=(5, 3),
+                           dtype="int32")]
+
+
+def _device_draws(device, build, inputs):
+    """``build(draws, *inputs)`` on the cuda linker and on the Python linker
+    (streams of the same seed): the two functions."""
+    from tenure.random import RandomStream
+    with tn.config.change_flags(device="cuda"):
+        f = tn.function(inputs, build(RandomStream(23), *inputs), mode=tn.Mode(linker="cuda"))
+    reference = tn.function(inputs, build(RandomStream(23), *inputs), mode=tn.Mode(linker="py"))
+    return f, reference
+
+
+def test_a_draw_reads_array_parameters_on_the_device(device, monkeypatch):
+    """Draws whose parameters are arrays computed on the device are made by
+    the array kernels (cuda/random.py): nothing is copied to or from the
+    host during a call, and the numbers are the Python linker's."""
+    h, loc, sigma = tn.matrix("h"), tn.vector("loc"), tn.scalar("sigma")
+    f, reference = _device_draws(device, _draws_from_device_parameters, [h, loc, sigma])
+    values = [device.from_host(_m(2, 3)), device.from_host(np.array([0.0, 10.0, 20.0])),
+              device.from_host(np.array(0.5))]
+    host_values = [host(v) for v in values]
+    f(*values)
+    reference(*host_values)
+    moved = []
+    to_host, from_host = type(device).to_host, type(device).from_host
+    monkeypatch.setattr(type(device), "to_host",
+                        lambda self, a: moved.append(("to", a.shape)) or to_host(self, a))
+    monkeypatch.setattr(type(device), "from_host",
+                        lambda self, a: moved.append(("from", a.shape)) or from_host(self, a))
+    got = f(*values)
+    monkeypatch.undo()
+    assert moved == []
+    want = reference(*host_values)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert device.is_device_array(g) and host(g).dtype == w.dtype, k
+        if w.dtype.kind == "f":
+            np.testing.assert_array_max_ulp(host(g), w, maxulp=4)
+        else:
+            np.testing.assert_array_equal(host(g), w, err_msg=f"output {k}")
+
+
+@pytest.mark.parametrize("build, bad, message", [
+    (lambda s, v: s.bernoulli(tn.sigmoid(v) * 1.5), np.array([0.0, 9.0]),
+     r"bernoulli: parameter 'p' must be a probability in \[0, 1\], got 1\.4"),
+    (lambda s, v: s.normal(0.0, v, size=(3, 2)), np.array([1.0, np.nan]),
+     r"normal: parameter 'scale' must be finite and >= 0, got nan"),
+    (lambda s, v: s.uniform(v, 1.0), np.array([0.0, np.inf]),
+     r"uniform: parameter 'low' must be finite, got inf"),
+    (lambda s, v: s.integers(tn.cast(v, "int64"), 3, size=(2, 2)), np.array([0.0, 3.0]),
+     r"integers: parameter 'high' must be greater than low \(high is excluded\), got 3"),
+])
+def test_a_bad_device_parameter_raises_before_anything_is_written(device, build, bad, message):
+    """A parameter out of its domain raises the Python linker's error, and
+    neither the generator state nor last call's borrowed draw is written."""
+    from tenure.random import RandomStream
+    v = tn.vector("v")
+    with tn.config.change_flags(device="cuda"):
+        draws = RandomStream(5)
+        f = tn.function([v], tn.Out(build(draws, v), borrow=True), mode=tn.Mode(linker="cuda"))
+    last = f(device.from_host(np.array([0.5, 0.25])))
+    kept = host(last).copy()
+    state = host(draws.states[0].get_value(borrow=True, return_internal_type=True)).copy()
+    with pytest.raises(ValueError, match=message):
+        f(device.from_host(bad))
+    np.testing.assert_array_equal(host(last), kept)
+    np.testing.assert_array_equal(
+        host(draws.states[0].get_value(borrow=True, return_internal_type=True)), state)
+
+
+def test_draws_the_array_kernels_leave_to_the_host(device):
+    """A float16 parameter, a broadcast over more than MAX_NDIM axes and an
+    empty draw are drawn on the host: the same numbers still."""
+    from tenure.linkers.cuda.random import MAX_NDIM
+
+    def build(draws, x, w):
+        wide = tn.reshape(x, (2, 1, 2, 1, 2, 1))[:, :, :, :, :, 0:1]
+        return [draws.uniform(tn.cast(x, "float16"), 2.0, dtype="float32"),
+                draws.normal(wide, w, size=(2, 3, 2, 3, 2, 3)),
+                draws.normal(x, 1.0, size=(0, 8))]
+
+    assert MAX_NDIM < 6
+    x, w = tn.vector("x"), tn.vector("w")
+    f, reference = _device_draws(device, build, [x, w])
+    values = [np.arange(8.0) / 8, np.array([1.0, 2.0, 3.0])]
+    for g, want in zip(f(*[device.from_host(v) for v in values]), reference(*values)):
+        np.testing.assert_array_max_ulp(host(g), want, maxulp=4)
 
 
 @pytest.mark.parametrize("gradient", ["stored", "checkpointed", "unexpanded"])
