@@ -44,7 +44,7 @@ def _info(args) -> int:
     print(f"total size: {format_size(summary.total_bytes)}")
     cap = config.compiledir_max_size
     print(f"size cap: {format_size(cap) if cap else 'none'} (compiledir_max_size; least "
-          f"recently used entries beyond it are removed after each build)")
+          f"recently used entries beyond it are removed after builds)")
     if args.verbose:
         for entry in summary.entries:
             print(f"  {entry.name:<24} {entry.key[:16]}  {format_size(entry.size_bytes):>10}  "

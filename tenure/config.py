@@ -179,8 +179,9 @@ _FLAGS = {
               str, _check_compiledir),
         _Flag("compiledir_max_size", 2**30,
               "the most the entries of the compile cache may take, in bytes (an int, or a "
-              "string such as '512MiB' or '2GB'); after each build the least recently used "
-              "entries beyond it are removed. 0: no limit",
+              "string such as '512MiB' or '2GB'); after a build the least recently used "
+              "entries beyond it are removed (checked at a process's first build, then "
+              "after each sixteenth of it built). 0: no limit",
               _parse_size, _check_size),
         _Flag("cxx", "",
               "the C compiler command (e.g. 'gcc' or 'ccache clang'); empty: $CC, else the "

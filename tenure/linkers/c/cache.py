@@ -38,10 +38,13 @@ accepted could crash the interpreter later, when a missing page is touched).
 Those checks catch corruption, not tampering: a cache that others could
 write is not used at all (see :mod:`.cache_dirs`).
 
-Size.  After each build, entries beyond ``config.compiledir_max_size`` are
+Size.  After a build, entries beyond ``config.compiledir_max_size`` are
 evicted, least recently used first (a load from disk touches the entry's
 directory, so its time is its last use), each under its lock (an entry
-another process is loading or building is skipped).  Entries this process
+another process is loading or building is skipped).  Finding them walks the
+whole cache, so a process does it after its first build and then once it has
+built a sixteenth of the cap since (see :func:`_evict_after_build`): the
+cache may outgrow the cap by that much per process building at the time.  Entries this process
 has loaded are never evicted by it: for a module it would be safe (unlinking
 a mapped library is), but an entry of files is used by path later on.
 
@@ -263,17 +266,43 @@ def _locked(directory: Path, key: str, load_or_build):
         result, problem, built = load_or_build(directory)
     if built:
         try:
-            evict(directory, keep=(key,))
+            _evict_after_build(directory, key)
         except OSError:
             pass   # a cache over its size costs disk, never a failed load
     return result, f"{problem}; entry {directory / key}" if problem else None
 
 
+#: bytes this process has built into each entries directory since it last
+#: walked it to evict (absent: never walked)
+_built_since_walk: dict[Path, int] = {}
+#: a process walks the cache again once it has built this fraction of the cap
+WALK_EVERY = 16
+
+
+def _evict_after_build(directory: Path, key: str) -> None:
+    """:func:`evict` after the build of ``key``, when due: at this process's
+    first build into ``directory``, then each time it has built a
+    :data:`WALK_EVERY`-th of the cap since.  A walk reads every entry (a
+    quarter of a millisecond each: a fifth of a second per build with a
+    thousand entries, when it walked after every build)."""
+    limit = config.compiledir_max_size
+    if not limit:
+        return
+    built = _built_since_walk.get(directory)
+    size = _tree_size(directory / key)
+    if built is not None and built + size < limit // WALK_EVERY:
+        _built_since_walk[directory] = built + size
+        return
+    evict(directory, keep=(key,))
+    _built_since_walk[directory] = 0
+
+
 def _forget_loaded() -> None:
     """Forget the modules loaded and the entries of files checked so far, so
-    the next load reads the disk (tests)."""
+    the next load reads the disk, and the walks of the cache (tests)."""
     _loaded.clear()
     _checked_files.clear()
+    _built_since_walk.clear()
 
 
 def files_key(name: str, material: str, recipe: Recipe) -> str:

@@ -925,6 +925,29 @@ def test_the_size_cap_spares_entries_this_process_loaded(cc, tmp_path):
     assert kept.add(1, 1) == 2
 
 
+def test_the_cache_is_walked_at_the_first_build_then_per_sixteenth_of_the_cap(
+        cc, tmp_path, monkeypatch):
+    """Eviction walks every entry (a fifth of a second per build once a
+    thousand are there): a process walks at its first build, then once it has
+    built a sixteenth of the cap since, not after every build."""
+    cache._forget_loaded()
+    walks = []
+    real_evict = cache.evict
+    monkeypatch.setattr(cache, "evict", lambda *a, **k: walks.append(1) or real_evict(*a, **k))
+    sources = [add_source(salt=f"walk {i}") for i in range(5)]
+    directory = cache.entries_dir(tmp_path)
+    cache.load_module("addmod", sources[0], compiledir=tmp_path)
+    one_entry = cache._tree_size(directory / cache.cache_key(sources[0]))
+    # a cap whose sixteenth is two and a half entries: walks after builds 1 and 4
+    with tn.config.change_flags(compiledir_max_size=int(2.5 * 16 * one_entry)):
+        for source in sources[1:]:
+            cache.load_module("addmod", source, compiledir=tmp_path)
+    assert len(walks) == 2
+    with tn.config.change_flags(compiledir_max_size=0):     # no cap: no walk
+        cache.load_module("addmod", add_source(salt="walk none"), compiledir=tmp_path)
+    assert len(walks) == 2
+
+
 def test_size_flag_takes_units(tmp_path):
     with tn.config.change_flags(compiledir_max_size="512MiB"):
         assert tn.config.compiledir_max_size == 512 * 2**20
