@@ -246,10 +246,12 @@ class Stack(Op):
         shape = first[:self.axis] + (len(inputs),) + first[self.axis:]
         cell = output_storage[0]
         dtype = node.outputs[0].type.numpy_dtype
-        if _fits(cell[0], shape, dtype):
-            np.stack(inputs, axis=self.axis, out=cell[0])
-        else:
-            cell[0] = np.stack(inputs, axis=self.axis, dtype=dtype)
+        if not _fits(cell[0], shape, dtype):
+            # C order whatever the inputs' layout: np.stack alone follows
+            # theirs (transposed views give a transposed result), and a
+            # reshape of it, as im2col does (conv.py), would copy it.
+            cell[0] = np.empty_like(inputs[0], dtype=dtype, order="C", shape=shape)
+        np.stack(inputs, axis=self.axis, out=cell[0])
 
     def infer_shape(self, node, input_shapes):
         ndim = len(input_shapes[0])

@@ -14,6 +14,10 @@ and boolean inputs give float64 (like ``np.mean`` and
 ``relu``, ``gelu`` and the cross-entropies are compositions of elementwise
 ops, so their gradients come from the elementwise rules.  ``one_hot`` has no
 gradient.
+
+``conv2d`` and ``pool_2d`` (:mod:`.conv`) and the batch normalizations
+(:mod:`.batchnorm`) live in files of their own and are part of ``tn.nnet``
+too.
 """
 
 from __future__ import annotations
@@ -425,3 +429,9 @@ def one_hot(indices, num_classes, dtype=None):
             raise ValueError(f"one_hot: num_classes must be non-negative, got {n}")
         n = constant(n, dtype="int64")
     return OneHot(normalize_dtype(dtype, what="one_hot"))(indices, n)
+
+
+# tn.nnet also holds the image and normalization layers (files of their own).
+from tenure.symbolic.ops.batchnorm import (  # noqa: E402,F401
+    batch_normalization, batch_normalization_test, batch_normalization_train)
+from tenure.symbolic.ops.conv import conv2d, pool_2d  # noqa: E402,F401
