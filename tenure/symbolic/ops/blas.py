@@ -476,8 +476,22 @@ class TensorDot(Op):
         a, b = inputs
         self.check_aligned(a.shape, b.shape)
         dtype = node.outputs[0].type.numpy_dtype
-        output_storage[0][0] = np.asarray(np.tensordot(a, b, axes=self.numpy_axes()),
-                                          dtype=dtype)
+        cell = output_storage[0]
+        buffer = cell[0]
+        if (a.dtype == b.dtype == dtype and isinstance(buffer, np.ndarray)
+                and buffer.flags.c_contiguous and _fits(buffer, self._shape(a, b), dtype)
+                and not np.may_share_memory(buffer, a) and not np.may_share_memory(buffer, b)):
+            # np.tensordot's own steps, the product written into last call's
+            # (or the plan's) buffer: the same numbers, no result allocated
+            # (np.tensordot takes no out=).
+            left, right = _as_matrix(a, self.a_axes, False), _as_matrix(b, self.b_axes, True)
+            np.dot(left, right, out=buffer.reshape(left.shape[0], right.shape[1]))
+        else:
+            cell[0] = np.asarray(np.tensordot(a, b, axes=self.numpy_axes()), dtype=dtype)
+
+    def _shape(self, a, b) -> tuple:
+        return (tuple(a.shape[i] for i in _free_axes(a.ndim, self.a_axes))
+                + tuple(b.shape[i] for i in _free_axes(b.ndim, self.b_axes)))
 
     def infer_shape(self, node, input_shapes):
         a, b = node.inputs
@@ -527,6 +541,18 @@ def tensordot_grads(a, b, a_axes: tuple, b_axes: tuple, gz) -> list:
         pairs = dict(zip(a_axes, b_axes))
         gb = _permute_back(t, [pairs[i] for i in sorted(a_axes)] + list(b_free))
     return [ga, gb]
+
+
+def _as_matrix(x: np.ndarray, summed: tuple, summed_first: bool) -> np.ndarray:
+    """``x`` as ``np.tensordot`` makes each operand a matrix: its free axes
+    on one side, the ``summed`` ones on the other (first for the second
+    operand), reshaped (a copy where the move needs one)."""
+    free = _free_axes(x.ndim, summed)
+    n_free = int(np.prod([x.shape[i] for i in free], dtype=np.int64))
+    n_summed = int(np.prod([x.shape[i] for i in summed], dtype=np.int64))
+    if summed_first:
+        return x.transpose(list(summed) + list(free)).reshape(n_summed, n_free)
+    return x.transpose(list(free) + list(summed)).reshape(n_free, n_summed)
 
 
 def _tensordot(a, b, a_axes, b_axes):

@@ -485,6 +485,34 @@ def test_tensordot_and_outer_match_numpy(mode, fn_name, data):
     assert resolve(dims, computed) == expected.shape
 
 
+@pytest.mark.parametrize("a_shape, b_shape, axes", [
+    ((3, 4), (4, 5), 1), ((2, 3, 4), (4, 3, 2), ([1, 2], [1, 0])), ((4, 3), (4, 6), ([0], [0])),
+    ((3,), (3,), 1), ((0, 4), (4, 2), 1), ((2, 3), (3, 0), 1), ((2, 3), (4,), 0)])
+def test_tensordot_writes_into_last_calls_buffer(a_shape, b_shape, axes):
+    """With a borrowed result, the second call's product goes into the first
+    call's buffer (np.tensordot's steps, np.dot with out=): the numbers are
+    np.tensordot's, bit for bit, and no result is allocated."""
+    a = tn.tensor("a", shape=(None,) * len(a_shape))
+    b = tn.tensor("b", shape=(None,) * len(b_shape))
+    f = tn.function([a, b], tn.Out(tn.tensordot(a, b, axes), borrow=True),
+                    mode=tn.Mode(linker="py"))
+    rng = np.random.default_rng(3)
+    first = f(rng.normal(size=a_shape), rng.normal(size=b_shape))
+    av, bv = rng.normal(size=a_shape), rng.normal(size=b_shape)
+    second = f(av, bv)
+    assert second.shape == first.shape and (second.size == 0 or np.shares_memory(first, second))
+    np.testing.assert_array_equal(second, np.tensordot(av, bv, axes))
+
+
+def test_tensordot_of_mixed_dtypes_allocates_its_result():
+    a, b = tn.matrix("a", dtype="float32"), tn.matrix("b")
+    f = tn.function([a, b], tn.Out(tn.tensordot(a, b, 1), borrow=True), mode=tn.Mode(linker="py"))
+    x, y = np.ones((2, 3), "float32"), np.ones((3, 2))
+    first, second = f(x, y), f(x, y)
+    assert second.dtype == np.float64 and not np.shares_memory(first, second)
+    np.testing.assert_array_equal(second, np.tensordot(x, y, 1))
+
+
 def test_tensordot_default_axes_and_static_shapes():
     a, b = tn.tensor("a", shape=(2, None, 3, 4)), tn.tensor("b", shape=(3, 4, 5))
     assert tn.tensordot(a, b).type.shape == (2, None, 5)
