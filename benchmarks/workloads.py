@@ -1086,9 +1086,178 @@ class DropoutMlpTrain:
                      observe, compile_s)
 
 
+# ============================================================================
+# lenet_train: a LeNet-style convnet's SGD step, float32
+#
+# x (batch, 1, 28, 28) -> conv 6 5x5 + b -> relu -> max pool 2x2 -> conv 16
+# 5x5 + b -> relu -> max pool 2x2 -> flatten (256) -> dense 120 + b -> relu
+# -> dense 10 + b -> softmax cross-entropy against one-hot targets (mean over
+# the batch).  tenure: tn.nnet.conv2d / pool_2d; PyTorch: F.conv2d /
+# F.max_pool2d (eager, and the variant "torch.compile"); JAX: lax.conv and
+# reduce_window under jit.  PyTensor 3 has no conv2d or pool_2d.
+
+
+def _lenet_data(batch, rng):
+    f32 = np.float32
+
+    def layer(*shape):
+        fan_in = int(np.prod(shape[1:]))
+        return rng.standard_normal(shape, dtype=f32) * f32(np.sqrt(2 / fan_in))
+    params = [layer(6, 1, 5, 5), np.zeros(6, f32), layer(16, 6, 5, 5), np.zeros(16, f32),
+              layer(120, 256).T.copy(), np.zeros(120, f32), layer(10, 120).T.copy(),
+              np.zeros(10, f32)]
+    labels = rng.integers(0, 10, size=batch)
+    return {"x": rng.standard_normal((batch, 1, 28, 28), dtype=f32), "params": params,
+            "t": np.eye(10, dtype=f32)[labels]}
+
+
+def _conv64(x, w):
+    """Valid cross-correlation of NCHW ``x`` with OIHW ``w``, and the windows."""
+    k = w.shape[-1]
+    windows = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))
+    return np.einsum("nchwij,fcij->nfhw", windows, w, optimize=True), windows
+
+
+def _pool64(h):
+    """2x2 max pool, and the mask routing its gradient (split among ties)."""
+    n, c, height, width = h.shape
+    blocks = h.reshape(n, c, height // 2, 2, width // 2, 2)
+    out = blocks.max(axis=(3, 5))
+    mask = blocks == out[:, :, :, None, :, None]
+    return out, mask / mask.sum(axis=(3, 5), keepdims=True)
+
+
+def _unpool64(g, mask):
+    n, c, height, width = g.shape
+    return (mask * g[:, :, :, None, :, None]).reshape(n, c, 2 * height, 2 * width)
+
+
+def _conv_input_grad64(g, w):
+    """The gradient of a valid cross-correlation for its input: the full
+    correlation of ``g`` with the flipped filters."""
+    k = w.shape[-1]
+    padded = np.pad(g, ((0, 0), (0, 0), (k - 1, k - 1), (k - 1, k - 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (k, k), axis=(2, 3))
+    return np.einsum("nfhwij,fcij->nchw", windows, w[:, :, ::-1, ::-1], optimize=True)
+
+
+def symbolic_lenet(conv, pool, relu, log_softmax, reshape, x, params):
+    """The forward pass, written once for every system's functions."""
+    w1, b1, w2, b2, w3, b3, w4, b4 = params
+    h = pool(relu(conv(x, w1) + reshape(b1, (1, -1, 1, 1))))
+    h = pool(relu(conv(h, w2) + reshape(b2, (1, -1, 1, 1))))
+    h = relu(reshape(h, (h.shape[0], -1)) @ w3 + b3)
+    return log_softmax(h @ w4 + b4)
+
+
+class LenetTrain:
+    """One SGD step (lr 0.01) of a LeNet-style convnet (see above), checked
+    like ``mlp_train``: the loss and each parameter's step against a float64
+    NumPy forward pass and hand-written backpropagation (a max pool's
+    gradient split among equal maxima; after a ReLU those are zeros, whose
+    gradient is zero in every system)."""
+
+    name = "lenet_train"
+    title = "LeNet convnet, softmax cross-entropy + grads + SGD step, float32"
+    gradient = True
+    variants = (None, TORCH_COMPILE)
+    sizes = {"full": {"batch": 128}, "quick": {"batch": 16}}
+
+    @staticmethod
+    def data(batch, rng):
+        return _lenet_data(batch, rng)
+
+    @staticmethod
+    def reference(d):
+        w1, b1, w2, b2, w3, b3, w4, b4 = [p.astype(np.float64) for p in d["params"]]
+        x, t = d["x"].astype(np.float64), d["t"].astype(np.float64)
+        c1, win1 = _conv64(x, w1)
+        a1 = c1 + b1[None, :, None, None]
+        p1, m1 = _pool64(np.maximum(a1, 0))
+        c2, win2 = _conv64(p1, w2)
+        a2 = c2 + b2[None, :, None, None]
+        p2, m2 = _pool64(np.maximum(a2, 0))
+        flat = p2.reshape(len(x), -1)
+        a3 = flat @ w3 + b3
+        h3 = np.maximum(a3, 0)
+        z = h3 @ w4 + b4
+        z = z - z.max(axis=1, keepdims=True)
+        log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        loss = -np.mean(np.sum(t * log_p, axis=1))
+        gz = (np.exp(log_p) - t) / len(x)
+        g4, gb4 = h3.T @ gz, gz.sum(0)
+        ga3 = (gz @ w4.T) * (a3 > 0)
+        g3, gb3 = flat.T @ ga3, ga3.sum(0)
+        ga2 = _unpool64((ga3 @ w3.T).reshape(p2.shape), m2) * (a2 > 0)
+        g2, gb2 = np.einsum("nchwij,nfhw->fcij", win2, ga2, optimize=True), ga2.sum((0, 2, 3))
+        ga1 = _unpool64(_conv_input_grad64(ga2, w2), m1) * (a1 > 0)
+        g1, gb1 = np.einsum("nchwij,nfhw->fcij", win1, ga1, optimize=True), ga1.sum((0, 2, 3))
+        grads = [g1, gb1, g2, gb2, g3, gb3, g4, gb4]
+        return [np.float64(loss)] + [p.astype(np.float64) - LR * g
+                                     for p, g in zip(d["params"], grads)]
+
+    @staticmethod
+    def tenure(d, linker):
+        import tenure as tn
+        clock = _Clock()
+        with clock:
+            params = [tn.shared(p, borrow=True) for p in d["params"]]
+            x = tn.tensor4("x", dtype="float32")
+            t = tn.matrix("t", dtype="float32")
+            log_p = symbolic_lenet(tn.nnet.conv2d, lambda h: tn.nnet.pool_2d(h, (2, 2)),
+                                   tn.relu, tn.nnet.log_softmax, tn.reshape, x, params)
+            loss = -tn.mean(tn.sum(t * log_p, axis=1))
+            grads = tn.grad(loss, params)
+            f = tn.function([tn.In(x, borrow=True), tn.In(t, borrow=True)], loss,
+                            updates=[(p, p - LR * g) for p, g in zip(params, grads)],
+                            mode=_tenure_mode(linker))
+        xv, tv = d["x"], d["t"]
+        return Built(lambda: f(xv, tv),
+                     lambda r: [_np(r)] + [_np(p.get_value(borrow=True)) for p in params],
+                     clock.s)
+
+    @staticmethod
+    def torch(d, variant=None):
+        import torch
+        import torch.nn.functional as F
+
+        def loss_fn(x, t, *params):
+            log_p = symbolic_lenet(F.conv2d, lambda h: F.max_pool2d(h, 2), torch.relu,
+                                   lambda z: F.log_softmax(z, dim=1), torch.reshape, x, params)
+            return -torch.mean(torch.sum(t * log_p, dim=1))
+
+        x, t = torch.from_numpy(d["x"]), torch.from_numpy(d["t"])
+        params = [torch.from_numpy(p.copy()).requires_grad_() for p in d["params"]]
+        run, observe = _torch_sgd(loss_fn, params, variant)
+        return Built(lambda: run(x, t), observe)
+
+    @staticmethod
+    def jax(d):
+        jax = _jax()
+        import jax.numpy as jnp
+        from jax import lax
+
+        def conv(x, w):
+            return lax.conv_general_dilated(x, w, (1, 1), "VALID",
+                                            dimension_numbers=("NCHW", "OIHW", "NCHW"))
+
+        def pool(h):
+            return lax.reduce_window(h, -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+
+        def loss_fn(params, x, t):
+            log_p = symbolic_lenet(conv, pool, jax.nn.relu,
+                                   lambda z: jax.nn.log_softmax(z, axis=1), jnp.reshape, x,
+                                   params)
+            return -jnp.mean(jnp.sum(t * log_p, axis=1))
+
+        x, t = jnp.asarray(d["x"]), jnp.asarray(d["t"])
+        run, observe, compile_s = _jax_sgd(loss_fn, d["params"], [x, t])
+        return Built(lambda: run(x, t), observe, compile_s)
+
+
 WORKLOADS = {w.name: w for w in (Overhead, Elemwise, SoftmaxInfer, SoftmaxGrad, MlpInfer,
                                  MlpTrain, MlpTrainBudget, MlpTrainBudget8, BorrowSteadyState,
-                                 RnnTrain, RnnTrainBudget, DropoutMlpTrain)}
+                                 RnnTrain, RnnTrainBudget, DropoutMlpTrain, LenetTrain)}
 
 
 def family(system: str) -> str:
@@ -1115,6 +1284,8 @@ def skip_reason(workload: str, system: str) -> str | None:
         return "no Out(borrow=...) to compare: measured for tenure and PyTensor only"
     if fam == "numpy" and w.gradient:
         return "NumPy has no automatic differentiation"
+    if w is LenetTrain and fam == "pytensor":
+        return "PyTensor 3 has no conv2d or pool_2d"
     if not hasattr(w, fam):
         return f"workload not written for {fam}"
     return None
