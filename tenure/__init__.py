@@ -22,6 +22,7 @@ from tenure.function import (  # noqa: F401
 from tenure.printing import debugprint  # noqa: F401
 from tenure import random  # noqa: F401  (tn.random.RandomStream)
 from tenure.loops import scan, until  # noqa: F401
+from tenure import gradient  # noqa: F401  (tn.gradient.jacobian, hessian)
 from tenure.memory_plot import plot_memory  # noqa: F401
 from tenure.memory_html import memory_html  # noqa: F401
 
