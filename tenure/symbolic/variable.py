@@ -155,6 +155,7 @@ class TensorMethods:
     def std(self, axis=None, ddof=0, keepdims=False):
         return _ops().std(self, axis=axis, ddof=ddof, keepdims=keepdims)
     def cumsum(self, axis=None): return _ops().cumsum(self, axis=axis)
+    def cumprod(self, axis=None): return _ops().cumprod(self, axis=axis)
     def sort(self, axis=-1): return _ops().sort(self, axis=axis)
     def argsort(self, axis=-1): return _ops().argsort(self, axis=axis)
 

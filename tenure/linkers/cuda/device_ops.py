@@ -243,16 +243,17 @@ def _make_vector(node, inputs, cells, runtime):
     cells[0][0] = _as_device(np.stack([v.reshape(1) for v in inputs]).reshape(-1), dtype, runtime)
 
 
-def _cumsum(node, inputs, cells, runtime):
+def _running(node, inputs, cells, runtime):
+    """CumSum and CumProd (its subclass): the op's NumPy function on device arrays."""
     (x,) = inputs
     op, dtype = node.op, node.outputs[0].type.numpy_dtype
     axis = op.axis
     if axis is None:
         x, axis = x.reshape(-1), 0
     if op.reverse:
-        result = np.flip(np.cumsum(np.flip(x, axis), axis=axis, dtype=dtype), axis)
+        result = np.flip(op.function(np.flip(x, axis), axis=axis, dtype=dtype), axis)
     else:
-        result = np.cumsum(x, axis=axis, dtype=dtype)
+        result = op.function(x, axis=axis, dtype=dtype)
     cells[0][0] = _as_device(result, dtype, runtime)
 
 
@@ -480,7 +481,7 @@ register_cuda_op(MakeVector, device=DeviceOp(_make_vector))
 register_cuda_op(Var, device=DeviceOp(_var))
 register_cuda_op(Reduce, device=DeviceOp(_axis_reduction))
 register_cuda_op(Elemwise, device=DeviceOp(_elemwise))
-register_cuda_op(CumSum, device=DeviceOp(_cumsum))
+register_cuda_op(CumSum, device=DeviceOp(_running))   # CumProd too (a subclass)
 register_cuda_op(SumTo, device=DeviceOp(_sum_to, _all_but_first))
 register_cuda_op(OneHot, device=DeviceOp(_one_hot, lambda node: frozenset((1,))))
 register_cuda_op(ArgReduce, device=DeviceOp(_axis_reduction))

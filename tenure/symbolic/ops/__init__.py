@@ -19,7 +19,7 @@ from tenure.symbolic.ops.creation import (  # noqa: F401
     alloc, arange, broadcast_to, eye, full, full_like, ones, ones_like, zeros, zeros_like)
 
 # -- helper A (reduce.py, blas.py): var, std, cumsum, outer, tensordot ------
-from tenure.symbolic.ops.reduce import cumsum, std, var  # noqa: F401
+from tenure.symbolic.ops.reduce import cumprod, cumsum, std, var  # noqa: F401
 from tenure.symbolic.ops.blas import outer, tensordot  # noqa: F401
 # -- helper B (indexing.py): set_subtensor, inc_subtensor, take ------------
 from tenure.symbolic.ops.indexing import take  # noqa: F401

@@ -551,26 +551,30 @@ class CumSum(Op):
 
     __props__ = ("axis", "reverse")
 
+    #: the NumPy function, and the name errors and printing give
+    function = staticmethod(np.cumsum)
+    name = "cumsum"
+
     def __init__(self, axis: int | None, reverse: bool = False):
         if axis is not None:
-            axis = axis_index(axis, "cumsum")
+            axis = axis_index(axis, self.name)
             if axis < 0:
-                raise ValueError(f"CumSum: axis must be non-negative, got {axis}")
+                raise ValueError(f"{type(self).__name__}: axis must be non-negative, got {axis}")
         self.axis = axis
         self.reverse = bool(reverse)
 
     def __str__(self) -> str:
-        name = "cumsum_reverse" if self.reverse else "cumsum"
+        name = f"{self.name}_reverse" if self.reverse else self.name
         return f"{name}{{axis={self.axis}}}"
 
     def make_node(self, x) -> Apply:
         x = as_tensor_variable(x)
         if self.axis is not None:
-            normalize_axis(self.axis, x.ndim, "cumsum")
+            normalize_axis(self.axis, x.ndim, self.name)
         try:
-            dtype = np.cumsum(np.ones((1,) * x.ndim, dtype=x.dtype), axis=self.axis).dtype
+            dtype = self.function(np.ones((1,) * x.ndim, dtype=x.dtype), axis=self.axis).dtype
         except TypeError as exc:
-            raise TypeError(f"cumsum: unsupported input {x} ({x.type}): {exc}") from None
+            raise TypeError(f"{self.name}: unsupported input {x} ({x.type}): {exc}") from None
         if self.axis is None:
             static = x.type.shape
             shape = (int(np.prod(static, dtype=np.int64)) if None not in static else None,)
@@ -585,11 +589,11 @@ class CumSum(Op):
         if axis is None:
             x, axis = np.ravel(x), 0
         if not self.reverse:
-            output_storage[0][0] = np.cumsum(x, axis=axis, dtype=dtype)
+            output_storage[0][0] = self.function(x, axis=axis, dtype=dtype)
             return
         out = np.empty(x.shape, dtype=dtype)
-        # Summing the flipped input into a flipped view keeps the result C-ordered.
-        np.cumsum(np.flip(x, axis), axis=axis, dtype=dtype, out=np.flip(out, axis))
+        # Running over the flipped input into a flipped view keeps the result C-ordered.
+        self.function(np.flip(x, axis), axis=axis, dtype=dtype, out=np.flip(out, axis))
         output_storage[0][0] = out
 
     def infer_shape(self, node, input_shapes):
@@ -614,6 +618,46 @@ class CumSum(Op):
             return [CumSum(self.axis, not self.reverse)(gz)]
         g = CumSum(0, not self.reverse)(gz)
         return [g if x.ndim == 1 else reshape(g, shape_tuple(x))]
+
+
+class CumProd(CumSum):
+    """``np.cumprod(x, axis)``: running products, as :class:`CumSum` runs sums
+    (``reverse=True`` from the end).  Small ints and bools widen as
+    :func:`prod` widens them.
+
+    The gradient is PyTensor's: the reversed running sum of ``gz *
+    cumprod(x)``, divided by ``x`` -- not defined (inf or NaN) where ``x``
+    holds a zero."""
+
+    function = staticmethod(np.cumprod)
+    name = "cumprod"
+
+    def grad(self, inputs, output_grads):
+        from tenure.symbolic.grad import is_differentiable
+        from tenure.symbolic.ops.elemwise import mul, true_divide
+        from tenure.symbolic.ops.shape import reshape, shape_tuple
+        (x,) = inputs
+        (gz,) = output_grads
+        if not is_differentiable(x):
+            return [None]
+        products = self(x)
+        axis = 0 if self.axis is None else self.axis
+        g = CumSum(axis, not self.reverse)(mul(gz, products))
+        if self.axis is None and x.ndim != 1:
+            g = reshape(g, shape_tuple(x))
+        return [true_divide(g, x)]
+
+
+def cumprod(x, axis=None):
+    """The running product of ``x`` along ``axis`` (NumPy's ``cumprod``);
+    with ``axis=None``, of the flattened ``x`` (a 1-d result).  Small ints
+    and bools are multiplied as int64 (uint64 for unsigned), as in NumPy."""
+    x = as_tensor_variable(x)
+    if axis is not None:
+        axis = normalize_axis(axis_index(axis, "cumprod"), x.ndim, "cumprod")
+    if axis is None and x.ndim == 1:
+        axis = 0
+    return CumProd(axis)(x)
 
 
 def cumsum(x, axis=None):

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import tenure as tn
 from tests.helpers import COMPILED, DTYPES, assert_matches, random_values
 from tenure.symbolic.ops import shape_tuple
-from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, normalize_axes
+from tenure.symbolic.ops.reduce import ArgReduce, CumProd, CumSum, Reduce, normalize_axes
 from tenure.testing import verify_grad
 
 REDUCTIONS = ["sum", "prod", "mean", "max", "min", "all", "any"]
@@ -546,11 +546,25 @@ def test_cumsum_matches_numpy(mode, case):
     assert resolve(dims, values) == got.shape
 
 
+@COMPILED
+@given(cumsum_cases())
+def test_cumprod_matches_numpy(mode, case):
+    shape, static, axis, dtype, seed = case
+    value = random_values(seed, shape, dtype)
+    x = tn.tensor("x", dtype=dtype, shape=static)
+    out = tn.cumprod(x, axis=axis)
+    expected = np.cumprod(value, axis=axis)
+    assert out.dtype == expected.dtype.name
+    assert_matches(tn.function([x], out, mode=mode)(value), expected)
+
+
 @pytest.mark.parametrize("dtype, fn_name, expected", [
     ("int8", "var", "float64"), ("bool", "std", "float64"), ("float32", "var", "float32"),
     ("float16", "std", "float16"), ("complex64", "var", "float32"),
     ("complex128", "std", "float64"), ("int8", "cumsum", "int64"),
     ("uint8", "cumsum", "uint64"), ("bool", "cumsum", "int64"), ("float32", "cumsum", "float32"),
+    ("int8", "cumprod", "int64"), ("uint8", "cumprod", "uint64"), ("bool", "cumprod", "int64"),
+    ("float32", "cumprod", "float32"),
 ])
 def test_new_reductions_output_dtypes(dtype, fn_name, expected):
     x = tn.matrix("x", dtype=dtype)
@@ -613,6 +627,26 @@ def test_reverse_cumsum_op():
     assert CumSum(1) != CumSum(1, reverse=True)
     with pytest.raises(ValueError, match="non-negative"):
         CumSum(-1)
+
+
+def test_reverse_cumprod_op_and_its_gradient(mode):
+    x = tn.tensor3("x")
+    value = np.arange(1.0, 25.0).reshape(2, 3, 4) / 10
+    for axis in (0, 2, None):
+        node = CumProd(axis, reverse=True).make_node(x)
+        flat = value if axis is not None else value.ravel()
+        np.testing.assert_allclose(run_perform(node, [value]),
+                                   np.flip(np.cumprod(np.flip(flat, axis or 0), axis or 0),
+                                           axis or 0), rtol=1e-15)
+    assert str(CumProd(1, reverse=True)) == "cumprod_reverse{axis=1}" and CumProd(1) != CumSum(1)
+    rng = np.random.default_rng(5)
+    signs = rng.choice([-1, 1], size=(2, 3, 4))
+    for axis in (1, None):
+        verify_grad(lambda v: tn.cumprod(v, axis=axis), [rng.uniform(0.5, 1.5, (2, 3, 4)) * signs],
+                    rng=rng, mode=mode)
+    verify_grad(lambda v: CumProd(0, reverse=True)(v), [rng.uniform(0.5, 1.5, (4, 2))], rng=rng,
+                mode=mode)
+    assert x.cumprod(axis=-1).owner.op == CumProd(2)
 
 
 # --------------------------------------------------------------------------
