@@ -93,9 +93,10 @@ class SizeModel:
                 for i in _destroyed_inputs(node):
                     if isinstance(inputs[i], np.ndarray):
                         inputs[i] = inputs[i].copy()
-                if isinstance(node.op, OpWithInnerGraphs):
-                    # It runs its inner graphs (a loop: n_steps of them):
-                    # what only its run would tell stays unknown.
+                if isinstance(node.op, OpWithInnerGraphs) or node.op.shape_from_values:
+                    # It runs its inner graphs (a loop: n_steps of them), or
+                    # its shapes come from values the placeholders do not
+                    # have: what only its run would tell stays unknown.
                     continue
                 cells = [[None] for _ in node.outputs]
                 try:

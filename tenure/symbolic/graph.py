@@ -143,6 +143,12 @@ class Op:
     #: counts the copy when the output's size differs from the input's.
     view_may_copy: bool = False
 
+    #: True for an op whose outputs' shapes depend on its inputs' values
+    #: (``nonzero``): the size model leaves them unknown rather than run the
+    #: op on the placeholders it evaluates shapes with (all zeros, nominal
+    #: lengths: a meaningless and possibly long run).
+    shape_from_values: bool = False
+
     #: ``check_shapes(node, input_shapes, output_shapes) -> bool``, or None.
     #: Defined by ops whose only run-time failures come from shapes: it raises
     #: the ``ValueError`` ``perform`` would raise for inputs of these concrete

@@ -150,6 +150,7 @@ class TensorMethods:
         """For ``x[idx].inc(v)``: ``x`` with ``v`` added at ``x[idx]`` (duplicates add up)."""
         return _ops().inc_subtensor(self, value)
     def take(self, indices, axis=None): return _ops().take(self, indices, axis=axis)
+    def nonzero(self): return _ops().nonzero(self)
     def var(self, axis=None, ddof=0, keepdims=False):
         return _ops().var(self, axis=axis, ddof=ddof, keepdims=keepdims)
     def std(self, axis=None, ddof=0, keepdims=False):

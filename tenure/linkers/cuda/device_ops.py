@@ -45,10 +45,11 @@ from tenure.symbolic.ops.indexing import (AdvancedSubtensor, Subtensor, advanced
                                           index_tuple)
 from tenure.symbolic.ops.join import Join, Split, SplitGrad, Stack
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, OneHot, Softmax
+from tenure.symbolic.ops.nonzero import Nonzero
 from tenure.symbolic.ops.random import RandomVariable, perform_on_device
 from tenure.symbolic.ops.scan import Scan
 from tenure.symbolic.ops.scan_grad import CheckpointedScanGrad, LoopGradient
-from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, SumTo, Var
+from tenure.symbolic.ops.reduce import ArgReduce, CumProd, CumSum, Reduce, SumTo, Var
 from tenure.symbolic.ops.shape import DimShuffle, MakeVector, Reshape, Shape, SpecifyShape
 from tenure.symbolic.ops.sorting import ArgSort, PermuteAlongAxis, Sort
 from tenure.symbolic.ops.subtensor_update import AdvancedIncSubtensor, IncSubtensor
@@ -251,9 +252,9 @@ def _running(node, inputs, cells, runtime):
     if axis is None:
         x, axis = x.reshape(-1), 0
     if op.reverse:
-        result = np.flip(op.function(np.flip(x, axis), axis=axis, dtype=dtype), axis)
+        result = np.flip(op.running(np.flip(x, axis), axis=axis, dtype=dtype), axis)
     else:
-        result = op.function(x, axis=axis, dtype=dtype)
+        result = op.running(x, axis=axis, dtype=dtype)
     cells[0][0] = _as_device(result, dtype, runtime)
 
 
@@ -471,6 +472,7 @@ register_cuda_op(Stack, device=DeviceOp(_perform))
 register_cuda_op(Sort, device=DeviceOp(_perform))
 register_cuda_op(ArgSort, device=DeviceOp(_perform))
 register_cuda_op(Trace, device=DeviceOp(_perform))
+register_cuda_op(Nonzero, device=DeviceOp(_perform, _all_but_first))   # lengths on the host
 # Device implementations.
 register_cuda_op(Dot, device=DeviceOp(_product))
 register_cuda_op(MatMul, device=DeviceOp(_product))
@@ -481,7 +483,8 @@ register_cuda_op(MakeVector, device=DeviceOp(_make_vector))
 register_cuda_op(Var, device=DeviceOp(_var))
 register_cuda_op(Reduce, device=DeviceOp(_axis_reduction))
 register_cuda_op(Elemwise, device=DeviceOp(_elemwise))
-register_cuda_op(CumSum, device=DeviceOp(_running))   # CumProd too (a subclass)
+register_cuda_op(CumSum, device=DeviceOp(_running))
+register_cuda_op(CumProd, device=DeviceOp(_running))
 register_cuda_op(SumTo, device=DeviceOp(_sum_to, _all_but_first))
 register_cuda_op(OneHot, device=DeviceOp(_one_hot, lambda node: frozenset((1,))))
 register_cuda_op(ArgReduce, device=DeviceOp(_axis_reduction))

@@ -54,7 +54,7 @@ from tenure.symbolic.ops.gemm import Gemm
 from tenure.symbolic.ops.indexing import AdvancedSubtensor, Subtensor, index_tuple
 from tenure.symbolic.ops.join import Join, Split, Stack
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
-from tenure.symbolic.ops.reduce import ArgReduce, CumSum, Reduce, SumTo, Var
+from tenure.symbolic.ops.reduce import ArgReduce, CumProd, CumSum, Reduce, SumTo, Var
 from tenure.symbolic.ops.scan import Scan, concrete_dims, step_output_shape
 from tenure.symbolic.ops.scan_grad import CheckpointedScanGrad, LoopGradient
 from tenure.symbolic.ops.shape import DimShuffle, Reshape, Shape, SpecifyShape
@@ -823,6 +823,7 @@ LOWERINGS: dict[type, Callable] = {
     LogSoftmax: lower_along_axes,
     LogSumExp: lower_along_axes,
     CumSum: lower_along_axes,
+    CumProd: lower_along_axes,
     Sort: lower_along_axes,
     ArgSort: lower_along_axes,
     ArgReduce: lower_along_axes,

@@ -30,6 +30,7 @@ import numpy as np
 from tenure.symbolic.ops.axes import normalize_axis
 from tenure.symbolic.graph import Apply, Op, Variable
 from tenure.symbolic.ops import elemwise as ew
+from tenure.symbolic.ops.nonzero import Nonzero, outputs_of
 from tenure.symbolic.ops.shape import (
     dim_add, dim_floordiv, dim_lt, dim_max, dim_min, dim_sub, dim_where, flatten,
     shape_tuple)
@@ -451,8 +452,8 @@ def _describe(item) -> str:
 
 
 def _mask_error(item) -> TypeError:
-    return TypeError(f"boolean mask indexing is not supported; use tn.where (got "
-                     f"{_describe(item)})")
+    return TypeError(f"boolean indices are not supported here: x[mask] takes a mask of one "
+                     f"axis or more; otherwise use tn.where (got {_describe(item)})")
 
 
 def _scalar_slot(item, inputs: list, what: str):
@@ -542,12 +543,17 @@ def getitem(x, index):
     integer arrays: lists, ndarrays or integer tensors of any ndim, with
     negative indices counting from the end.  Without arrays the result is a
     view of ``x`` (:class:`Subtensor`); with them it is a copy
-    (:class:`AdvancedSubtensor`).  Boolean masks are not supported.
+    (:class:`AdvancedSubtensor`).  A boolean mask of ``k >= 1`` axes indexes
+    the ``k`` axes it covers as NumPy's ``x[mask.nonzero()]`` does
+    (:mod:`.nonzero`: the result's length along them is known only when it
+    runs; a mask whose shape differs from those axes raises NumPy's
+    ``IndexError``).  A 0-d mask (``x[True]``) is not supported.
     """
     x = as_tensor_variable(x)
     items = index if isinstance(index, tuple) else (index,)
     if sum(item is Ellipsis for item in items) > 1:
         raise IndexError(f"an index can only have a single ellipsis ('...'); got {index!r}")
+    items = _masks_as_indices(x, items)
     inputs: list[Variable] = []
     entries = [None if item is Ellipsis else _item_entry(item, inputs) for item in items]
     consumed = sum(e is not None and e[0] != "newaxis" for e in entries)
@@ -570,6 +576,54 @@ def getitem(x, index):
     if advanced:
         return AdvancedSubtensor(entries)(x, *inputs)
     return Subtensor(entries)(x, *inputs)
+
+
+def _mask_of(item):
+    """``item`` as a boolean mask variable of one axis or more, or None when
+    it is not a mask (a 0-d one stays for ``_item_entry`` to refuse)."""
+    if isinstance(item, Variable):
+        var = as_tensor_variable(item)
+        return var if var.dtype == "bool" and var.ndim > 0 else None
+    if isinstance(item, (list, tuple, np.ndarray)) and not isinstance(item, (str, bytes)):
+        try:
+            arr = np.asarray(item)
+        except ValueError:
+            return None
+        return constant(arr) if arr.dtype == bool and arr.ndim > 0 else None
+    return None
+
+
+def _axes_taken(item) -> int:
+    """How many of ``x``'s axes an (expanded) index item indexes."""
+    if item is None or item is Ellipsis:
+        return 0
+    mask = _mask_of(item)
+    return mask.ndim if mask is not None else 1
+
+
+def _masks_as_indices(x, items: tuple) -> tuple:
+    """``items`` with each boolean mask replaced by its nonzero indices (one
+    integer vector per axis it covers), checked against those axes' lengths."""
+    if not any(_mask_of(item) is not None for item in items):
+        return items
+    dims = shape_tuple(x)
+    taken = [_axes_taken(item) for item in items]
+    ellipsis = next((j for j, item in enumerate(items) if item is Ellipsis), None)
+    result = []
+    for j, item in enumerate(items):
+        mask = _mask_of(item)
+        if mask is None:
+            result.append(item)
+            continue
+        start = (x.ndim - sum(taken[j:]) if ellipsis is not None and ellipsis < j
+                 else sum(taken[:j]))
+        if start < 0 or start + mask.ndim > x.ndim:
+            raise IndexError(f"too many indices for {x}: it is {x.ndim}-dimensional "
+                             f"({x.type}), but the index covers {sum(taken)} axes")
+        lengths = [constant(np.int64(d)) if isinstance(d, int) else d
+                   for d in dims[start:start + mask.ndim]]
+        result.extend(outputs_of(Nonzero(start)(mask, *lengths)))
+    return tuple(result)
 
 
 def _advanced_on_both_sides(entries, at: int) -> bool:

@@ -551,8 +551,9 @@ class CumSum(Op):
 
     __props__ = ("axis", "reverse")
 
-    #: the NumPy function, and the name errors and printing give
-    function = staticmethod(np.cumsum)
+    #: the NumPy function (private: autodoc would show NumPy's docstring)
+    _function = staticmethod(np.cumsum)
+    #: the name errors and printing give
     name = "cumsum"
 
     def __init__(self, axis: int | None, reverse: bool = False):
@@ -567,12 +568,18 @@ class CumSum(Op):
         name = f"{self.name}_reverse" if self.reverse else self.name
         return f"{name}{{axis={self.axis}}}"
 
+    def running(self, x, **kwargs):
+        """The op's NumPy function (``np.cumsum``; ``np.cumprod`` for
+        :class:`CumProd`) of ``x`` with NumPy's keywords: device arrays take
+        it over."""
+        return self._function(x, **kwargs)
+
     def make_node(self, x) -> Apply:
         x = as_tensor_variable(x)
         if self.axis is not None:
             normalize_axis(self.axis, x.ndim, self.name)
         try:
-            dtype = self.function(np.ones((1,) * x.ndim, dtype=x.dtype), axis=self.axis).dtype
+            dtype = self.running(np.ones((1,) * x.ndim, dtype=x.dtype), axis=self.axis).dtype
         except TypeError as exc:
             raise TypeError(f"{self.name}: unsupported input {x} ({x.type}): {exc}") from None
         if self.axis is None:
@@ -589,11 +596,11 @@ class CumSum(Op):
         if axis is None:
             x, axis = np.ravel(x), 0
         if not self.reverse:
-            output_storage[0][0] = self.function(x, axis=axis, dtype=dtype)
+            output_storage[0][0] = self.running(x, axis=axis, dtype=dtype)
             return
         out = np.empty(x.shape, dtype=dtype)
         # Running over the flipped input into a flipped view keeps the result C-ordered.
-        self.function(np.flip(x, axis), axis=axis, dtype=dtype, out=np.flip(out, axis))
+        self.running(np.flip(x, axis), axis=axis, dtype=dtype, out=np.flip(out, axis))
         output_storage[0][0] = out
 
     def infer_shape(self, node, input_shapes):
@@ -629,7 +636,7 @@ class CumProd(CumSum):
     cumprod(x)``, divided by ``x`` -- not defined (inf or NaN) where ``x``
     holds a zero."""
 
-    function = staticmethod(np.cumprod)
+    _function = staticmethod(np.cumprod)
     name = "cumprod"
 
     def grad(self, inputs, output_grads):
