@@ -188,6 +188,18 @@ def test_device_entries_agree_with_the_python_linker(device, name):
         np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol, err_msg=f"output {k}")
 
 
+def _watch_transfers(device, monkeypatch) -> list:
+    """The copies between host and device from now on (until
+    ``monkeypatch.undo()``), as ``("to" or "from", shape)``."""
+    moved = []
+    to_host, from_host = type(device).to_host, type(device).from_host
+    monkeypatch.setattr(type(device), "to_host",
+                        lambda self, a: moved.append(("to", a.shape)) or to_host(self, a))
+    monkeypatch.setattr(type(device), "from_host",
+                        lambda self, a: moved.append(("from", a.shape)) or from_host(self, a))
+    return moved
+
+
 def test_a_draw_runs_its_kernel_on_the_device(device, monkeypatch):
     """A draw with scalar parameters is made by its Philox kernel: the state
     stays on the device, nothing is copied to or from the host during a call,
@@ -210,12 +222,7 @@ def test_a_draw_runs_its_kernel_on_the_device(device, monkeypatch):
     state = draws.states[0].get_value(borrow=True, return_internal_type=True)
     assert device.is_device_array(state)
     f()
-    moved = []
-    to_host, from_host = type(device).to_host, type(device).from_host
-    monkeypatch.setattr(type(device), "to_host",
-                        lambda self, a: moved.append(("to", a.shape)) or to_host(self, a))
-    monkeypatch.setattr(type(device), "from_host",
-                        lambda self, a: moved.append(("from", a.shape)) or from_host(self, a))
+    moved = _watch_transfers(device, monkeypatch)
     got = f()
     assert moved == []
     monkeypatch.undo()
@@ -268,12 +275,7 @@ def test_a_draw_reads_array_parameters_on_the_device(device, monkeypatch):
     host_values = [host(v) for v in values]
     f(*values)
     reference(*host_values)
-    moved = []
-    to_host, from_host = type(device).to_host, type(device).from_host
-    monkeypatch.setattr(type(device), "to_host",
-                        lambda self, a: moved.append(("to", a.shape)) or to_host(self, a))
-    monkeypatch.setattr(type(device), "from_host",
-                        lambda self, a: moved.append(("from", a.shape)) or from_host(self, a))
+    moved = _watch_transfers(device, monkeypatch)
     got = f(*values)
     monkeypatch.undo()
     assert moved == []
