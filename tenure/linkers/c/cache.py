@@ -44,9 +44,10 @@ directory, so its time is its last use), each under its lock (an entry
 another process is loading or building is skipped).  Finding them walks the
 whole cache, so a process does it after its first build and then once it has
 built a sixteenth of the cap since (see :func:`_evict_after_build`): the
-cache may outgrow the cap by that much per process building at the time.  Entries this process
-has loaded are never evicted by it: for a module it would be safe (unlinking
-a mapped library is), but an entry of files is used by path later on.
+cache may outgrow the cap by that much per process building at the time.
+Entries this process has loaded are never evicted by it: for a module it
+would be safe (unlinking a mapped library is), but an entry of files is used
+by path later on.
 
 Unloading.  Modules stay loaded until the process exits and ``_loaded`` keeps
 them: CPython cannot unload an extension module.  It never ``dlclose``-s the
