@@ -1,5 +1,7 @@
 """Array functions written with other ops: ``tril``, ``triu``, ``tile``,
-``repeat``, ``pad`` and ``linspace``, NumPy's semantics.
+``repeat``, ``pad`` (its constant mode and the copying ones: edge, wrap,
+reflect, symmetric, as a ``take`` of index maps) and ``linspace``, NumPy's
+semantics.
 
 None of them is an op of its own.  Each builds its result from the op
 families (elementwise ``where`` and arithmetic, ``arange``, broadcasting,
@@ -17,8 +19,9 @@ import numbers
 import numpy as np
 
 from tenure.symbolic.ops.creation import arange, broadcast_to, full
-from tenure.symbolic.ops.elemwise import (add, cast, floor, less_equal, mul, sub, true_divide,
-                                          where)
+from tenure.symbolic.ops.elemwise import (add, cast, clip, floor, less, less_equal, maximum, mod,
+                                          mul, sub, true_divide, where)
+from tenure.symbolic.ops.indexing import take
 from tenure.symbolic.ops.shape import (dim_add, dim_mul, dimshuffle, expand_dims, reshape,
                                        shape_tuple)
 from tenure.symbolic.ops.subtensor_update import set_subtensor
@@ -112,18 +115,30 @@ def repeat(x, repeats: int, axis: int | None = None):
     return reshape(spread, dims[:axis] + [dim_mul(dims[axis], repeats)] + dims[axis + 1:])
 
 
+#: pad's modes other than "constant": each maps an index ``i`` of the padded
+#: axis, counted from the first element of ``x`` (negative before it), to the
+#: element of ``x`` it copies, for an axis of length ``n`` (NumPy's results,
+#: however wide the padding)
+PAD_MODES = ("edge", "wrap", "reflect", "symmetric")
+
+
 def pad(x, pad_width, mode: str = "constant", constant_values=0):
-    """``x`` with ``pad_width`` elements of ``constant_values`` before and after
-    each axis (NumPy's ``pad`` in its ``"constant"`` mode).  ``pad_width`` is
-    NumPy's: an int for every side, ``(before, after)`` for every axis, or one
-    ``(before, after)`` per axis.  ``constant_values`` is a scalar, converted
-    to ``x``'s dtype.  The gradient of the result is the gradient of ``x``'s
-    region."""
+    """``x`` with ``pad_width`` elements before and after each axis (NumPy's
+    ``pad``).  ``pad_width`` is NumPy's: an int for every side, ``(before,
+    after)`` for every axis, or one ``(before, after)`` per axis.  ``mode``:
+    ``"constant"`` (``constant_values``, a scalar converted to ``x``'s dtype),
+    ``"edge"`` (the edge element repeated), ``"wrap"`` (the axis repeated),
+    ``"reflect"`` (mirrored about the edge element) or ``"symmetric"``
+    (mirrored, the edge included).  The gradient of the result is the
+    gradient of ``x``'s region, plus, for the copying modes, of the elements
+    each copy came from."""
     x = as_tensor_variable(x)
-    if mode != "constant":
-        raise ValueError(f"pad: mode must be 'constant' (the only mode tenure has), "
+    if mode != "constant" and mode not in PAD_MODES:
+        raise ValueError(f"pad: mode must be 'constant' or one of {', '.join(PAD_MODES)}, "
                          f"got {mode!r}")
     widths = _pad_widths(pad_width, x.ndim)
+    if mode != "constant":
+        return _pad_by_copies(x, widths, mode)
     value = as_tensor_variable(constant_values)
     if value.ndim != 0:
         raise ValueError(f"pad: constant_values must be a scalar, got {value.ndim}-d "
@@ -133,6 +148,37 @@ def pad(x, pad_width, mode: str = "constant", constant_values=0):
                   cast(value, x.dtype))
     region = tuple(slice(before, dim_add(before, n)) for (before, _), n in zip(widths, dims))
     return set_subtensor(padded[region], x)
+
+
+def _pad_by_copies(x, widths, mode: str):
+    """The copying modes: along each padded axis, ``take`` of ``x`` at the
+    source index of every position of the padded axis."""
+    for axis, (before, after) in enumerate(widths):
+        if not before and not after:
+            continue
+        n = shape_tuple(x)[axis]
+        if isinstance(n, int) and n == 0:
+            raise ValueError(f"pad: cannot extend the empty axis {axis} of {x} ({x.type}) in "
+                             f"mode {mode!r}")
+        positions = sub(arange(dim_add(dim_add(before, n), after), dtype="int64"), before)
+        x = take(x, _source_index(positions, as_tensor_variable(n), mode), axis=axis)
+    return x
+
+
+def _source_index(i, n, mode: str):
+    """The element of an axis of length ``n`` that position ``i`` copies."""
+    n = cast(n, "int64")
+    if mode == "edge":
+        return clip(i, 0, sub(n, 1))
+    if mode == "wrap":
+        return mod(i, n)
+    if mode == "symmetric":             # period 2n: 0 .. n-1, then n-1 .. 0
+        j = mod(i, mul(n, 2))
+        return where(less(j, n), j, sub(sub(mul(n, 2), 1), j))
+    # reflect: period 2(n - 1), the edges not repeated; a single element repeats
+    period = maximum(mul(sub(n, 1), 2), 1)
+    j = mod(i, period)
+    return where(less(j, n), j, sub(period, j))
 
 
 def _pad_widths(pad_width, ndim: int) -> list[tuple[int, int]]:

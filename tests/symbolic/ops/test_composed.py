@@ -59,6 +59,34 @@ def test_pad_matches_numpy(shape, pad_width, value, dtype, mode):
            lambda v: np.pad(v, pad_width, constant_values=value))
 
 
+COPY_CASES = [((3, 4), ((1, 2), (0, 3))), ((3, 4), ((5, 7), (2, 0))), ((1, 2), 3),
+              ((2, 1), ((0, 0), (9, 4))), ((4,), 6)]
+
+
+@pytest.mark.parametrize("pad_mode", ["edge", "wrap", "reflect", "symmetric"])
+def test_pad_copying_modes_match_numpy(pad_mode, mode):
+    """Every case in one function: widths past the axis's length (NumPy's
+    repeated reflections and wraps) and axes of one element included."""
+    inputs = [tn.tensor(f"x{k}", dtype="int32", shape=(None,) * len(shape))
+              for k, (shape, _) in enumerate(COPY_CASES)]
+    f = tn.function(inputs, [tn.pad(x, width, mode=pad_mode)
+                             for x, (_, width) in zip(inputs, COPY_CASES)], mode=mode)
+    values = [np.arange(np.prod(shape), dtype="int32").reshape(shape) for shape, _ in COPY_CASES]
+    for got, value, (_, width) in zip(f(*values), values, COPY_CASES):
+        want = np.pad(value, width, mode=pad_mode)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
+def test_pad_copying_modes_gradient(mode):
+    """Each element's gradient sums over the copies made of it."""
+    verify_grad(lambda x: tn.pad(x, ((2, 1), (0, 3)), mode="reflect"),
+                [np.random.default_rng(1).normal(size=(3, 4))], mode=mode)
+    x = tn.vector("x")
+    g = tn.grad(tn.sum(tn.pad(x, (2, 1), mode="edge")), x)
+    np.testing.assert_array_equal(tn.function([x], g, mode=mode)(np.ones(3)), [3.0, 1.0, 2.0])
+
+
 @pytest.mark.parametrize("num", [0, 1, 7])
 @pytest.mark.parametrize("endpoint", [True, False])
 @pytest.mark.parametrize("dtype", [None, "int32"])
@@ -109,8 +137,11 @@ def test_static_arguments_and_shapes_are_checked_when_the_graph_is_built():
         tn.pad(m, (tn.scalar("w", dtype="int64"), 1))
     with pytest.raises(ValueError, match=r"pad: pad_width\[1\] must be >= 0, got -1"):
         tn.pad(m, ((0, 0), (1, -1)))
-    with pytest.raises(ValueError, match="pad: mode must be 'constant'.*'edge'"):
-        tn.pad(m, 1, mode="edge")
+    with pytest.raises(ValueError, match="pad: mode must be 'constant' or one of edge, wrap, "
+                                         "reflect, symmetric, got 'mean'"):
+        tn.pad(m, 1, mode="mean")
+    with pytest.raises(ValueError, match="pad: cannot extend the empty axis 0"):
+        tn.pad(tn.tensor("e", shape=(0, 3)), 1, mode="wrap")
     with pytest.raises(ValueError, match="pad: constant_values must be a scalar"):
         tn.pad(m, 1, constant_values=v)
     with pytest.raises(ValueError, match="linspace: num must be >= 0, got -1"):
