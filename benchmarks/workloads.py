@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+
 @dataclass
 class Built:
     step: Callable[[], object]
@@ -506,20 +507,8 @@ class MlpTrain:
     @staticmethod
     def tenure(d, linker, **mode_options):
         import tenure as tn
-        clock = _Clock()
-        with clock:
-            params = [tn.shared(p, borrow=True) for p in d["params"]]
-            x = tn.matrix("x", dtype="float32")
-            t = tn.matrix("t", dtype="float32")
-            loss = tn.mean((symbolic_mlp(tn.relu, x, params) - t) ** 2)
-            grads = tn.grad(loss, params)
-            f = tn.function([tn.In(x, borrow=True), tn.In(t, borrow=True)], loss,
-                            updates=[(p, p - LR * g) for p, g in zip(params, grads)],
-                            mode=_tenure_mode(linker, **mode_options))
-        xv, tv = d["x"], d["t"]
-        return Built(lambda: f(xv, tv),
-                     lambda r: [_np(r)] + [_np(p.get_value(borrow=True)) for p in params],
-                     clock.s)
+        return _tenure_sgd(d, linker, 2, lambda x, t, params: tn.mean(
+            (symbolic_mlp(tn.relu, x, params) - t) ** 2), **mode_options)
 
     @staticmethod
     def pytensor(d, variant):
@@ -705,6 +694,27 @@ def _torch_sgd(loss_fn, params, variant):
                 p.sub_(g, alpha=LR)
         return loss.detach()
     return run, lambda r: [_np(r)] + [_np(p) for p in params]
+
+
+def _tenure_sgd(d, linker, x_ndim: int, loss_fn, **mode_options) -> Built:
+    """One SGD step of tenure as a function of borrowed ``x`` (float32, of
+    ``x_ndim`` axes) and ``t`` (a float32 matrix), the parameters shared
+    variables over ``d["params"]`` (borrowed), updated through ``updates``;
+    ``loss_fn(x, t, params)`` is the loss; its compile time is measured."""
+    import tenure as tn
+    clock = _Clock()
+    with clock:
+        params = [tn.shared(p, borrow=True) for p in d["params"]]
+        x = tn.tensor("x", dtype="float32", shape=(None,) * x_ndim)
+        t = tn.matrix("t", dtype="float32")
+        loss = loss_fn(x, t, params)
+        grads = tn.grad(loss, params)
+        f = tn.function([tn.In(x, borrow=True), tn.In(t, borrow=True)], loss,
+                        updates=[(p, p - LR * g) for p, g in zip(params, grads)],
+                        mode=_tenure_mode(linker, **mode_options))
+    xv, tv = d["x"], d["t"]
+    return Built(lambda: f(xv, tv),
+                 lambda r: [_np(r)] + [_np(p.get_value(borrow=True)) for p in params], clock.s)
 
 
 def _jax_sgd(loss_fn, params, args, rng_key=None):
@@ -1199,22 +1209,12 @@ class LenetTrain:
     @staticmethod
     def tenure(d, linker):
         import tenure as tn
-        clock = _Clock()
-        with clock:
-            params = [tn.shared(p, borrow=True) for p in d["params"]]
-            x = tn.tensor4("x", dtype="float32")
-            t = tn.matrix("t", dtype="float32")
+
+        def loss(x, t, params):
             log_p = symbolic_lenet(tn.nnet.conv2d, lambda h: tn.nnet.pool_2d(h, (2, 2)),
                                    tn.relu, tn.nnet.log_softmax, tn.reshape, x, params)
-            loss = -tn.mean(tn.sum(t * log_p, axis=1))
-            grads = tn.grad(loss, params)
-            f = tn.function([tn.In(x, borrow=True), tn.In(t, borrow=True)], loss,
-                            updates=[(p, p - LR * g) for p, g in zip(params, grads)],
-                            mode=_tenure_mode(linker))
-        xv, tv = d["x"], d["t"]
-        return Built(lambda: f(xv, tv),
-                     lambda r: [_np(r)] + [_np(p.get_value(borrow=True)) for p in params],
-                     clock.s)
+            return -tn.mean(tn.sum(t * log_p, axis=1))
+        return _tenure_sgd(d, linker, 4, loss)
 
     @staticmethod
     def torch(d, variant=None):

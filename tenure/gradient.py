@@ -17,22 +17,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tenure.loops import scan
-from tenure.symbolic.grad import DisconnectedInputError, grad, stop_gradient
+from tenure.symbolic.grad import (DisconnectedInputError, grad, like_wrt, stop_gradient,
+                                  wrt_variables)
 from tenure.symbolic.graph import Variable
 from tenure.symbolic.ops.creation import arange
 from tenure.symbolic.ops.shape import reshape, shape_tuple
 from tenure.symbolic.variable import as_tensor_variable
 
 __all__ = ["DisconnectedInputError", "grad", "hessian", "jacobian", "stop_gradient"]
-
-
-def _wrt_list(wrt, fn: str) -> tuple[list, bool]:
-    if isinstance(wrt, Variable):
-        return [wrt], True
-    if isinstance(wrt, (list, tuple)):
-        return list(wrt), False
-    raise TypeError(f"{fn}: wrt must be a variable or a list of variables, got "
-                    f"{type(wrt).__name__}")
 
 
 def jacobian(expression, wrt, consider_constant: Sequence[Variable] | None = None,
@@ -42,7 +34,7 @@ def jacobian(expression, wrt, consider_constant: Sequence[Variable] | None = Non
     structure): for each, shape ``expression.shape + wrt.shape``.
     ``consider_constant`` and ``disconnected_inputs`` are :func:`grad`'s."""
     y = as_tensor_variable(expression)
-    wrt_list, single = _wrt_list(wrt, "jacobian")
+    wrt_list = wrt_variables(wrt, "jacobian")
     if y.ndim == 0:
         return grad(y, wrt, consider_constant, disconnected_inputs)
     flat = reshape(y, (-1,))
@@ -51,10 +43,8 @@ def jacobian(expression, wrt, consider_constant: Sequence[Variable] | None = Non
         return grad(flat[i], wrt_list, consider_constant, disconnected_inputs)
 
     rows, _ = scan(row, sequences=[arange(flat.shape[0])], return_list=True)
-    result = [reshape(r, shape_tuple(y) + shape_tuple(v)) for r, v in zip(rows, wrt_list)]
-    if single:
-        return result[0]
-    return tuple(result) if isinstance(wrt, tuple) else result
+    return like_wrt([reshape(r, shape_tuple(y) + shape_tuple(v)) for r, v in zip(rows, wrt_list)],
+                    wrt)
 
 
 def hessian(cost, wrt, consider_constant: Sequence[Variable] | None = None,
@@ -65,9 +55,6 @@ def hessian(cost, wrt, consider_constant: Sequence[Variable] | None = None,
     cost = as_tensor_variable(cost)
     if cost.ndim != 0:
         raise ValueError(f"hessian: cost must be a scalar (0-d), got {cost} ({cost.type})")
-    wrt_list, single = _wrt_list(wrt, "hessian")
-    result = [jacobian(grad(cost, v, consider_constant, disconnected_inputs), v,
-                       consider_constant, disconnected_inputs) for v in wrt_list]
-    if single:
-        return result[0]
-    return tuple(result) if isinstance(wrt, tuple) else result
+    return like_wrt([jacobian(grad(cost, v, consider_constant, disconnected_inputs), v,
+                              consider_constant, disconnected_inputs)
+                     for v in wrt_variables(wrt, "hessian")], wrt)

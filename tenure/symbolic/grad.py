@@ -81,11 +81,7 @@ def grad(cost, wrt, consider_constant: Sequence[Variable] | None = None,
         raise ValueError("disconnected_inputs: expected 'raise', 'warn', 'ignore' or 'zero', "
                          f"got {disconnected_inputs!r}")
     cost = _check_cost(cost)
-    single = isinstance(wrt, Variable)
-    wrt_list = [wrt] if single else list(wrt) if isinstance(wrt, (list, tuple)) else None
-    if wrt_list is None:
-        raise TypeError(f"grad: wrt must be a variable or a list of variables, got "
-                        f"{type(wrt).__name__}")
+    wrt_list = wrt_variables(wrt, "grad")
     for i, var in enumerate(wrt_list):
         if not isinstance(var, Variable):
             raise TypeError(f"grad: wrt[{i}] must be a symbolic variable, got "
@@ -101,9 +97,26 @@ def grad(cost, wrt, consider_constant: Sequence[Variable] | None = None,
         if g is None:
             g = _disconnected(var, disconnected_inputs)
         results.append(g)
-    if single:
+    return like_wrt(results, wrt)
+
+
+def wrt_variables(wrt, fn: str) -> list:
+    """``wrt`` (a variable, or a list or tuple of them) as a list; a
+    TypeError naming ``fn`` for anything else."""
+    if isinstance(wrt, Variable):
+        return [wrt]
+    if isinstance(wrt, (list, tuple)):
+        return list(wrt)
+    raise TypeError(f"{fn}: wrt must be a variable or a list of variables, got "
+                    f"{type(wrt).__name__}")
+
+
+def like_wrt(results: list, wrt):
+    """One result per ``wrt`` variable, in ``wrt``'s structure: alone for a
+    variable, a tuple for a tuple, else a list."""
+    if isinstance(wrt, Variable):
         return results[0]
-    return type(wrt)(results) if isinstance(wrt, tuple) else results
+    return tuple(results) if isinstance(wrt, tuple) else results
 
 
 def _check_cost(cost) -> Variable:

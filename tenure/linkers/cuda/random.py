@@ -326,7 +326,9 @@ def _raise_for_parameters(node, runtime, dims, params) -> None:
     if c_random.kind_of(node) != op.dist:           # a binomial of one trial: n is 1
         host = [np.ones((), np.int64), *host]
     op.checked_shape(dims, host)
-    raise ValueError(f"{op}: a parameter is out of its domain")    # (checks disagree)
+    # The device's check and the reference's disagree: say which values.
+    raise ValueError(f"{op}: the device found parameter(s) {', '.join(op.spec.params)} out of "
+                     f"their domain, which the reference accepts: {host}")
 
 
 class _Draw:

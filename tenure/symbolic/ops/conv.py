@@ -33,7 +33,8 @@ import numbers
 import numpy as np
 
 from tenure.symbolic.ops.blas import dot, matmul
-from tenure.symbolic.ops.composed import pad
+# (as pad_array: pool_2d's argument pad is PyTensor's name)
+from tenure.symbolic.ops.composed import pad as pad_array
 from tenure.symbolic.ops.creation import ones
 from tenure.symbolic.ops.elemwise import true_divide
 from tenure.symbolic.ops.join import stack
@@ -43,7 +44,7 @@ from tenure.symbolic.ops.shape import dim_mul, dimshuffle, reshape, shape_tuple,
 from tenure.symbolic.shared import SharedVariable
 from tenure.symbolic.variable import as_tensor_variable
 
-__all__ = ["conv2d", "conv_output_length", "pool_2d"]
+__all__ = ["conv2d", "pool_2d"]
 
 #: pool_2d's modes, PyTensor's names
 POOL_MODES = ("max", "sum", "average_inc_pad", "average_exc_pad")
@@ -63,14 +64,6 @@ def _pair(value, fn: str, name: str, minimum: int) -> tuple[int, int]:
     if min(pair) < minimum:
         raise ValueError(f"{fn}: {name} must be >= {minimum}, got {value!r}")
     return int(pair[0]), int(pair[1])
-
-
-def conv_output_length(length: int, kernel: int, stride: int = 1, padding: int = 0,
-                       dilation: int = 1) -> int:
-    """The output length of a convolution (or pooling) along one axis:
-    ``(length + padding - dilation * (kernel - 1) - 1) // stride + 1``, with
-    ``padding`` the total of both sides."""
-    return (length + padding - dilation * (kernel - 1) - 1) // stride + 1
 
 
 def _window(fn: str, filters, filter_shape):
@@ -187,7 +180,7 @@ def conv2d(input, filters, stride=1, padding="valid", dilation=1, groups: int = 
     if filter_flip:
         w = w[:, :, ::-1, ::-1]
     if any(p for pair in pads for p in pair):
-        x = pad(x, ((0, 0), (0, 0), *pads))
+        x = pad_array(x, ((0, 0), (0, 0), *pads))
     # (C, K, N, OH, OW): a reshape to (C * K, N * OH * OW) is free, and one
     # product with the filters as (F, C * K) is the whole convolution.
     patches = _patches(dimshuffle(x, (1, 0, 2, 3)), window, stride, dilation, axis=1)
@@ -247,7 +240,7 @@ def pool_2d(input, ws, ignore_border: bool = True, stride=None, pad=(0, 0), mode
     fill = _lowest(x.dtype) if mode == "max" else 0
     lead = [(0, 0)] * (x.ndim - 2)
     padded = x if not any(p for pair in pads for p in pair) else \
-        _pad(x, (*lead, *pads), fill)
+        pad_array(x, (*lead, *pads), constant_values=fill)
     patches = _patches(padded, window, stride, (1, 1), axis=0)
     if mode == "max":
         return reduce_max(patches, axis=0)
@@ -259,10 +252,6 @@ def pool_2d(input, ws, ignore_border: bool = True, stride=None, pad=(0, 0), mode
     # average_exc_pad; and average_inc_pad's partial windows at the border,
     # whose divisor is their part inside the input (PyTensor's, pad being 0)
     return true_divide(total, _counts(x, window, stride, pads))
-
-
-def _pad(x, widths, fill):
-    return pad(x, widths, constant_values=fill)
 
 
 def _lowest(dtype: str):
@@ -297,4 +286,4 @@ def _counts(x, window, stride, pads):
     the input's (ones padded like the input, pooled by sum)."""
     lengths = shape_tuple(x)[-2:]
     inside = ones(lengths, dtype=x.dtype if np.dtype(x.dtype).kind == "f" else "float64")
-    return reduce_sum(_patches(_pad(inside, pads, 0), window, stride, (1, 1), axis=0), axis=0)
+    return reduce_sum(_patches(pad_array(inside, pads), window, stride, (1, 1), axis=0), axis=0)

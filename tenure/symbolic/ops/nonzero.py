@@ -47,7 +47,8 @@ class Nonzero(Op):
                              "axis or more")
         lengths = [as_tensor_variable(n) for n in lengths]
         if lengths and len(lengths) != x.ndim:
-            raise ValueError(f"nonzero: {len(lengths)} lengths for the {x.ndim}-d {x}")
+            raise ValueError(f"nonzero: expected one length per axis of {x} ({x.ndim}), got "
+                             f"{len(lengths)}")
         for n in lengths:
             if n.ndim != 0 or n.type.numpy_dtype.kind not in "iu":
                 raise TypeError(f"nonzero: a length must be a 0-d integer, got {n} ({n.type})")
