@@ -1,20 +1,24 @@
 """How the C linker runs ``RandomVariable``: a step of the graph's module
-that calls the runtime's ``tn_rng_step`` (``src/random.c``), which draws with
-Philox element by element (``include/tenure_philox.h``).
+that calls the runtime's ``tn_rng_step`` (``src/random_step.c``).
 
-Which draws: ``uniform`` and ``normal`` of float32 or float64, ``bernoulli``
-(and ``binomial`` with ``n`` a constant 1, which draws the same numbers) of
-any C dtype but float16, ``integers`` of any integer dtype -- the draws
-whose element ``i`` depends on the state and ``i`` alone.  The others
-(``binomial`` of other ``n``, ``choice``, ``permutation``: NumPy's
-sequential algorithms) and float16 draws run the op's ``perform`` (a
-``"py"`` step), as before.
+Which draws, of any dtype but float16 (``uniform`` and ``normal``: float32
+and float64; ``integers``: integer dtypes):
+- ``uniform``, ``normal``, ``bernoulli`` (and ``binomial`` with ``n`` a
+  constant 1, which draws the same numbers) and ``integers``, whose element
+  ``i`` depends on the state and ``i`` alone: drawn with Philox element by
+  element (``src/random.c``, ``include/tenure_philox.h``);
+- ``binomial``, ``choice`` and ``permutation``, NumPy's sequential
+  algorithms over the stream: drawn with NumPy's own C distributions, which
+  the runtime links (``src/random_sequential.c``).  Where NumPy lacks that
+  library (:func:`~tenure.linkers.c.runtime.has_numpy_random`), these run
+  the op's ``perform`` (a ``"py"`` step), as float16 draws do.
 The numbers are the reference's (:meth:`RandomVariable.perform`): the tests
 compare them on every linker.
 
-A draw of ``config.openmp_elemwise_minsize`` elements or more runs on
-``config.openmp_threads`` threads, as the elementwise loops do (the same
-numbers however many: element ``i`` depends on ``i`` alone).
+A counter-indexed draw of ``config.openmp_elemwise_minsize`` elements or
+more runs on ``config.openmp_threads`` threads, as the elementwise loops do
+(the same numbers however many: element ``i`` depends on ``i`` alone); a
+sequential draw runs on one.
 
 The step writes both outputs (``CEntry(many_outputs=True)``): the state
 after the draw -- the state's own buffer when the node is in place, else
@@ -32,13 +36,17 @@ import numpy as np
 from tenure.linkers.c.cgen import c_string, comment, typenum
 from tenure.linkers.c.dispatch import CEntry, register_c_op
 from tenure.linkers.c.elemwise import parallel_settings
+from tenure.linkers.c.runtime import has_numpy_random
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops.random import RandomVariable, single_trial
 
-__all__ = ["KINDS", "has_c_code", "kind_of", "step_function"]
+__all__ = ["KINDS", "SEQUENTIAL", "has_c_code", "kind_of", "step_function"]
 
 #: the draws the runtime computes, and their TN_RNG_* values (tenure_runtime.h)
-KINDS = {"uniform": 0, "normal": 1, "bernoulli": 2, "integers": 3}
+KINDS = {"uniform": 0, "normal": 1, "bernoulli": 2, "integers": 3, "binomial": 4, "choice": 5,
+         "permutation": 6}
+#: the draws that need NumPy's random library (the others need nothing)
+SEQUENTIAL = ("binomial", "choice", "permutation")
 
 _FLOATS = ("float32", "float64")
 
@@ -52,7 +60,10 @@ def kind_of(node: Apply) -> str:
 def has_c_code(node: Apply) -> bool:
     """Whether the runtime draws ``node`` (see the module doc)."""
     op = node.op
-    if not isinstance(op, RandomVariable) or kind_of(node) not in KINDS:
+    if not isinstance(op, RandomVariable):
+        return False
+    kind = kind_of(node)
+    if kind in SEQUENTIAL and not has_numpy_random():
         return False
     dtype = np.dtype(op.dtype)
     if op.dist in ("uniform", "normal"):
@@ -72,7 +83,8 @@ def step_function(k: int, step, offsets: tuple, label: str, context=None) -> tup
         raise NotImplementedError(f"{node.op} has no C code")
     op = node.op
     kind = kind_of(node)
-    inputs, params = list(step.inputs), list(op.spec.params)
+    inputs = list(step.inputs)
+    params = list(op.spec.params[:len(inputs) - 1 - (op.n_size or 0)])   # choice: p or not
     if kind != op.dist:                   # a binomial of one trial: n is not read
         del inputs[1 + (op.n_size or 0)]
         params = ["p"]
@@ -85,7 +97,8 @@ def step_function(k: int, step, offsets: tuple, label: str, context=None) -> tup
                    f"{c_string(f'tenure: {label}')}, {{{names}}}, {KINDS[kind]}, "
                    f"{int(op.standard)}, {int(op.inplace)}, "
                    f"{-1 if op.n_size is None else op.n_size}, {n_params}, "
-                   f"{typenum(op.dtype)}, {node.outputs[1].ndim}, {minsize}, {threads}}};")
+                   f"{typenum(op.dtype)}, {node.outputs[1].ndim}, {minsize}, {threads}, "
+                   f"{int(bool(op.replace))}}};")
     ins = ", ".join(str(s) for s in inputs)
     outs = ", ".join(str(s) for s in step.outputs)
     code = "\n".join([

@@ -32,21 +32,46 @@ import threading
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
+
 from tenure.linkers.c import cache, compiler, ctemplate
 
-__all__ = ["INCLUDE_DIR", "SOURCE_DIR", "capsule", "digest", "expand_includes", "header",
-           "load_runtime", "runtime_name", "runtime_source", "source_files"]
+__all__ = ["INCLUDE_DIR", "NUMPY_RANDOM_LIBRARY", "SOURCE_DIR", "capsule", "digest",
+           "expand_includes", "has_numpy_random", "header", "load_runtime", "runtime_name",
+           "runtime_source", "source_files"]
 
 #: the headers generated modules include
 INCLUDE_DIR = Path(__file__).with_name("include")
 #: the runtime's C files
 SOURCE_DIR = Path(__file__).with_name("src")
 
+#: NumPy's C distributions, which the sequential draws call
+#: (src/random_sequential.c): the static library NumPy ships for C code
+NUMPY_RANDOM_LIBRARY = Path(np.random.__file__).with_name("lib") / "libnpyrandom.a"
+
+
+def has_numpy_random() -> bool:
+    """Whether the runtime links :data:`NUMPY_RANDOM_LIBRARY` (every NumPy
+    wheel has it); without it, the C linker draws binomial, choice and
+    permutation with the op's perform."""
+    return NUMPY_RANDOM_LIBRARY.is_file()
+
+
+def _numpy_random_flags() -> tuple[str, ...]:
+    # NumPy's version is in the flags, so in the build's cache key: a new
+    # NumPy (whose algorithms may change) is a new build.
+    if not has_numpy_random():
+        return ("-DTN_NO_NPYRANDOM",)
+    return (f'-DTN_NUMPY_VERSION="{np.__version__}"', f"-L{NUMPY_RANDOM_LIBRARY.parent}",
+            "-lnpyrandom")
+
+
 #: flags the runtime is built with, as the generated code's: speed only
 #: (vector math through libmvec, see include/vector_math.h), and no
-#: contraction of a * b + c into an FMA (NumPy rounds twice)
+#: contraction of a * b + c into an FMA (NumPy rounds twice); NumPy's
+#: random library before the math library it calls
 COMPILE_FLAGS = ("-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off", "-DTN_VECTOR_MATH",
-                 "-lm")
+                 *_numpy_random_flags(), "-lm")
 
 _LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
 _lock = threading.Lock()

@@ -74,8 +74,10 @@ class RandomKernel:
 
 
 def has_cuda_code(node: Apply) -> bool:
-    """Whether a kernel draws ``node`` (with parameters of one element)."""
-    return c_random.has_c_code(node)
+    """Whether a kernel draws ``node``: a counter-indexed draw the C runtime
+    draws.  The sequential ones (binomial, choice, permutation: each number
+    depends on those before it) are drawn on the host."""
+    return c_random.has_c_code(node) and c_random.kind_of(node) not in c_random.SEQUENTIAL
 
 
 @lru_cache(maxsize=None)

@@ -293,8 +293,11 @@ def _draw_binomial(state, params, out, standard):
         # One trial: the bernoulli numbers (counter-indexed, as every linker draws them).
         _draw_bernoulli(state, [p], out, standard)
         return
-    np.copyto(out, _generator(state).binomial(np.asarray(n, np.int64), p, size=out.shape),
-              casting="unsafe")
+    # In chunks from one generator: the numbers of one draw of the whole (each
+    # element takes the stream where the last left it), without its temporary.
+    generator = _generator(state)
+    _in_chunks(out, [np.asarray(n, np.int64), np.asarray(p, np.float64)],
+               lambda start, count, chunk: generator.binomial(*chunk, size=count))
 
 
 def _check_choice(params, shape, replace):
@@ -312,10 +315,10 @@ def _check_choice(params, shape, replace):
             raise ValueError(f"choice: parameter 'p' must have one probability per element "
                              f"of a (shape ({population},)), got shape {p.shape}")
         _check_p("choice", p)
-        if population and not np.isclose(p.sum(), 1.0, rtol=0, atol=np.sqrt(np.finfo(
-                np.float64).eps)):
-            raise ValueError(f"choice: parameter 'p' must sum to 1, got a sum of "
-                             f"{float(p.sum())!r}")
+        # summed in order (cumsum's last), as the C runtime sums: the same float
+        total = float(np.cumsum(p, dtype=np.float64)[-1]) if population else 0.0
+        if population and not abs(total - 1.0) <= np.sqrt(np.finfo(np.float64).eps):
+            raise ValueError(f"choice: parameter 'p' must sum to 1, got a sum of {total!r}")
         if not replace and n > np.count_nonzero(p):
             raise ValueError(f"choice: size {tuple(shape)} asks for {n} samples without "
                              f"replacement, but parameter 'p' gives only "
@@ -684,4 +687,4 @@ def perform_on_device(node, inputs, cells, runtime) -> None:
             and old.dtype == draw.dtype and old.flags.c_contiguous):
         runtime.copy_into(old, draw)
     else:
-        cells[1][0] = runtime.from_host(np.ascontiguousarray(draw))
+        cells[1][0] = runtime.from_host(np.asarray(draw, order="C"))   # (0-d stays 0-d)

@@ -11,13 +11,20 @@ platform: NumPy's SIMD ones may differ from libm's), everything else exactly."""
 
 import math
 import pickle
+import shlex
+import subprocess
+import tempfile
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import tenure as tn
 from tenure import Out
+from tenure.linkers.c import compiler, runtime
+from tenure.linkers.c import random as c_random
+from tenure.linkers.c.runtime import has_numpy_random
 from tenure.random import NotDifferentiableError, RandomStream
 from tenure.symbolic.device import cuda_runtime
 from tenure.symbolic.ops.random import RandomVariable, initial_state
@@ -248,12 +255,81 @@ def test_the_c_linker_draws_in_c_what_it_can():
              srng.binomial(1, 0.5, size=3, dtype="int8"),
              srng.uniform(size=3, dtype="float16"), srng.binomial(4, 0.5, size=3),
              srng.permutation(4)]
+    assert has_numpy_random()        # NumPy's wheels ship its C distributions
+    assert c_step_kinds(draws) == ["random"] * 5 + ["py"] + ["random"] * 2
+
+
+def c_step_kinds(draws):
+    """How the C linker runs each of ``draws``: "random" (the runtime) or "py"."""
     f = tn.function([], draws, mode=tn.Mode(linker="c"))
+    f()
     kinds = {(step.node.op.dist, step.node.op.dtype): kind for kind, step in
              zip(f._thunk.graph.kinds, f._thunk.plan.steps)
              if isinstance(step.node.op, RandomVariable)}
-    assert [kinds[d.owner.op.dist, d.dtype] for d in draws] == ["random"] * 5 + ["py"] * 3
-    f()
+    return [kinds[d.owner.op.dist, d.dtype] for d in draws]
+
+
+def test_without_numpys_random_library_the_sequential_draws_run_perform(monkeypatch):
+    """A NumPy without libnpyrandom: binomial, choice and permutation are the
+    op's perform (the counter-indexed draws stay in C), and the runtime's
+    source compiles without the library."""
+    monkeypatch.setattr(c_random, "has_numpy_random", lambda: False)
+    srng = RandomStream(2)
+    draws = [srng.binomial(4, 0.5, size=3), srng.choice(5, size=2), srng.permutation(4),
+             srng.normal(size=3)]
+    assert c_step_kinds(draws) == ["py", "py", "py", "random"]
+    recipe = compiler.make_recipe(("-DTN_NO_NPYRANDOM", "-fsyntax-only"))
+    source = Path(tempfile.mkdtemp()) / "runtime.c"
+    source.write_text(runtime.runtime_source())
+    subprocess.run([*shlex.split(recipe.command), *recipe.args, "-fsyntax-only",
+                    "-DTN_NO_NPYRANDOM", str(source)], check=True, capture_output=True)
+
+
+@pytest.mark.parametrize("dist", ["binomial", "choice", "permutation"])
+def test_the_sequential_draws_are_numpys_generator_on_every_linker(mode, dist):
+    """binomial (other than one trial), choice and permutation are NumPy's
+    Generator at the draw's counter, on every linker: in C through NumPy's
+    own distributions, every path of choice (with and without replacement
+    and probabilities, Floyd's sampling and the tail shuffle) included."""
+    srng = RandomStream(21)
+    n, p = tn.vector("n", dtype="int64"), tn.vector("p")
+    weights = np.array([0.1, 0.0, 0.3, 0.2, 0.4])
+    cases = {      # built for `dist` alone: each draw is the stream numbered by its place
+        "binomial": lambda: [
+            (srng.binomial(7, 0.3, size=(3, 4)), lambda g: g.binomial(7, 0.3, (3, 4))),
+            (srng.binomial(1000, 0.8, size=6, dtype="int32"),
+             lambda g: g.binomial(1000, 0.8, 6).astype(np.int32)),
+            (srng.binomial(n, p), lambda g: g.binomial([3, 60, 1, 0], [0.5, 0.2, 0.9, 0.3])),
+            (srng.binomial(n, 0.4, size=(2, 4)), lambda g: g.binomial([3, 60, 1, 0], 0.4, (2, 4))),
+        ],
+        "choice": lambda: [
+            (srng.choice(10, size=(2, 3)), lambda g: g.choice(10, (2, 3))),
+            (srng.choice(np.arange(5.0), size=7, p=weights),
+             lambda g: g.choice(np.arange(5.0), 7, p=weights)),
+            (srng.choice(30, size=6, replace=False), lambda g: g.choice(30, 6, replace=False)),
+            (srng.choice(20_000, size=500, replace=False),
+             lambda g: g.choice(20_000, 500, replace=False)),
+            (srng.choice(5, size=3, replace=False, p=weights),
+             lambda g: g.choice(5, 3, replace=False, p=weights)),
+            (srng.choice(np.array([True, False]), size=()),
+             lambda g: np.asarray(g.choice(np.array([True, False]), ()))),
+            (srng.choice(2 ** 40, size=4, replace=False),
+             lambda g: g.choice(2 ** 40, 4, replace=False)),
+        ],
+        "permutation": lambda: [
+            (srng.permutation(9), lambda g: g.permutation(9)),
+            (srng.permutation(np.arange(12, dtype=np.int8).reshape(4, 3)),
+             lambda g: g.permutation(np.arange(12, dtype=np.int8).reshape(4, 3))),
+            (srng.permutation(0), lambda g: g.permutation(0)),
+        ],
+    }[dist]()
+    f = tn.function([n, p], [draw for draw, _ in cases], mode=mode, on_unused_input="ignore")
+    for call in range(2):
+        got = f(np.array([3, 60, 1, 0]), np.array([0.5, 0.2, 0.9, 0.3]))
+        for stream, (value, (_, numpy_draw)) in enumerate(zip(got, cases)):
+            want = numpy_draw(reference(21, stream, call).generator())
+            assert value.dtype == want.dtype and value.shape == want.shape, (stream, value, want)
+            np.testing.assert_array_equal(value, want, err_msg=f"draw {stream}")
 
 
 def test_a_binomial_of_one_trial_draws_the_bernoulli_numbers(mode):
@@ -364,6 +440,26 @@ def test_grad_through_other_draws_is_a_clear_error():
     (lambda s, v: s.choice(3, size=(tn.cast(v, "int64"),), replace=False), (4.0,),
      r"choice: size \(4,\) asks for 4 samples without replacement from parameter 'a', which "
      r"has only 3"),
+    (lambda s, v: s.binomial(tn.cast(v, "int64"), 0.5, size=3), (-1.0,),
+     r"binomial: parameter 'n' must be >= 0, got -1(\n|$)"),
+    (lambda s, v: s.binomial(3, tn.stack([0.5, v])), (2.0,),
+     r"binomial: parameter 'p' must be a probability in \[0, 1\], got 2\.0"),
+    (lambda s, v: s.choice(tn.cast(v, "int64"), size=2), (0.0,),
+     r"choice: parameter 'a' must be a positive integer \(the population size\), got 0(\n|$)"),
+    (lambda s, v: s.choice(3, size=2, p=tn.stack([0.5, 0.5, v])), (0.5,),
+     r"choice: parameter 'p' must sum to 1, got a sum of 1\.5(\n|$)"),
+    (lambda s, v: s.choice(3, size=2, p=tn.stack([0.5, 0.5, v])), (-0.5,),
+     r"choice: parameter 'p' must be a probability in \[0, 1\], got -0\.5"),
+    (lambda s, v: s.choice(3, size=2, p=tn.stack([0.5, v])), (0.5,),
+     r"choice: parameter 'p' must have one probability per element of a \(shape \(3,\)\), "
+     r"got shape \(2,\)"),
+    (lambda s, v: s.choice(3, size=2, replace=False, p=tn.stack([1.0, 0.0, v])), (0.0,),
+     r"choice: size \(2,\) asks for 2 samples without replacement, but parameter 'p' gives "
+     r"only 1 element\(s\) a nonzero probability"),
+    (lambda s, v: s.choice(tn.zeros((tn.cast(v, "int64"),)), size=2), (0.0,),
+     r"choice: parameter 'a' must not be empty when samples are taken"),
+    (lambda s, v: s.permutation(tn.cast(v, "int64")), (-3.0,),
+     r"permutation: parameter 'x' must be a length >= 0 \(or an array\), got -3(\n|$)"),
 ])
 def test_a_bad_parameter_names_it_and_changes_no_state(mode, build, args, message):
     srng = RandomStream(8)
@@ -440,13 +536,16 @@ def test_the_state_advances_in_place(mode):
 
 
 @pytest.mark.shares_buffers
-def test_a_borrowed_draw_allocates_nothing_per_call(mode):
+@pytest.mark.parametrize("dist", ["normal", "binomial"])
+def test_a_borrowed_draw_allocates_nothing_per_call(mode, dist):
     if mode.linker == "check":
         pytest.skip("the checking linker copies every node's inputs and outputs by design")
     n = 1_000_000
     srng = RandomStream(3)
-    f = tn.function([], Out(srng.normal(1.0, 2.0, size=n), borrow=True), mode=mode)
-    fresh = tn.function([], srng.normal(1.0, 2.0, size=n), mode=mode)
+    draw = getattr(srng, dist)
+    params = (1.0, 2.0) if dist == "normal" else (20, 0.3)
+    f = tn.function([], Out(draw(*params, size=n), borrow=True), mode=mode)
+    fresh = tn.function([], draw(*params, size=n), mode=mode)
 
     def peak_per_call(fn):
         fn(), fn()
@@ -464,7 +563,10 @@ def test_a_borrowed_draw_allocates_nothing_per_call(mode):
 
     assert peak_per_call(fresh) >= n * 8                 # a fresh output each call
     assert peak_per_call(f) < n * 8 / 20                 # into last call's buffer
-    assert_same_normal(f()[:1000], reference(3, 0, 5).normal(1.0, 2.0, 1000))
+    if dist == "normal":
+        assert_same_normal(f()[:1000], reference(3, 0, 5).normal(1.0, 2.0, 1000))
+    else:
+        np.testing.assert_array_equal(f(), reference(3, 0, 5).generator().binomial(20, 0.3, n))
 
 
 def test_a_borrowed_draw_allocates_no_device_memory_per_call(mode):

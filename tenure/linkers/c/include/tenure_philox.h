@@ -87,6 +87,7 @@ TN_RNG_FN void tn_philox4x64_10(const tn_u64 c[4], tn_u64 k0, tn_u64 k1, tn_u64 
 TN_RNG_FN void tn_rng_start(tn_rng_cursor *cursor)
 {
     cursor->valid = 0;
+    cursor->block = cursor->attempt = 0;   /* unread while not valid (GCC cannot tell) */
 }
 
 /* Word j of the draw's stream, attempt `attempt`. */

@@ -180,7 +180,12 @@ typedef struct {
 /* ------------------------------------------------------------------------
  * Random draws (src/random.c): one node's description, which its step
  * (tenure/linkers/c/random.py) passes to tn_rng_step. */
-enum { TN_RNG_UNIFORM = 0, TN_RNG_NORMAL = 1, TN_RNG_BERNOULLI = 2, TN_RNG_INTEGERS = 3 };
+enum {
+    /* counter-indexed: element i depends on the state and i alone */
+    TN_RNG_UNIFORM = 0, TN_RNG_NORMAL = 1, TN_RNG_BERNOULLI = 2, TN_RNG_INTEGERS = 3,
+    /* sequential (src/random_sequential.c): NumPy's algorithms over the stream */
+    TN_RNG_BINOMIAL = 4, TN_RNG_CHOICE = 5, TN_RNG_PERMUTATION = 6
+};
 
 typedef struct {
     const char *dist;              /* "uniform", ...: how messages name the draw */
@@ -194,11 +199,12 @@ typedef struct {
     int out_type, nd;              /* the draw's typenum and ndim */
     npy_intp minsize;              /* threads for draws of at least this many elements; -1: never */
     int threads;                   /* how many (0: OpenMP's default) */
+    int replace;                   /* choice: with replacement */
 } tn_rng_node;
 
 /* The table a runtime hands out; TN_RUNTIME_ABI changes with its layout (and
  * with the loops' signatures above). */
-#define TN_RUNTIME_ABI 4
+#define TN_RUNTIME_ABI 5
 
 typedef struct {
     int abi;

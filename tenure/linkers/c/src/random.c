@@ -1,7 +1,10 @@
 /* Random draws in the C runtime (tenure/linkers/c/random.py generates the
- * step that calls tn_rng_step): uniform, normal, bernoulli and integers,
- * element by element from include/tenure_philox.h.  Part of the runtime
- * (runtime.c includes this file).
+ * step that calls tn_rng_step, in random_step.c): the parameters, the
+ * checks, and the counter-indexed draws -- uniform, normal, bernoulli and
+ * integers, element by element from include/tenure_philox.h.  The
+ * sequential draws (binomial, choice, permutation) are in
+ * random_sequential.c.  Part of the runtime (runtime.c includes this file,
+ * then those two).
  *
  * A step checks, in RandomVariable.perform's order and words, the generator
  * state, the size (or the parameters' broadcast), then the parameters'
@@ -11,13 +14,25 @@
  * else into a buffer of its own. */
 #include "tenure_philox.h"
 
-/* The parameters of one call: C-contiguous double arrays (int64 for
- * integers), and whether a message shows each as an int (NumPy's item()
- * of an integer parameter). */
+/* The parameters of one call: C-contiguous arrays of the types
+ * tn_rng_param_type gives, and whether a message shows each as an int
+ * (NumPy's item() of an integer parameter). */
 typedef struct {
     PyArrayObject *values[2];
+    int type[2];
     int integer[2];
 } tn_rng_params;
+
+/* A binomial draw's stream (random_sequential.c). */
+typedef struct tn_rng_stream tn_rng_stream;
+#ifndef TN_NO_NPYRANDOM
+static long long tn_rng_binomial(tn_rng_stream *s, long long n, double p);
+#endif
+
+static int tn_rng_is_sequential(const tn_rng_node *node)
+{
+    return node->kind >= TN_RNG_BINOMIAL;
+}
 
 static void tn_rng_release(tn_rng_params *p)
 {
@@ -60,19 +75,38 @@ static void tn_rng_set_state_word(PyArrayObject *state, int i, tn_u64 w)
     memcpy(PyArray_BYTES(state) + i * PyArray_STRIDE(state, 0), &w, sizeof w);
 }
 
+/* What parameter i is read as: int64 for integers' bounds, binomial's n, and
+ * a length or population (choice's a, permutation's x, 0-d); the draw's own
+ * dtype for the array choice or permutation takes from; else double. */
+static int tn_rng_param_type(const tn_rng_node *node, int i, PyObject *v)
+{
+    const int scalar = PyArray_Check(v) ? PyArray_NDIM((PyArrayObject *)v) == 0 : 1;
+    switch (node->kind) {
+    case TN_RNG_INTEGERS:
+        return NPY_INT64;
+    case TN_RNG_BINOMIAL:
+        return i == 0 ? NPY_INT64 : NPY_DOUBLE;
+    case TN_RNG_CHOICE:
+    case TN_RNG_PERMUTATION:
+        return i == 1 ? NPY_DOUBLE : scalar ? NPY_INT64 : node->out_type;
+    default:
+        return NPY_DOUBLE;
+    }
+}
+
 /* The parameters as arrays the loops read (see tn_rng_params). */
 static int tn_rng_convert(const tn_rng_node *node, PyObject **raw, tn_rng_params *p)
 {
-    const int type = node->kind == TN_RNG_INTEGERS ? NPY_INT64 : NPY_DOUBLE;
     for (int i = 0; i < node->n_params; i++) {
         PyObject *v = raw[i];
-        p->integer[i] = node->kind == TN_RNG_INTEGERS
+        p->type[i] = tn_rng_param_type(node, i, v);
+        p->integer[i] = p->type[i] == NPY_INT64
                         || (PyArray_Check(v) ? PyArray_ISINTEGER((PyArrayObject *)v)
                             || PyArray_ISBOOL((PyArrayObject *)v)
                             : PyLong_Check(v) || PyArray_IsScalar(v, Integer)
                             || PyArray_IsScalar(v, Bool));
         p->values[i] = (PyArrayObject *)PyArray_FROM_OTF(
-            v, type, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST);
+            v, p->type[i], NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST);
         if (p->values[i] == NULL)
             return -1;
     }
@@ -187,7 +221,7 @@ static int tn_rng_bad(const tn_rng_node *node, const tn_rng_params *p, int i, co
                       const char *expected)
 {
     PyObject *shown;
-    if (node->kind == TN_RNG_INTEGERS) {
+    if (p->type[i] == NPY_INT64) {
         long long v;
         memcpy(&v, at, sizeof v);
         shown = PyLong_FromLongLong(v);
@@ -222,6 +256,17 @@ static int tn_rng_check_each(const tn_rng_node *node, const tn_rng_params *p, in
     return 0;
 }
 
+/* Every element of the int64 parameter i is >= 0, or the error naming the
+ * first that is not. */
+static int tn_rng_check_count(const tn_rng_node *node, const tn_rng_params *p, int i)
+{
+    const long long *v = (const long long *)PyArray_DATA(p->values[i]);
+    for (npy_intp k = 0; k < PyArray_SIZE(p->values[i]); k++)
+        if (v[k] < 0)
+            return tn_rng_bad(node, p, i, (const char *)&v[k], ">= 0");
+    return 0;
+}
+
 /* high >= low (high > low when `strict`) over the two parameters'
  * broadcast, or the error naming high's first element that is not. */
 static int tn_rng_check_order(const tn_rng_node *node, const tn_rng_params *p, int strict,
@@ -244,7 +289,7 @@ static int tn_rng_check_order(const tn_rng_node *node, const tn_rng_params *p, i
             lo += idx[d] * s0[d];
             hi += idx[d] * s1[d];
         }
-        if (node->kind == TN_RNG_INTEGERS) {
+        if (p->type[0] == NPY_INT64) {
             long long l, h;
             memcpy(&l, lo, sizeof l);
             memcpy(&h, hi, sizeof h);
@@ -280,8 +325,14 @@ static int tn_rng_check_domains(const tn_rng_node *node, const tn_rng_params *p)
         return tn_rng_check_each(node, p, 1, TN_RNG_SCALE, "finite and >= 0");
     case TN_RNG_BERNOULLI:
         return tn_rng_check_each(node, p, 0, TN_RNG_PROBABILITY, "a probability in [0, 1]");
-    default:
+    case TN_RNG_BINOMIAL:
+        if (tn_rng_check_count(node, p, 0) < 0)
+            return -1;
+        return tn_rng_check_each(node, p, 1, TN_RNG_PROBABILITY, "a probability in [0, 1]");
+    case TN_RNG_INTEGERS:
         return tn_rng_check_order(node, p, 1, "greater than low (high is excluded)");
+    default:   /* choice: tn_rng_check_choice, with the size; permutation: none */
+        return 0;
     }
 }
 
@@ -310,9 +361,11 @@ static double tn_rng_double(const char *at)
     return v;
 }
 
-/* Element i of the draw, written at `at`; `a`, `b`: the parameters' elements. */
+/* Element i of the draw, written at `at`; `a`, `b`: the parameters'
+ * elements; `stream`: a binomial draw's (random_sequential.c). */
 static void tn_rng_element(const tn_rng_node *node, tn_rng_key key, tn_rng_cursor *cursor,
-                           tn_u64 i, const char *a, const char *b, char *at)
+                           tn_u64 i, const char *a, const char *b, char *at,
+                           tn_rng_stream *stream)
 {
     const int f32 = node->out_type == NPY_FLOAT32, standard = node->standard;
     switch (node->kind) {
@@ -336,6 +389,14 @@ static void tn_rng_element(const tn_rng_node *node, tn_rng_key key, tn_rng_curso
         tn_rng_store_int(at, node->out_type,
                          tn_rng_bernoulli(key, cursor, i, tn_rng_double(a)));
         return;
+#ifndef TN_NO_NPYRANDOM
+    case TN_RNG_BINOMIAL: {
+        long long n;
+        memcpy(&n, a, sizeof n);
+        tn_rng_store_int(at, node->out_type, tn_rng_binomial(stream, n, tn_rng_double(b)));
+        return;
+    }
+#endif
     default: {
         long long lo, hi;
         memcpy(&lo, a, sizeof lo);
@@ -347,14 +408,15 @@ static void tn_rng_element(const tn_rng_node *node, tn_rng_key key, tn_rng_curso
 }
 
 /* Elements start .. stop-1 of the draw into `out` (any strides, parameters
- * of any shape).  Not vectorized: GCC would take log, sin and cos from
+ * of any shape), in C order; `stream`: a binomial draw's.  Not vectorized: GCC would take log, sin and cos from
  * libmvec (see include/vector_math.h), a few ulps off the libm the
  * host-compiled CUDA kernels use. */
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("no-tree-vectorize")))
 #endif
 static void tn_rng_fill_range(const tn_rng_node *node, tn_rng_key key, const tn_rng_params *p,
-                              PyArrayObject *out, npy_intp start, npy_intp stop)
+                              PyArrayObject *out, npy_intp start, npy_intp stop,
+                              tn_rng_stream *stream)
 {
     const int nd = PyArray_NDIM(out);
     npy_intp ps[2][NPY_MAXDIMS] = {{0}}, idx[NPY_MAXDIMS] = {0};
@@ -375,7 +437,7 @@ static void tn_rng_fill_range(const tn_rng_node *node, tn_rng_key key, const tn_
         pa[1] += idx[d] * ps[1][d];
     }
     for (npy_intp i = start; i < stop; i++) {
-        tn_rng_element(node, key, &cursor, (tn_u64)i, pa[0], pa[1], o);
+        tn_rng_element(node, key, &cursor, (tn_u64)i, pa[0], pa[1], o, stream);
         /* the odometer: the next element's address in out and each parameter */
         for (int d = nd - 1; d >= 0; d--) {
             o += PyArray_STRIDE(out, d);
@@ -487,7 +549,7 @@ static void tn_rng_fill_part(const tn_rng_node *node, tn_rng_key key, const tn_r
     if (flat)
         tn_rng_fill_flat(node, key, p, PyArray_BYTES(out), start, stop);
     else
-        tn_rng_fill_range(node, key, p, out, start, stop);
+        tn_rng_fill_range(node, key, p, out, start, stop, NULL);
 }
 
 /* Elements a thread takes at a time (a multiple of 8: whole Philox blocks) */
@@ -515,75 +577,4 @@ static void tn_rng_fill(const tn_rng_node *node, tn_rng_key key, const tn_rng_pa
 #endif
     (void)chunks;
     tn_rng_fill_part(node, key, p, out, flat, 0, n);
-}
-
-/* One draw node's step: the state S[ins[0]], the size lengths and the
- * parameters after it; the new state into S[outs[0]], the draw into
- * S[outs[1]].  The draw's buffer is the dead one the plan hands on (its
- * entry at `draw_offset` of the shape table, -1: none), else as
- * tn_cl_output hands it: last call's when it fits and overlaps nothing it
- * must not, else new. */
-static int tn_rng_step(const tn_rng_node *node, PyObject **S, const Py_ssize_t *ins,
-                       const Py_ssize_t *outs, const Py_ssize_t *graph_in, int ngraph_in,
-                       const npy_intp *planned, PyObject **aside, Py_ssize_t draw_offset)
-{
-    PyObject *in[1 + NPY_MAXDIMS + 2];
-    npy_intp shape[NPY_MAXDIMS];
-    tn_rng_params p = {{NULL, NULL}, {0, 0}};
-    PyArrayObject *state, *draw = NULL, *next = NULL, *taken = NULL, *reads[4];
-    const npy_intp three = 3;
-    tn_rng_key key;
-    int nreads = 1;
-    const int first_param = 1 + (node->n_size > 0 ? node->n_size : 0);
-    for (int i = 0; i < first_param + node->n_params; i++)
-        in[i] = S[ins[i]];
-    state = tn_rng_state(node, in[0]);
-    if (state == NULL || tn_rng_convert(node, in + first_param, &p) < 0)
-        goto fail;
-    if (node->n_size >= 0) {
-        if (tn_rng_size(node, in, shape) < 0 || tn_rng_check_fit(node, &p, shape) < 0)
-            goto fail;
-    } else if (tn_rng_broadcast(node, &p, node->n_params, node->nd, shape, 0) < 0) {
-        goto fail;
-    }
-    if (tn_rng_check_domains(node, &p) < 0)
-        goto fail;
-    /* Checked: from here on nothing fails but an allocation, before any write. */
-    reads[0] = state;
-    for (int i = 0; i < node->n_params; i++)
-        if (PyArray_Check(in[first_param + i]))
-            reads[nreads++] = (PyArrayObject *)in[first_param + i];
-    if (aside != NULL && draw_offset >= 0 && planned[draw_offset] == 1
-            && planned[draw_offset + 1] >= 0)
-        taken = tn_cl_take(aside, planned[draw_offset + 1], node->out_type, node->nd, shape);
-    draw = tn_cl_output(S[outs[1]], NULL, reads, nreads, S, graph_in, ngraph_in, node->out_type,
-                        node->nd, shape, taken);
-    if (draw == NULL)
-        goto fail;
-    if (node->inplace && PyArray_ISWRITEABLE(state)) {
-        Py_INCREF(state);
-        next = state;
-    } else {   /* (a read-only state is never written: the new state gets a buffer) */
-        reads[nreads++] = draw;
-        next = tn_cl_output(S[outs[0]], NULL, reads, nreads, S, graph_in, ngraph_in, NPY_UINT64,
-                            1, &three, NULL);
-        if (next == NULL)
-            goto fail;
-    }
-    key.key0 = tn_rng_state_word(state, 0);
-    key.key1 = tn_rng_state_word(state, 1);
-    key.n = tn_rng_state_word(state, 2);
-    tn_rng_fill(node, key, &p, draw);
-    tn_rng_set_state_word(next, 0, key.key0);
-    tn_rng_set_state_word(next, 1, key.key1);
-    tn_rng_set_state_word(next, 2, key.n + 1);
-    tn_rng_release(&p);
-    Py_SETREF(S[outs[1]], (PyObject *)draw);
-    Py_SETREF(S[outs[0]], (PyObject *)next);
-    return 0;
-fail:
-    tn_rng_release(&p);
-    Py_XDECREF(draw);
-    Py_XDECREF(next);
-    return -1;
 }

@@ -34,6 +34,8 @@
 #include "interpret.c"
 #include "loop.c"
 #include "random.c"
+#include "random_sequential.c"
+#include "random_step.c"
 
 static const tn_runtime_api tn_api = {
     .abi = TN_RUNTIME_ABI,
