@@ -285,6 +285,26 @@ def test_without_numpys_random_library_the_sequential_draws_run_perform(monkeypa
                     "-DTN_NO_NPYRANDOM", str(source)], check=True, capture_output=True)
 
 
+def test_a_loops_sequential_draws_run_in_c_without_python(monkeypatch):
+    """A loop drawing binomial, permutation and choice at every step: under
+    the C linker no step calls the op's perform (issue 34: no Python per
+    iteration), and the numbers are the Python linker's."""
+    def loop(srng):
+        def step(acc):
+            return (acc + srng.binomial(5, 0.5, size=3) + srng.permutation(3)
+                    + srng.choice(4, size=3))
+        return tn.scan(step, outputs_info=tn.zeros(3, dtype="int64"), n_steps=50)
+    (out_c, updates_c), (out_py, updates_py) = loop(RandomStream(5)), loop(RandomStream(5))
+    in_c = tn.function([], out_c, updates=updates_c, mode=tn.Mode(linker="c"))
+    want = tn.function([], out_py, updates=updates_py, mode=tn.Mode(linker="py"))()
+    performed = []
+    perform = RandomVariable.perform
+    monkeypatch.setattr(RandomVariable, "perform",
+                        lambda self, *args: performed.append(self) or perform(self, *args))
+    np.testing.assert_array_equal(in_c(), want)
+    assert performed == []
+
+
 @pytest.mark.parametrize("dist", ["binomial", "choice", "permutation"])
 def test_the_sequential_draws_are_numpys_generator_on_every_linker(mode, dist):
     """binomial (other than one trial), choice and permutation are NumPy's
