@@ -372,6 +372,15 @@ static int tn_ew_chunk(const tn_ew_job *job, npy_intp chunk, int tid)
     return status;
 }
 
+/* Whether every operand is an aligned 0-d array. */
+static int tn_ew_all_scalars(int nops, PyArrayObject *const *ops)
+{
+    for (int j = 0; j < nops; j++)
+        if (PyArray_NDIM(ops[j]) != 0 || !PyArray_ISALIGNED(ops[j]))
+            return 0;
+    return 1;
+}
+
 /* Run `kernel` over `ops` (the output, then the inputs read from memory): 0,
  * or -1 with an exception set.  Checks every operand (dtype, ndim, broadcast,
  * a writeable output) first, so a wrong array raises instead of crashing. */
@@ -383,6 +392,15 @@ static int tn_ew_run(const tn_ew_kernel *kernel, PyArrayObject **ops)
     if (tn_ew_check(kernel->name, nops, ops, kernel->type_nums, kernel->dtype_names,
                     kernel->ndims, kernel->labels) < 0)
         return -1;
+    if (tn_ew_all_scalars(nops, ops)) {
+        /* One element (a loop's scalar state, say): no layout, no blocks --
+         * their bookkeeping would cost more than the element. */
+        char *at[nops];
+        for (int j = 0; j < nops; j++)
+            at[j] = PyArray_BYTES(ops[j]);
+        status = kernel->typed(at, at, 1, kernel->params);
+        return status ? tn_ew_fail(kernel->name, status) : 0;
+    }
     contiguous = tn_ew_layout(kernel->name, nops, ops, kernel->labels, &nd, shape, strides);
     if (contiguous < 0)
         return -1;

@@ -812,31 +812,17 @@ static int tn_sc_run_step(const tn_schedule *sc, const tn_istep *st, Py_ssize_t 
     return tn_sc_kernel_step(sc, st, S, planned, aside);
 }
 
-/* The call: module.py's run(), over the description. */
-static PyObject *tn_sc_call(PyObject *self, PyObject *const *args, size_t nargsf,
-                            PyObject *kwnames)
+/* The checks of a call's arguments (module.py's run()): storage and inputs
+ * as lists of the schedule's lengths, py_steps a tuple, status a writeable
+ * intp array, shapes None or the shape table.  0, or -1 with the error. */
+static int tn_sc_check_call(const tn_schedule *sc, PyObject *storage, PyObject *inputs,
+                            PyObject *shapes, PyObject *py_steps, PyObject *status_obj)
 {
-    const tn_schedule *sc = (const tn_schedule *)self;
-    PyObject *storage, *inputs, *shapes, *py_steps, *status_obj, *results = NULL, **S;
-    PyObject **aside = NULL;
-    PyObject *backups[sc->n_written > 0 ? sc->n_written : 1];   /* backup mode: shared storage */
-    const int was_interruptible = tn_interruptible;   /* a call from inside another's step */
-    const npy_intp *planned = NULL;
-    npy_intp *status;
-    int committed = 0;
-    Py_ssize_t k;
-    if (PyVectorcall_NARGS(nargsf) != 5 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
-        PyErr_SetString(PyExc_TypeError, "Schedule: expected (storage, inputs, shapes, py_steps, "
-                        "status)");
-        return NULL;
-    }
-    storage = args[0], inputs = args[1], shapes = args[2], py_steps = args[3];
-    status_obj = args[4];
     if (!PyList_CheckExact(storage) || !PyList_CheckExact(inputs) || !PyTuple_Check(py_steps)) {
         PyErr_Format(PyExc_TypeError, "run: expected storage and inputs as lists and py_steps "
                      "as a tuple, got %s, %s and %s", Py_TYPE(storage)->tp_name,
                      Py_TYPE(inputs)->tp_name, Py_TYPE(py_steps)->tp_name);
-        return NULL;
+        return -1;
     }
     if (PyList_GET_SIZE(storage) != sc->n_slots || PyList_GET_SIZE(inputs) != sc->n_inputs
             || PyTuple_GET_SIZE(py_steps) != sc->n_steps + 1) {
@@ -844,29 +830,48 @@ static PyObject *tn_sc_call(PyObject *self, PyObject *const *args, size_t nargsf
                      "%zd, %zd and %zd, got %zd, %zd and %zd", sc->n_slots, sc->n_inputs,
                      sc->n_steps + 1, PyList_GET_SIZE(storage), PyList_GET_SIZE(inputs),
                      PyTuple_GET_SIZE(py_steps));
-        return NULL;
+        return -1;
     }
     if (!PyArray_Check(status_obj) || PyArray_TYPE((PyArrayObject *)status_obj) != NPY_INTP
             || !PyArray_ISCARRAY((PyArrayObject *)status_obj)
             || PyArray_SIZE((PyArrayObject *)status_obj) < 1) {
         PyErr_SetString(PyExc_ValueError, "run: status must be a writeable intp array");
-        return NULL;
+        return -1;
     }
-    status = (npy_intp *)PyArray_DATA((PyArrayObject *)status_obj);
+    if (shapes != Py_None
+            && (!PyArray_Check(shapes) || PyArray_TYPE((PyArrayObject *)shapes) != NPY_INTP
+                || !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)shapes)
+                || PyArray_SIZE((PyArrayObject *)shapes) != sc->table_size)) {
+        PyErr_Format(PyExc_ValueError, "run: shapes must be None or a contiguous intp "
+                     "array of length %zd", sc->table_size);
+        return -1;
+    }
+    return 0;
+}
+
+/* One run of the schedule over checked arguments (tn_sc_check_call), the
+ * inputs as an array of sc->n_inputs: 0 with sc->n_outputs new references
+ * in `results`, or -1 with the error (status[0]: the step that failed, as
+ * the run() contract says), `results` untouched. */
+static int tn_sc_execute(const tn_schedule *sc, PyObject *storage, PyObject *const *inputs,
+                         PyObject *shapes, PyObject *py_steps, npy_intp *status,
+                         PyObject **results)
+{
+    PyObject **S, **aside = NULL;
+    PyObject *backups[sc->n_written > 0 ? sc->n_written : 1];   /* backup mode: shared storage */
+    const int was_interruptible = tn_interruptible;   /* a call from inside another's step */
+    const npy_intp *planned = NULL;
+    int committed = 0, rc = -1;
+    Py_ssize_t k;
     status[0] = -1;
     if (shapes != Py_None) {
-        if (!PyArray_Check(shapes) || PyArray_TYPE((PyArrayObject *)shapes) != NPY_INTP
-                || !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)shapes)
-                || PyArray_SIZE((PyArrayObject *)shapes) != sc->table_size) {
-            PyErr_Format(PyExc_ValueError, "run: shapes must be None or a contiguous intp "
-                         "array of length %zd", sc->table_size);
-            return NULL;
-        }
         planned = (const npy_intp *)PyArray_DATA((PyArrayObject *)shapes);
         if (planned[0] & 1) {
             aside = (PyObject **)PyMem_Calloc((size_t)sc->n_slots, sizeof(PyObject *));
-            if (aside == NULL)
-                return PyErr_NoMemory();
+            if (aside == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
         }
     }
     for (Py_ssize_t i = 0; i < sc->n_written; i++)
@@ -874,9 +879,8 @@ static PyObject *tn_sc_call(PyObject *self, PyObject *const *args, size_t nargsf
     S = PySequence_Fast_ITEMS(storage);
     tn_interruptible = sc->commit_step > 0;   /* loops stop for Ctrl-C until the commit point */
     for (Py_ssize_t j = 0; j < sc->n_inputs; j++) {
-        PyObject *v = PyList_GET_ITEM(inputs, j);
-        Py_INCREF(v);
-        Py_SETREF(S[sc->inputs[j]], v);
+        Py_INCREF(inputs[j]);
+        Py_SETREF(S[sc->inputs[j]], inputs[j]);
     }
     for (k = 0; k < sc->n_steps; k++) {
         const tn_istep *st = &sc->steps[k];
@@ -895,16 +899,13 @@ static PyObject *tn_sc_call(PyObject *self, PyObject *const *args, size_t nargsf
         if (k < sc->commit_step && PyErr_CheckSignals() < 0)
             goto fail;
     }
-    results = PyList_New(sc->n_outputs);
-    if (results == NULL)
-        goto fail;
     for (Py_ssize_t j = 0; j < sc->n_outputs; j++) {
-        PyObject *v = S[sc->outputs[j]];
-        Py_INCREF(v);
-        PyList_SET_ITEM(results, j, v);
+        results[j] = S[sc->outputs[j]];
+        Py_INCREF(results[j]);
     }
     for (Py_ssize_t j = 0; j < sc->n_clear; j++)
         tn_cl_clear(S, sc->clear[j]);
+    rc = 0;
     goto done;
 fail:
     status[0] = k < sc->n_steps ? k : -1;
@@ -919,6 +920,29 @@ done:
             Py_XDECREF(aside[i]);
         PyMem_Free(aside);
     }
+    return rc;
+}
+
+/* The call: module.py's run(), over the description. */
+static PyObject *tn_sc_call(PyObject *self, PyObject *const *args, size_t nargsf,
+                            PyObject *kwnames)
+{
+    const tn_schedule *sc = (const tn_schedule *)self;
+    PyObject *results;
+    if (PyVectorcall_NARGS(nargsf) != 5 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "Schedule: expected (storage, inputs, shapes, py_steps, "
+                        "status)");
+        return NULL;
+    }
+    if (tn_sc_check_call(sc, args[0], args[1], args[2], args[3], args[4]) < 0)
+        return NULL;
+    results = PyList_New(sc->n_outputs);   /* (its items filled only on success) */
+    if (results == NULL)
+        return NULL;
+    if (tn_sc_execute(sc, args[0], PySequence_Fast_ITEMS(args[1]), args[2], args[3],
+                      (npy_intp *)PyArray_DATA((PyArrayObject *)args[4]),
+                      PySequence_Fast_ITEMS(results)) < 0)
+        Py_CLEAR(results);
     return results;
 }
 

@@ -33,7 +33,11 @@
  * a step kept it (a reference more), the next step gets a fresh view, so an
  * array someone holds never changes under them.  The caller checks the
  * arguments against the step's input gate once, before the first step:
- * every row of a base has the same dtype and shape. */
+ * every row of a base has the same dtype and shape.
+ *
+ * A step that is a Schedule (src/interpret.c) is run without a call
+ * through Python's protocol: its arguments are checked once, and each step
+ * hands its results over in an array, not a new list (tn_lp_step). */
 
 typedef struct {
     Py_ssize_t pos;                  /* reads: the argument; writes: the result */
@@ -190,11 +194,55 @@ static int tn_lp_place(PyObject *args, PyObject *storage, const tn_lp_row *r, Py
     return PyList_SetItem(args, r->pos, fresh);
 }
 
+/* One step's results: `items` (n of them, new references in `own` when the
+ * step is a Schedule, else the items of the list in `*list`).  0, or -1
+ * with the error (on_error told). */
+static int tn_lp_step(PyObject *run, const tn_schedule *sc, PyObject *const *call_args,
+                      PyObject *on_error, PyObject **own, PyObject **list, PyObject ***items,
+                      Py_ssize_t *n)
+{
+    if (sc != NULL) {
+        if (tn_sc_execute(sc, call_args[0], PySequence_Fast_ITEMS(call_args[1]), call_args[2],
+                          call_args[3], (npy_intp *)PyArray_DATA((PyArrayObject *)call_args[4]),
+                          own) < 0) {
+            tn_report_failure(on_error);   /* src/fastcall.c */
+            return -1;
+        }
+        *items = own;
+        *n = sc->n_outputs;
+        return 0;
+    }
+    *list = PyObject_Vectorcall(run, call_args, 5, NULL);
+    if (*list == NULL) {
+        tn_report_failure(on_error);
+        return -1;
+    }
+    if (!PyList_Check(*list)) {
+        PyErr_Format(PyExc_TypeError, "run_steps: the step returned %s, expected a list",
+                     Py_TYPE(*list)->tp_name);
+        return -1;
+    }
+    *items = PySequence_Fast_ITEMS(*list);
+    *n = PyList_GET_SIZE(*list);
+    return 0;
+}
+
+/* Drop one step's results (tn_lp_step). */
+static void tn_lp_release(const tn_schedule *sc, PyObject **own, PyObject **list)
+{
+    if (sc != NULL && *list == NULL)
+        for (Py_ssize_t j = 0; j < sc->n_outputs; j++)
+            Py_CLEAR(own[j]);
+    Py_CLEAR(*list);
+}
+
 static PyObject *tn_lp_run_steps(PyObject *module, PyObject *const *argv, Py_ssize_t argc)
 {
     PyObject *run, *storage, *py_steps, *status, *on_error, *table, *args0, *reads_obj;
     PyObject *writes_obj, *args = NULL, *results = NULL, *call_args[5], *bad = Py_None;
-    Py_ssize_t cond, first, stop, n_args, t, bad_write = -1;
+    PyObject **own = NULL, **items = NULL;
+    Py_ssize_t cond, first, stop, n_args, t, bad_write = -1, n_items = 0;
+    const tn_schedule *sc = NULL;
     tn_lp_row *reads = NULL, *writes = NULL;
     int fired = 0;
     (void)module;
@@ -234,33 +282,34 @@ static PyObject *tn_lp_run_steps(PyObject *module, PyObject *const *argv, Py_ssi
         if (view == NULL || PyList_SetItem(args, reads[i].pos, view) < 0)
             goto fail;
     }
-    call_args[0] = storage, call_args[2] = table, call_args[3] = py_steps;
+    call_args[0] = storage, call_args[1] = args, call_args[2] = table, call_args[3] = py_steps;
     call_args[4] = status;
+    if (Py_TYPE(run) == &ScheduleType) {
+        sc = (const tn_schedule *)run;
+        if (tn_sc_check_call(sc, storage, args, table, py_steps, status) < 0)
+            goto fail;
+        own = PyMem_Calloc((size_t)(sc->n_outputs > 0 ? sc->n_outputs : 1), sizeof *own);
+        if (own == NULL) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+    }
     for (t = first; t < stop; t++) {
         if (t > first)
             for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(reads_obj); i++)
                 if (tn_lp_place(args, storage, &reads[i], t) < 0)
                     goto fail;
-        call_args[1] = args;
-        results = PyObject_Vectorcall(run, call_args, 5, NULL);
-        if (results == NULL) {
-            tn_report_failure(on_error);   /* src/fastcall.c */
+        if (tn_lp_step(run, sc, call_args, on_error, own, &results, &items, &n_items) < 0)
             goto fail;
-        }
-        if (!PyList_Check(results)) {
-            PyErr_Format(PyExc_TypeError, "run_steps: the step returned %s, expected a list",
-                         Py_TYPE(results)->tp_name);
-            goto fail;
-        }
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(writes_obj); i++) {
             PyObject *value;
             int rc;
-            if (writes[i].pos >= PyList_GET_SIZE(results)) {
+            if (writes[i].pos >= n_items) {
                 PyErr_Format(PyExc_ValueError, "run_steps: write %zd names result %zd, but "
-                             "the step gave %zd", i, writes[i].pos, PyList_GET_SIZE(results));
+                             "the step gave %zd", i, writes[i].pos, n_items);
                 goto fail;
             }
-            value = PyList_GET_ITEM(results, writes[i].pos);
+            value = items[writes[i].pos];
             rc = tn_lp_write(&writes[i], t, value);
             if (rc < 0)
                 goto fail;
@@ -273,12 +322,12 @@ static PyObject *tn_lp_run_steps(PyObject *module, PyObject *const *argv, Py_ssi
         }
         if (cond >= 0) {
             int truth;
-            if (cond >= PyList_GET_SIZE(results)) {
+            if (cond >= n_items) {
                 PyErr_Format(PyExc_ValueError, "run_steps: cond names result %zd, but the step "
-                             "gave %zd", cond, PyList_GET_SIZE(results));
+                             "gave %zd", cond, n_items);
                 goto fail;
             }
-            truth = PyObject_IsTrue(PyList_GET_ITEM(results, cond));
+            truth = PyObject_IsTrue(items[cond]);
             if (truth < 0)
                 goto fail;
             if (truth) {
@@ -287,10 +336,13 @@ static PyObject *tn_lp_run_steps(PyObject *module, PyObject *const *argv, Py_ssi
                 goto done;
             }
         }
-        Py_CLEAR(results);
+        tn_lp_release(sc, own, &results);
     }
 done:
+    if (own != NULL)
+        tn_lp_release(sc, own, &results);
     Py_XDECREF(results);
+    PyMem_Free(own);
     Py_DECREF(args);
     PyMem_Free(reads);
     PyMem_Free(writes);
@@ -301,7 +353,10 @@ done:
         return out;
     }
 fail:
+    if (own != NULL)
+        tn_lp_release(sc, own, &results);
     Py_XDECREF(results);
+    PyMem_Free(own);
     Py_XDECREF(args);
     PyMem_Free(reads);
     PyMem_Free(writes);
