@@ -589,6 +589,23 @@ def test_a_borrowed_draw_allocates_nothing_per_call(mode, dist):
         np.testing.assert_array_equal(f(), reference(3, 0, 5).generator().binomial(20, 0.3, n))
 
 
+def test_a_borrowed_permutation_allocates_nothing_per_call_in_c():
+    """The C runtime shuffles a permutation in the draw's own buffer."""
+    n = 1_000_000
+    f = tn.function([], Out(RandomStream(3).permutation(n), borrow=True),
+                    mode=tn.Mode(linker="c"))
+    f(), f()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        got = f()
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert peak < n * 8 / 20
+    np.testing.assert_array_equal(got, reference(3, 0, 2).generator().permutation(n))
+
+
 def test_a_borrowed_draw_allocates_no_device_memory_per_call(mode):
     if mode.linker != "cuda":
         pytest.skip("device memory: the cuda linker")

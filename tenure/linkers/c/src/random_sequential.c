@@ -19,9 +19,11 @@
  * A runtime built against a NumPy without libnpyrandom (TN_NO_NPYRANDOM)
  * leaves this file out, and the C linker draws these with the op's perform.
  *
- * Every check comes first (tn_rng_check_choice, and the step's), and each
- * draw is computed into memory of its own before the draw's buffer is
- * written, so a draw that fails (an allocation) has changed no buffer. */
+ * Every check comes first (tn_rng_check_choice, and the step's), and what
+ * can fail after them (an allocation) comes before the draw's buffer is
+ * written, so a draw that fails has changed no buffer.  A binomial or
+ * permutation draw into a C-ordered buffer allocates nothing; a choice
+ * allocates its indices (and a weighted one its cumulative distribution). */
 
 #ifndef TN_NO_NPYRANDOM
 #include <float.h>
@@ -357,75 +359,111 @@ static int tn_choice_indices(const tn_rng_node *node, tn_rng_stream *s, const tn
 }
 
 /* ------------------------------------------------------------------------
- * permutation: Generator.shuffle of arange(len) (random_interval), which
- * permutes x's first axis */
-
-static void tn_permutation_indices(tn_rng_stream *s, npy_intp len, int64_t *idx)
-{
-    for (npy_intp k = 0; k < len; k++)
-        idx[k] = k;
-    for (npy_intp i = len - 1; i >= 1; i--) {
-        const int64_t j = (int64_t)random_interval(&s->bitgen, (uint64_t)i), held = idx[j];
-        idx[j] = idx[i];
-        idx[i] = held;
-    }
-}
-
-/* ------------------------------------------------------------------------
  * Writing the draw */
 
-/* out (C order) from idx: the indices themselves (a, x a length), or rows
- * idx[k] of `from` (already out's dtype, C-contiguous) along its first axis. */
-static void tn_rng_put_indices(PyArrayObject *out, PyArrayObject *from, const int64_t *idx,
-                               npy_intp rows)
+/* A C-contiguous array of out's shape and dtype to write the draw into:
+ * `draw` itself, or a new one copied into it after (a new reference, NULL
+ * when memory runs out). */
+static PyArrayObject *tn_rng_c_ordered(PyArrayObject *draw)
 {
-    char *o = PyArray_BYTES(out);
-    if (from == NULL || PyArray_NDIM(from) == 0) {
-        const npy_intp itemsize = PyArray_ITEMSIZE(out);
-        for (npy_intp k = 0; k < rows; k++)
-            tn_rng_store_int(o + k * itemsize, PyArray_TYPE(out), idx[k]);
-        return;
+    if (PyArray_IS_C_CONTIGUOUS(draw)) {
+        Py_INCREF(draw);
+        return draw;
     }
-    const npy_intp row = PyArray_DIM(from, 0) ? PyArray_NBYTES(from) / PyArray_DIM(from, 0) : 0;
-    for (npy_intp k = 0; k < rows; k++)
-        memcpy(o + k * row, PyArray_BYTES(from) + idx[k] * row, (size_t)row);
+    return (PyArrayObject *)PyArray_EMPTY(PyArray_NDIM(draw), PyArray_DIMS(draw),
+                                          PyArray_TYPE(draw), 0);
 }
 
-/* A choice or permutation draw into `draw`: its indices into memory of their
- * own, then the draw (through a C-ordered copy when the buffer is not). */
-static int tn_rng_draw_sequential(const tn_rng_node *node, tn_rng_key key,
-                                  const tn_rng_params *p, PyArrayObject *draw)
+/* `target` (tn_rng_c_ordered's) into `draw`, and released. */
+static int tn_rng_finish(PyArrayObject *draw, PyArrayObject *target)
 {
+    const int status = target == draw ? 0 : PyArray_CopyInto(draw, target);
+    Py_DECREF(target);
+    return status;
+}
+
+/* Swap n bytes at a and b (distinct or the same). */
+static void tn_swap_bytes(char *a, char *b, npy_intp n)
+{
+    char held[64];
+    if (a == b)
+        return;
+    for (npy_intp done = 0; done < n; done += (npy_intp)sizeof held) {
+        const size_t part = n - done < (npy_intp)sizeof held ? (size_t)(n - done) : sizeof held;
+        memcpy(held, a + done, part);
+        memcpy(a + done, b + done, part);
+        memcpy(b + done, held, part);
+    }
+}
+
+/* permutation: arange(x) (x a length) or x's rows written into the draw,
+ * then shuffled there row with row as Generator.shuffle shuffles (positions
+ * len-1 down to 1, each swapped with the one random_interval draws at or
+ * below it): nothing allocated for a C-ordered draw. */
+static int tn_rng_draw_permutation(tn_rng_key key, const tn_rng_params *p, PyArrayObject *draw)
+{
+    PyArrayObject *x = p->values[0], *target = tn_rng_c_ordered(draw);
+    const npy_intp len = PyArray_NDIM(x) == 0 ? (npy_intp)tn_rng_int64_at(x) : PyArray_DIM(x, 0);
     tn_rng_stream s;
-    PyArrayObject *a = p->values[0], *target = draw;
-    const npy_intp rows = node->kind == TN_RNG_CHOICE ? PyArray_SIZE(draw)
-                          : PyArray_NDIM(a) == 0 ? (npy_intp)tn_rng_int64_at(a) : PyArray_DIM(a, 0);
-    int64_t *idx = PyMem_Malloc((size_t)(rows > 0 ? rows : 1) * sizeof *idx);
-    int status = -1;
+    npy_intp row;
+    char *o;
+    if (target == NULL)
+        return -1;
+    o = PyArray_BYTES(target);
+    if (PyArray_NDIM(x) == 0) {
+        row = PyArray_ITEMSIZE(target);
+        for (npy_intp k = 0; k < len; k++)
+            tn_rng_store_int(o + k * row, PyArray_TYPE(target), k);
+    } else {   /* x is the draw's dtype and shape already (tn_rng_param_type) */
+        row = len ? PyArray_NBYTES(x) / len : 0;
+        memcpy(o, PyArray_BYTES(x), (size_t)PyArray_NBYTES(x));
+    }
+    tn_stream_start(&s, key);
+    for (npy_intp i = len - 1; i >= 1; i--) {
+        const npy_intp j = (npy_intp)random_interval(&s.bitgen, (uint64_t)i);
+        tn_swap_bytes(o + i * row, o + j * row, row);
+    }
+    return tn_rng_finish(draw, target);
+}
+
+/* choice: its indices into memory of their own, then the draw: the indices
+ * themselves (a a population size) or a's elements at them. */
+static int tn_rng_draw_choice(const tn_rng_node *node, tn_rng_key key, const tn_rng_params *p,
+                              PyArrayObject *draw)
+{
+    PyArrayObject *a = p->values[0], *target;
+    const npy_intp n = PyArray_SIZE(draw);
+    int64_t *idx = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof *idx);
+    tn_rng_stream s;
     if (idx == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     tn_stream_start(&s, key);
-    if (node->kind == TN_RNG_CHOICE) {
-        if (tn_choice_indices(node, &s, p, rows, idx) < 0)
-            goto done;
-    } else {
-        tn_permutation_indices(&s, rows, idx);
+    if (tn_choice_indices(node, &s, p, n, idx) < 0 || (target = tn_rng_c_ordered(draw)) == NULL) {
+        PyMem_Free(idx);
+        return -1;
     }
-    if (!PyArray_IS_C_CONTIGUOUS(draw)) {
-        target = (PyArrayObject *)PyArray_EMPTY(PyArray_NDIM(draw), PyArray_DIMS(draw),
-                                                PyArray_TYPE(draw), 0);
-        if (target == NULL)
-            goto done;
+    char *o = PyArray_BYTES(target);
+    const npy_intp itemsize = PyArray_ITEMSIZE(target);
+    for (npy_intp k = 0; k < n; k++) {
+        if (PyArray_NDIM(a) == 0)
+            tn_rng_store_int(o + k * itemsize, PyArray_TYPE(target), idx[k]);
+        else   /* a is the draw's dtype already (tn_rng_param_type) */
+            memcpy(o + k * itemsize, PyArray_BYTES(a) + idx[k] * itemsize, (size_t)itemsize);
     }
-    tn_rng_put_indices(target, PyArray_NDIM(a) == 0 ? NULL : a, idx, rows);
-    status = target == draw ? 0 : PyArray_CopyInto(draw, target);
-    if (target != draw)
-        Py_DECREF(target);
-done:
     PyMem_Free(idx);
-    return status;
+    return tn_rng_finish(draw, target);
+}
+
+/* A choice or permutation draw into `draw` (checked): -1 only when memory
+ * runs out, before the draw's buffer is written. */
+static int tn_rng_draw_sequential(const tn_rng_node *node, tn_rng_key key,
+                                  const tn_rng_params *p, PyArrayObject *draw)
+{
+    if (node->kind == TN_RNG_PERMUTATION)
+        return tn_rng_draw_permutation(key, p, draw);
+    return tn_rng_draw_choice(node, key, p, draw);
 }
 
 /* The shape of a choice (size, or ()) or permutation ((x,) or x's) draw,
