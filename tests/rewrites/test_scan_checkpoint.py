@@ -137,6 +137,21 @@ def test_a_budget_checkpoints_the_loop(linker):
     assert whole - part > 0.6 * trajectory
 
 
+def test_the_checkpointed_gradients_sums_start_at_zeros_of_its_own():
+    """The weights' gradient sums start at zeros the node allocates: no
+    zeros input alive beside its copy (one buffer per weight, not two)."""
+    inputs, grads = _rnn_gradient()
+    f = tn.function(inputs, grads, mode=tn.Mode(linker="c", activation_memory_budget=0.3))
+    (node,) = [n for n in f.fgraph.toposort() if isinstance(n.op, CheckpointedScanGrad)]
+    weight_shapes = {WX.shape, WH.shape}
+    assert not any(v.owner is not None and type(v.owner.op).__name__ == "Alloc"
+                   and v.type.shape in weight_shapes for v in node.inputs)
+    report = f.memory_report(X, H, print_report=False)
+    assert report.measured_peak <= report.predicted_peak * 1.05     # the plan counts them
+    for got, expected in zip(f(X, H), _numpy_gradient()):
+        np.testing.assert_allclose(got, expected, rtol=1e-10)
+
+
 def test_a_budget_the_trajectories_fit_changes_nothing():
     inputs, grads = _rnn_gradient()
     f = tn.function(inputs, grads, mode=tn.Mode(activation_memory_budget=1.0))

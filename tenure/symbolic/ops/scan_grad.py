@@ -193,10 +193,9 @@ def scan_grad(op, inputs: list, output_grads: list) -> list:
     g_states = [g_trajs[k] for k in graded]
     g_outs = [g_nitsots[j] for j in diff_nitsots]
     groups = (seqs, inits, trajs, nonseqs, g_states, g_outs, windows, sums)
-    if op.checkpoint_every:
+    if op.checkpoint_every:      # (its sums start at zeros of its own: no input)
         node = CheckpointedScanGrad(op, back).grouped(
-            n, start, seqs, checkpoints, nonseqs, g_states,
-            g_outs, windows, sums)
+            n, start, seqs, checkpoints, nonseqs, g_states, g_outs, windows)
         results = node.outputs
     elif op.as_while:     # its length is known only when it has run: never checkpointed
         results = _stored_backward(op, back, n, start, *groups)
@@ -232,6 +231,15 @@ def _last_entries_as_finals(g_trajs: list, g_finals: list) -> tuple:
     return g_trajs, g_finals
 
 
+def _is_zeros(v) -> bool:
+    """Whether ``v`` is an ``Alloc`` of the constant 0 (``zeros_like``)."""
+    node = getattr(v, "owner", None)
+    if node is None or not isinstance(node.op, Alloc):
+        return False
+    fill = node.inputs[0]
+    return isinstance(fill, Constant) and not np.any(fill.data != 0)
+
+
 def _last_entry_gradient(g):
     """``v`` when ``g`` is ``inc_subtensor(zeros[-1], v)`` (or set_subtensor)."""
     node = getattr(g, "owner", None)
@@ -239,11 +247,7 @@ def _last_entry_gradient(g):
         return None
     if any(entry != ("slice", None, None, None) for entry in node.op.pattern[1:]):
         return None
-    zeros = node.inputs[0].owner
-    if zeros is None or not isinstance(zeros.op, Alloc):
-        return None
-    fill = zeros.inputs[0]
-    if not isinstance(fill, Constant) or np.any(fill.data != 0):
+    if not _is_zeros(node.inputs[0]):
         return None
     value = node.inputs[1]
     return value if value.ndim == g.ndim - 1 else None
@@ -307,14 +311,15 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
     first step the gradient reaches (``truncate_gradient``), the forward
     sequences, the checkpoints, the forward non-sequences, the gradients of
     the trajectories (for the float states that have one) and of the nit-sot
-    outputs (forward time order), the initial windows and sums.  Outputs:
-    the final windows and sums, then each float sequence's gradient (zeros
-    before the first step reached).  A gradient of this gradient is not
+    outputs (forward time order), the initial windows.  Outputs: the final
+    windows and sums (the sums of the non-sequences' gradients, which start
+    at zeros the op allocates: no input of zeros to copy), then each float
+    sequence's gradient (zeros before the first step reached).  A gradient of this gradient is not
     implemented (a loop without ``checkpoint_every`` has one).
     """
 
     __props__ = ("every", "state_taps", "diff_states", "n_graded", "n_seqs", "n_nonseqs",
-                 "n_g_outs", "n_sums", "diff_seqs")
+                 "n_g_outs", "diff_nonseqs", "diff_seqs")
     _cache_attrs = ("_forward_step", "_backward_step")
     #: on the CUDA linker it runs on device arrays, its steps compiled for the device
     state_on_device = True
@@ -332,7 +337,7 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
         self.n_seqs = parts.n_seqs
         self.n_nonseqs = parts.n_nonseqs
         self.n_g_outs = len(back.g_nitsots)
-        self.n_sums = len(back.sums)
+        self.diff_nonseqs = tuple(back.diff_nonseqs)
         self.diff_seqs = tuple(back.diff_seqs)
         self.inner_mode = forward_op.inner_mode
 
@@ -343,21 +348,20 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
         """Inputs flat, in the order of the class doc (see :meth:`grouped`)."""
         inputs = [as_tensor_variable(v) for v in inputs]
         _, _, groups = self._split(inputs)
-        seqs, _, _, _, _, windows, sums = groups
-        outputs = [v.type() for v in windows + sums]
+        seqs, _, nonseqs, _, _, windows = groups
+        outputs = [v.type() for v in windows] + [nonseqs[i].type() for i in self.diff_nonseqs]
         outputs += [seqs[i].type() for i in self.diff_seqs]
         return Apply(self, inputs, outputs)
 
-    def grouped(self, n, start, seqs, checkpoints, nonseqs, g_states, g_outs, windows,
-                sums) -> Apply:
+    def grouped(self, n, start, seqs, checkpoints, nonseqs, g_states, g_outs, windows) -> Apply:
         """The node over its inputs given by group."""
-        groups = [seqs, checkpoints, nonseqs, g_states, g_outs, windows, sums]
+        groups = [seqs, checkpoints, nonseqs, g_states, g_outs, windows]
         return self.make_node(n, start, *[v for group in groups for v in group])
 
     def _split(self, values: list) -> tuple:
         n_states = len(self.state_taps)
         sizes = [self.n_seqs, n_states, self.n_nonseqs, self.n_graded, self.n_g_outs,
-                 len(self.diff_states), self.n_sums]
+                 len(self.diff_states)]
         groups, pos = [], 2
         for size in sizes:
             groups.append(values[pos:pos + size])
@@ -377,12 +381,13 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
 
     def _perform(self, node, inputs, output_storage):
         n_value, start_value, groups = self._split(list(inputs))
-        seqs, checkpoints, nonseqs, g_states, g_outs, windows0, sums0 = groups
+        seqs, checkpoints, nonseqs, g_states, g_outs, windows0 = groups
         n, start = int(n_value), int(start_value)
         forward, backward = self._steps()
         mem = LoopMemory.of(seqs + checkpoints + nonseqs + g_states + g_outs)
         windows = [mem.copy(w) for w in windows0]
-        sums = [mem.copy(v) for v in sums0]
+        sums = [mem.zeros(tuple(nonseqs[i].shape), node.outputs[len(windows) + j].type.numpy_dtype)
+                for j, i in enumerate(self.diff_nonseqs)]
         seq_grads = [mem.zeros(tuple(seqs[i].shape), node.outputs[
             len(windows) + len(sums) + j].type.numpy_dtype) for j, i in enumerate(self.diff_seqs)]
         depths = [-taps[0] for taps in self.state_taps]
@@ -477,14 +482,16 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
         """One segment's recomputed states (``L + k`` values per state), the
         carried windows and sums, and the peaks of the two compiled steps."""
         _, _, groups = self._split(list(input_shapes))
-        seqs, checkpoints, nonseqs, g_states, g_outs, windows, sums = groups
+        seqs, checkpoints, nonseqs, g_states, g_outs, windows = groups
         if any(shape is None for group in groups for shape in group):
             return 0
         _, _, var_groups = self._split(list(node.inputs))
+        sums = [nonseqs[i] for i in self.diff_nonseqs]
         total = 0
         for shape, var in zip(checkpoints, var_groups[1]):
             total += nbytes((shape[1] + self.every,) + tuple(shape[2:]), var)
-        for shape, var in zip(windows + sums, var_groups[5] + var_groups[6]):
+        for shape, var in zip(windows + sums,
+                              var_groups[5] + [var_groups[2][i] for i in self.diff_nonseqs]):
             total += nbytes(shape, var)
         states = [tuple(shape[2:]) for shape in checkpoints]
         slices_and_taps = [tuple(shape[1:]) for shape in seqs] + \
@@ -502,8 +509,9 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
 
     def infer_shape(self, node, input_shapes):
         _, _, groups = self._split(list(input_shapes))
-        seqs, _, _, _, _, windows, sums = groups
-        return list(windows) + list(sums) + [seqs[i] for i in self.diff_seqs]
+        seqs, _, nonseqs, _, _, windows = groups
+        return (list(windows) + [nonseqs[i] for i in self.diff_nonseqs]
+                + [seqs[i] for i in self.diff_seqs])
 
     def grad(self, inputs, output_grads):
         raise NotImplementedError("a gradient of a checkpointed loop's gradient: build the "
@@ -634,9 +642,14 @@ class LoopGradient(OpWithInnerGraphs):
         start = maximum(n - op.truncate_gradient, 0) if truncated else 0
         checkpoints = op.output_groups(forward.outputs)[3]
         node = CheckpointedScanGrad(op, back).grouped(n, start, seqs, checkpoints, nonseqs,
-                                                      g_states, g_outs, windows, sums)
+                                                      g_states, g_outs, windows)
         seq_grads = dict(zip(diff_seqs, node.outputs[carried:]))
-        return list(node.outputs[:carried]) + [seq_grads.get(i) for i in self.diff_seqs]
+        # The op's sums start at zeros; initial sums that are not (none the
+        # gradient builds) are added after.
+        totals = [total if _is_zeros(initial) else total + initial
+                  for total, initial in zip(node.outputs[len(windows):carried], sums)]
+        return (list(node.outputs[:len(windows)]) + totals
+                + [seq_grads.get(i) for i in self.diff_seqs])
 
     # -- running ---------------------------------------------------------------
     def perform(self, node, inputs, output_storage):
