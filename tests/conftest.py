@@ -102,7 +102,7 @@ SUITES = {
                                                 "test_reduce.py", "test_creation.py",
                                                 "test_elemwise_grad.py",
                                                 "test_specify_shape.py", "test_scan.py",
-                                                "test_conv.py"}),
+                                                "test_conv.py", "test_ifelse.py"}),
                    needs=lambda: HAVE_DASK),
     "cuda": Suites(files=frozenset(_CONTRACT | {"test_transactions.py", "test_remat.py"}),
                    dirs=_OP_SUITE, not_files=frozenset({"test_elemwise.py"}),

@@ -90,6 +90,7 @@ def _load_rewrite_modules() -> None:
     from tenure.rewrites import random_inplace  # noqa: F401
     from tenure.rewrites import dask_specialize  # noqa: F401
     from tenure.rewrites import scan_checkpoint, scan_memory  # noqa: F401
+    from tenure.rewrites import ifelse  # noqa: F401
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ from tenure.symbolic.ops.composite import FusedReduce
 from tenure.symbolic.ops.creation import Alloc, ExpandTo
 from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.gemm import Gemm
+from tenure.symbolic.ops.ifelse import LazyIfElse
 from tenure.symbolic.ops.indexing import AdvancedSubtensor, Subtensor, index_tuple
 from tenure.symbolic.ops.join import Join, Split, Stack
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
@@ -739,9 +740,16 @@ def lower_scan(node, values, ctx) -> list:
     the loop's inner mode), and each output is one chunk of that task.  The
     length of a nit-sot output, or of any output of a ``until`` loop, is
     known once the task has run (Dask's unknown chunk size, NaN).  A
-    loop's backward pass (checkpointed, or not expanded) runs the same way."""
-    shapes = _scan_shapes(node, values) if isinstance(node.op, Scan) else \
-        _inferred_shapes(node, values)
+    loop's backward pass (checkpointed, or not expanded) runs the same way, and
+    so does a lazy ``ifelse`` (its task runs the branch it takes; its
+    outputs' lengths are known once it ran, where they are not static)."""
+    if isinstance(node.op, Scan):
+        shapes = _scan_shapes(node, values)
+    elif node.op.shape_from_values:
+        shapes = [tuple(math.nan if d is None else d for d in out.type.shape)
+                  for out in node.outputs]
+    else:
+        shapes = _inferred_shapes(node, values)
     lazy = tuple(i for i, value in enumerate(values) if is_lazy(value))
     args = [_chunk_values(value) if i in lazy else value for i, value in enumerate(values)]
     task = dask.delayed(_run_scan, nout=len(node.outputs), pure=True)(
@@ -847,6 +855,7 @@ LOWERINGS: dict[type, Callable] = {
     Trace: lower_by_perform,   # np.trace of a dask array is Dask's
     Scan: lower_scan,
     CheckpointedScanGrad: lower_scan,
+    LazyIfElse: lower_scan,
     LoopGradient: lower_scan,
 }
 

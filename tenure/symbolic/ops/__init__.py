@@ -24,6 +24,7 @@ from tenure.symbolic.ops.blas import outer, tensordot  # noqa: F401
 # -- helper B (indexing.py): set_subtensor, inc_subtensor, take ------------
 from tenure.symbolic.ops.indexing import take  # noqa: F401
 from tenure.symbolic.ops.nonzero import nonzero  # noqa: F401
+from tenure.symbolic.ops.ifelse import ifelse  # noqa: F401
 from tenure.symbolic.ops.subtensor_update import inc_subtensor, set_subtensor  # noqa: F401
 # -- helper C (join.py, nnet.py, sorting.py) --------------------------------
 from tenure.symbolic.ops.join import concatenate, split, stack  # noqa: F401
