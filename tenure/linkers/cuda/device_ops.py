@@ -51,6 +51,7 @@ from tenure.symbolic.ops.random import RandomVariable, perform_on_device
 from tenure.symbolic.ops.scan import Scan
 from tenure.symbolic.ops.scan_grad import CheckpointedScanGrad, LoopGradient
 from tenure.symbolic.ops.reduce import ArgReduce, CumProd, CumSum, Reduce, SumTo, Var
+from tenure.symbolic.ops.repeat_counts import RepeatIndices
 from tenure.symbolic.ops.shape import DimShuffle, MakeVector, Reshape, Shape, SpecifyShape
 from tenure.symbolic.ops.sorting import ArgSort, PermuteAlongAxis, Sort
 from tenure.symbolic.ops.subtensor_update import AdvancedIncSubtensor, IncSubtensor
@@ -474,6 +475,8 @@ register_cuda_op(Sort, device=DeviceOp(_perform))
 register_cuda_op(ArgSort, device=DeviceOp(_perform))
 register_cuda_op(Trace, device=DeviceOp(_perform))
 register_cuda_op(Nonzero, device=DeviceOp(_perform, _all_but_first))   # lengths on the host
+# repeat's indices from counts read on the host (the counts decide its length)
+register_cuda_op(RepeatIndices, device=DeviceOp(_on_the_host, _every_input))
 # Device implementations.
 register_cuda_op(Dot, device=DeviceOp(_product))
 register_cuda_op(MatMul, device=DeviceOp(_product))

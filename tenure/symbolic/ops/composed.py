@@ -5,11 +5,15 @@ semantics.
 
 None of them is an op of its own.  Each builds its result from the op
 families (elementwise ``where`` and arithmetic, ``arange``, broadcasting,
-``reshape``, ``set_subtensor``), so every linker runs it with the code those
-ops have there (C, CUDA, Dask), their gradients give its gradient, and the
-rewrites see through it.  Their static arguments (``k``, ``reps``,
-``repeats``, ``pad_width``, ``num``) must be Python integers: they decide the
-graph's shape.
+``reshape``, ``set_subtensor``, ``take``), so every linker runs it with the
+code those ops have there (C, CUDA, Dask), their gradients give its
+gradient, and the rewrites see through it.  Their static arguments (``k``,
+``reps``, ``pad_width``, ``num``, and ``repeats`` when it is one count)
+must be Python integers: they decide the graph's shape.  A ``repeat`` with
+a count per element takes ``x`` at indices that
+:class:`~tenure.symbolic.ops.repeat_counts.RepeatIndices` computes from a
+tensor of counts (or that are a constant, for counts and a length known
+when the graph is built).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from tenure.symbolic.ops.creation import arange, broadcast_to, full
 from tenure.symbolic.ops.elemwise import (add, cast, clip, floor, less, less_equal, maximum, mod,
                                           mul, sub, true_divide, where)
 from tenure.symbolic.ops.indexing import take
+from tenure.symbolic.ops.repeat_counts import RepeatIndices, check_counts
 from tenure.symbolic.ops.shape import (dim_add, dim_mul, dimshuffle, expand_dims, reshape,
                                        shape_tuple)
 from tenure.symbolic.ops.subtensor_update import set_subtensor
@@ -92,16 +97,17 @@ def tile(x, reps):
     return reshape(spread, [dim_mul(r, n) for r, n in zip(reps, dims)])
 
 
-def repeat(x, repeats: int, axis: int | None = None):
-    """Each element of ``x`` repeated ``repeats`` times along ``axis`` (NumPy's
-    ``repeat``; ``axis=None`` repeats the flattened ``x``).  ``repeats`` is one
-    count for every element."""
+def repeat(x, repeats, axis: int | None = None):
+    """Each element of ``x`` repeated along ``axis`` (NumPy's ``repeat``;
+    ``axis=None`` repeats the flattened ``x``).  ``repeats``: one count for
+    every element (a Python int: a broadcast and a reshape), or a count per
+    element along the axis (a list or array of ints, or an integer vector
+    tensor: a ``take`` of :class:`~.repeat_counts.RepeatIndices`' indices,
+    the result's length their sum).  Counts must be >= 0; a wrong number of
+    them is an error naming ``repeats``."""
     x = as_tensor_variable(x)
-    if not isinstance(repeats, numbers.Integral) or isinstance(repeats, bool):
-        raise TypeError(f"repeat: repeats must be a Python integer, one count for every "
-                        f"element, got {repeats!r} ({type(repeats).__name__}); a count per "
-                        "element is not supported")
-    repeats = _static_int(repeats, "repeat", "repeats", minimum=0)
+    if isinstance(repeats, bool):
+        raise TypeError(f"repeat: repeats must be an int or ints, got {repeats!r}")
     if axis is None:
         x, axis = reshape(x, [-1]), 0
     if isinstance(axis, bool) or not isinstance(axis, numbers.Integral) \
@@ -109,10 +115,33 @@ def repeat(x, repeats: int, axis: int | None = None):
         raise ValueError(f"repeat: axis must be an int in [{-x.ndim}, {x.ndim}) for "
                          f"{x.ndim}-d {x.type}, got {axis!r}")
     axis %= x.ndim
+    if not isinstance(repeats, numbers.Integral):
+        return _repeat_each(x, repeats, axis)
+    repeats = _static_int(repeats, "repeat", "repeats", minimum=0)
     dims = list(shape_tuple(x))
     spread = expand_dims(x, axis + 1)
     spread = broadcast_to(spread, dims[:axis + 1] + [repeats] + dims[axis + 1:])
     return reshape(spread, dims[:axis] + [dim_mul(dims[axis], repeats)] + dims[axis + 1:])
+
+
+def _repeat_each(x, repeats, axis: int):
+    """``repeat`` with a count per element: ``x`` taken at the indices each
+    element repeats to -- a constant when the counts and the axis's length
+    are known now, else :class:`RepeatIndices`' (which checks them when it
+    runs)."""
+    if isinstance(repeats, (list, tuple, np.ndarray, TensorConstant)):
+        counts = np.asarray(repeats.data if isinstance(repeats, TensorConstant) else repeats)
+        if counts.dtype.kind not in "iu" and counts.size:
+            raise TypeError(f"repeat: repeats must be ints, got {counts.dtype} {counts!r}")
+        counts = counts.astype(np.int64)
+        if counts.size == 1 and counts.ndim <= 1:
+            return repeat(x, int(counts.reshape(())), axis)
+        length = x.type.shape[axis]
+        if length is not None:
+            check_counts(counts, length)
+            return take(x, np.repeat(np.arange(length, dtype=np.int64), counts), axis=axis)
+        repeats = counts
+    return take(x, RepeatIndices()(repeats, shape_tuple(x)[axis]), axis=axis)
 
 
 #: pad's modes other than "constant": each maps an index ``i`` of the padded

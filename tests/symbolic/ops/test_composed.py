@@ -107,11 +107,43 @@ def test_linspace_of_float32_bounds_and_python_numbers(mode):
     np.testing.assert_array_equal(got_int_bounds, np.linspace(0, 3, 4))
 
 
+@pytest.mark.parametrize("shape, repeats, axis", [
+    ((3,), [1, 0, 2], None), ((2, 3), [2, 1, 3], 1), ((2, 3), [0, 2], 0),
+    ((2, 3), [3], 1), ((2, 3), np.arange(6) % 3, None), ((4,), [0, 0, 0, 0], 0)])
+def test_repeat_with_a_count_per_element_matches_numpy(shape, repeats, axis, mode):
+    """Counts given as ints (constant indices) and as a tensor (RepeatIndices)."""
+    x = tn.tensor("x", shape=(None,) * len(shape))
+    r = tn.vector("r", dtype="int64")
+    value = np.arange(float(np.prod(shape))).reshape(shape)
+    counts = np.asarray(repeats, dtype=np.int64)
+    want = np.repeat(value, counts, axis=axis)
+    f = tn.function([x, r], [tn.repeat(x, repeats, axis=axis), tn.repeat(x, r, axis=axis)],
+                    mode=mode)
+    for got in f(value, counts):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
+def test_repeat_counts_are_checked_when_the_function_runs(mode):
+    x = tn.matrix("x")
+    r = tn.vector("r", dtype="int64")
+    f = tn.function([x, r], tn.repeat(x, r, axis=1), mode=mode)
+    with pytest.raises(ValueError, match=r"repeat: repeats must hold one count per element along "
+                                         r"the axis \(3\) or one for all, got shape \(2,\)"):
+        f(np.ones((2, 3)), np.array([1, 2]))
+    with pytest.raises(ValueError, match=r"repeat: repeats must be >= 0, got -2"):
+        f(np.ones((2, 3)), np.array([1, -2, 0]))
+    g = tn.function([x], tn.repeat(x, [1, 2], axis=0), mode=mode)   # length unknown until then
+    with pytest.raises(ValueError, match=r"one count per element along the axis \(3\)"):
+        g(np.ones((3, 2)))
+
+
 def test_gradients_flow_through_them():
     rng = np.random.default_rng(0)
     verify_grad(lambda x: tn.tril(x, 1) * tn.triu(x), [rng.standard_normal((3, 4))], rng=rng)
     verify_grad(lambda x: tn.tile(x, (2, 3)), [rng.standard_normal((2, 2))], rng=rng)
     verify_grad(lambda x: tn.repeat(x, 3, axis=0), [rng.standard_normal((2, 3))], rng=rng)
+    verify_grad(lambda x: tn.repeat(x, [2, 0, 1], axis=1), [rng.standard_normal((2, 3))], rng=rng)
     verify_grad(lambda a, b: tn.linspace(a, b, 5), [np.array(0.5), np.array(2.0)], rng=rng)
     verify_grad(lambda x: tn.pad(x, ((1, 0), (2, 1)), constant_values=3.0),
                 [rng.standard_normal((2, 3))], rng=rng)
@@ -127,8 +159,15 @@ def test_static_arguments_and_shapes_are_checked_when_the_graph_is_built():
         tn.tile(m, (2, tn.scalar("r", dtype="int64")))
     with pytest.raises(ValueError, match=r"tile: reps\[0\] must be >= 0, got -1"):
         tn.tile(m, -1)
-    with pytest.raises(TypeError, match="repeat: repeats must be a Python integer.*count per"):
-        tn.repeat(v, [1, 2, 3])
+    with pytest.raises(ValueError, match=r"repeat: repeats must hold one count per element "
+                                         r"along the axis \(3\) or one for all, got shape \(2,\)"):
+        tn.repeat(tn.tensor("s", shape=(3,)), [1, 2])
+    with pytest.raises(ValueError, match=r"repeat: repeats must be >= 0, got -1"):
+        tn.repeat(tn.tensor("s", shape=(2,)), [1, -1])
+    with pytest.raises(TypeError, match=r"repeat: repeats must be ints, got float64"):
+        tn.repeat(v, [1.5, 2.0])
+    with pytest.raises(TypeError, match=r"repeat: repeats must be an int or a vector of ints"):
+        tn.repeat(v, m)
     with pytest.raises(ValueError, match=r"repeat: axis must be an int in \[-2, 2\)"):
         tn.repeat(m, 2, axis=2)
     with pytest.raises(ValueError, match=r"pad: pad_width must be an int, \(before, after\)"):
