@@ -1,7 +1,8 @@
 """Array functions written with other ops: ``tril``, ``triu``, ``tile``,
-``repeat``, ``pad`` (its constant mode and the copying ones: edge, wrap,
-reflect, symmetric, as a ``take`` of index maps) and ``linspace``, NumPy's
-semantics.
+``repeat``, ``pad`` (its constant mode; the copying ones -- edge, wrap,
+reflect, symmetric -- as a ``take`` of index maps; the statistic ones --
+maximum, minimum, mean -- as reductions joined to each side) and
+``linspace``, NumPy's semantics.
 
 None of them is an op of its own.  Each builds its result from the op
 families (elementwise ``where`` and arithmetic, ``arange``, broadcasting,
@@ -25,7 +26,12 @@ import numpy as np
 from tenure.symbolic.ops.creation import arange, broadcast_to, full
 from tenure.symbolic.ops.elemwise import (add, cast, clip, floor, less, less_equal, maximum, mod,
                                           mul, sub, true_divide, where)
+from tenure.symbolic.ops.elemwise import round as round_half_even
 from tenure.symbolic.ops.indexing import take
+from tenure.symbolic.ops.join import concatenate
+from tenure.symbolic.ops.reduce import max as reduce_max
+from tenure.symbolic.ops.reduce import mean
+from tenure.symbolic.ops.reduce import min as reduce_min
 from tenure.symbolic.ops.repeat_counts import RepeatIndices, check_counts
 from tenure.symbolic.ops.shape import (dim_add, dim_mul, dimshuffle, expand_dims, reshape,
                                        shape_tuple)
@@ -149,23 +155,36 @@ def _repeat_each(x, repeats, axis: int):
 #: element of ``x`` it copies, for an axis of length ``n`` (NumPy's results,
 #: however wide the padding)
 PAD_MODES = ("edge", "wrap", "reflect", "symmetric")
+#: pad's statistic modes: each side padded with a reduction of its nearest elements
+PAD_STATISTICS = ("maximum", "minimum", "mean")
 
 
-def pad(x, pad_width, mode: str = "constant", constant_values=0):
+def pad(x, pad_width, mode: str = "constant", constant_values=0, stat_length=None):
     """``x`` with ``pad_width`` elements before and after each axis (NumPy's
     ``pad``).  ``pad_width`` is NumPy's: an int for every side, ``(before,
     after)`` for every axis, or one ``(before, after)`` per axis.  ``mode``:
     ``"constant"`` (``constant_values``, a scalar converted to ``x``'s dtype),
     ``"edge"`` (the edge element repeated), ``"wrap"`` (the axis repeated),
-    ``"reflect"`` (mirrored about the edge element) or ``"symmetric"``
-    (mirrored, the edge included).  The gradient of the result is the
-    gradient of ``x``'s region, plus, for the copying modes, of the elements
-    each copy came from."""
+    ``"reflect"`` (mirrored about the edge element), ``"symmetric"``
+    (mirrored, the edge included), or a statistic of the ``stat_length``
+    elements nearest the side (all of the axis when None; NumPy's forms,
+    as ``pad_width``'s): ``"maximum"``, ``"minimum"`` or ``"mean"``
+    (rounded to even for an integer ``x``), the axes padded in order as
+    NumPy does.  The gradient of the result is the gradient of ``x``'s
+    region, plus, for the other modes, of the elements each padded value
+    came from."""
     x = as_tensor_variable(x)
-    if mode != "constant" and mode not in PAD_MODES:
-        raise ValueError(f"pad: mode must be 'constant' or one of {', '.join(PAD_MODES)}, "
-                         f"got {mode!r}")
+    if mode != "constant" and mode not in PAD_MODES + PAD_STATISTICS:
+        raise ValueError(f"pad: mode must be 'constant' or one of "
+                         f"{', '.join(PAD_MODES + PAD_STATISTICS)}, got {mode!r}")
     widths = _pad_widths(pad_width, x.ndim)
+    if stat_length is not None and mode not in PAD_STATISTICS:
+        raise ValueError(f"pad: stat_length is for the modes {', '.join(PAD_STATISTICS)}, "
+                         f"not {mode!r}")
+    if mode in PAD_STATISTICS:
+        lengths = [(None, None)] * x.ndim if stat_length is None else \
+            _pad_widths(stat_length, x.ndim, "stat_length", minimum=1)
+        return _pad_by_statistics(x, widths, mode, lengths)
     if mode != "constant":
         return _pad_by_copies(x, widths, mode)
     value = as_tensor_variable(constant_values)
@@ -194,6 +213,45 @@ def _pad_by_copies(x, widths, mode: str):
     return x
 
 
+def _pad_by_statistics(x, widths, mode: str, lengths):
+    """The statistic modes: along each padded axis in turn, the statistic of
+    each side's nearest elements, broadcast over its padding, joined to
+    ``x``."""
+    for axis, ((before, after), (len_before, len_after)) in enumerate(zip(widths, lengths)):
+        if not before and not after:
+            continue
+        n = shape_tuple(x)[axis]
+        if isinstance(n, int) and n == 0:
+            raise ValueError(f"pad: cannot extend the empty axis {axis} of {x} ({x.type}) in "
+                             f"mode {mode!r}")
+        parts = [x]
+        if before:
+            parts.insert(0, _side_statistic(x, axis, mode, slice(0, len_before), before))
+        if after:
+            nearest = slice(None) if len_after is None else slice(-len_after, None)
+            parts.append(_side_statistic(x, axis, mode, nearest, after))
+        x = concatenate(parts, axis=axis)
+    return x
+
+
+def _side_statistic(x, axis: int, mode: str, nearest: slice, width: int):
+    """``mode``'s statistic of ``x``'s elements ``nearest`` along ``axis``,
+    ``width`` times along it."""
+    region = x[(slice(None),) * axis + (nearest,)]
+    if mode == "maximum":
+        value = reduce_max(region, axis=axis, keepdims=True)
+    elif mode == "minimum":
+        value = reduce_min(region, axis=axis, keepdims=True)
+    else:
+        value = mean(region, axis=axis, keepdims=True)
+        if x.type.numpy_dtype.kind in "iub":       # NumPy rounds an integer mean
+            value = round_half_even(value)
+    value = cast(value, x.dtype)
+    dims = list(shape_tuple(x))
+    dims[axis] = width
+    return broadcast_to(value, dims)
+
+
 def _source_index(i, n, mode: str):
     """The element of an axis of length ``n`` that position ``i`` copies."""
     n = cast(n, "int64")
@@ -210,20 +268,22 @@ def _source_index(i, n, mode: str):
     return where(less(j, n), j, sub(period, j))
 
 
-def _pad_widths(pad_width, ndim: int) -> list[tuple[int, int]]:
-    """NumPy's forms of ``pad_width`` as one ``(before, after)`` per axis: it
-    broadcasts to ``(ndim, 2)``, as in NumPy."""
+def _pad_widths(pad_width, ndim: int, name: str = "pad_width",
+                minimum: int = 0) -> list[tuple[int, int]]:
+    """NumPy's forms of ``pad_width`` (or ``stat_length``: ``name``) as one
+    ``(before, after)`` per axis: it broadcasts to ``(ndim, 2)``, as in
+    NumPy."""
     widths = np.asarray(pad_width, dtype=object if _has_variables(pad_width) else None)
     if widths.dtype.kind not in "iu":
-        raise TypeError(f"pad: pad_width must hold Python integers (they decide the result's "
+        raise TypeError(f"pad: {name} must hold Python integers (they decide the result's "
                         f"shape), got {pad_width!r}")
     try:
         widths = np.broadcast_to(widths, (ndim, 2))
     except ValueError:
-        raise ValueError(f"pad: pad_width must be an int, (before, after), or one "
+        raise ValueError(f"pad: {name} must be an int, (before, after), or one "
                          f"(before, after) per axis of the {ndim}-d x, got {pad_width!r}") \
             from None
-    return [tuple(_static_int(int(w), "pad", f"pad_width[{axis}]", minimum=0) for w in row)
+    return [tuple(_static_int(int(w), "pad", f"{name}[{axis}]", minimum=minimum) for w in row)
             for axis, row in enumerate(widths)]
 
 

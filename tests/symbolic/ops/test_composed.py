@@ -138,12 +138,43 @@ def test_repeat_counts_are_checked_when_the_function_runs(mode):
         g(np.ones((3, 2)))
 
 
+@pytest.mark.parametrize("dtype", ["float64", "int32"])
+@pytest.mark.parametrize("mode_name, pad_width, stat_length", [
+    ("maximum", ((1, 2), (2, 1)), None), ("minimum", 2, 1), ("mean", ((1, 2), (2, 1)), None),
+    ("mean", ((0, 3), (1, 1)), ((1, 2), (3, 1))), ("maximum", (0, 2), ((1, 1), (2, 9)))])
+def test_pad_statistic_modes_match_numpy(mode_name, pad_width, stat_length, dtype, mode):
+    """Each axis in turn (the later ones see the earlier ones' padding), the
+    statistic of the stat_length elements nearest each side; an integer
+    mean rounded to even."""
+    x = tn.tensor("x", dtype=dtype, shape=(None, None))
+    value = np.array([[1, 5, 2, 8], [7, 3, 4, 0], [2, 2, 9, 1]], dtype=dtype)
+    f = tn.function([x], tn.pad(x, pad_width, mode_name, stat_length=stat_length), mode=mode)
+    want = np.pad(value, pad_width, mode_name, stat_length=stat_length)
+    got = f(value)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-14)
+
+
+def test_pad_statistic_errors():
+    m = tn.matrix("m")
+    with pytest.raises(ValueError, match=r"pad: stat_length is for the modes maximum, minimum, "
+                                         r"mean, not 'edge'"):
+        tn.pad(m, 1, "edge", stat_length=2)
+    with pytest.raises(ValueError, match=r"pad: stat_length\[0\] must be >= 1, got 0"):
+        tn.pad(m, 1, "mean", stat_length=0)
+    with pytest.raises(ValueError, match=r"pad: cannot extend the empty axis 0 .* 'maximum'"):
+        tn.pad(tn.tensor("e", shape=(0, 2)), 1, "maximum")
+
+
 def test_gradients_flow_through_them():
     rng = np.random.default_rng(0)
     verify_grad(lambda x: tn.tril(x, 1) * tn.triu(x), [rng.standard_normal((3, 4))], rng=rng)
     verify_grad(lambda x: tn.tile(x, (2, 3)), [rng.standard_normal((2, 2))], rng=rng)
     verify_grad(lambda x: tn.repeat(x, 3, axis=0), [rng.standard_normal((2, 3))], rng=rng)
     verify_grad(lambda x: tn.repeat(x, [2, 0, 1], axis=1), [rng.standard_normal((2, 3))], rng=rng)
+    verify_grad(lambda x: tn.pad(x, ((1, 2), (0, 1)), "mean", stat_length=2),
+                [rng.standard_normal((3, 3))], rng=rng)
+    verify_grad(lambda x: tn.pad(x, 2, "maximum"), [rng.standard_normal((3, 3))], rng=rng)
     verify_grad(lambda a, b: tn.linspace(a, b, 5), [np.array(0.5), np.array(2.0)], rng=rng)
     verify_grad(lambda x: tn.pad(x, ((1, 0), (2, 1)), constant_values=3.0),
                 [rng.standard_normal((2, 3))], rng=rng)
@@ -177,8 +208,9 @@ def test_static_arguments_and_shapes_are_checked_when_the_graph_is_built():
     with pytest.raises(ValueError, match=r"pad: pad_width\[1\] must be >= 0, got -1"):
         tn.pad(m, ((0, 0), (1, -1)))
     with pytest.raises(ValueError, match="pad: mode must be 'constant' or one of edge, wrap, "
-                                         "reflect, symmetric, got 'mean'"):
-        tn.pad(m, 1, mode="mean")
+                                         "reflect, symmetric, maximum, minimum, mean, got "
+                                         "'median'"):
+        tn.pad(m, 1, mode="median")
     with pytest.raises(ValueError, match="pad: cannot extend the empty axis 0"):
         tn.pad(tn.tensor("e", shape=(0, 3)), 1, mode="wrap")
     with pytest.raises(ValueError, match="pad: constant_values must be a scalar"):
