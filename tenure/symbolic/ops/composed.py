@@ -198,16 +198,23 @@ def pad(x, pad_width, mode: str = "constant", constant_values=0, stat_length=Non
     return set_subtensor(padded[region], x)
 
 
-def _pad_by_copies(x, widths, mode: str):
-    """The copying modes: along each padded axis, ``take`` of ``x`` at the
-    source index of every position of the padded axis."""
+def _axes_to_pad(x, widths, mode: str):
+    """``(axis, before, after)`` for each axis ``widths`` pads, in order; an
+    axis known to be empty is refused (only the constant mode extends one)."""
     for axis, (before, after) in enumerate(widths):
         if not before and not after:
             continue
-        n = shape_tuple(x)[axis]
-        if isinstance(n, int) and n == 0:
+        if x.type.shape[axis] == 0:
             raise ValueError(f"pad: cannot extend the empty axis {axis} of {x} ({x.type}) in "
                              f"mode {mode!r}")
+        yield axis, before, after
+
+
+def _pad_by_copies(x, widths, mode: str):
+    """The copying modes: along each padded axis, ``take`` of ``x`` at the
+    source index of every position of the padded axis."""
+    for axis, before, after in _axes_to_pad(x, widths, mode):
+        n = shape_tuple(x)[axis]
         positions = sub(arange(dim_add(dim_add(before, n), after), dtype="int64"), before)
         x = take(x, _source_index(positions, as_tensor_variable(n), mode), axis=axis)
     return x
@@ -217,13 +224,8 @@ def _pad_by_statistics(x, widths, mode: str, lengths):
     """The statistic modes: along each padded axis in turn, the statistic of
     each side's nearest elements, broadcast over its padding, joined to
     ``x``."""
-    for axis, ((before, after), (len_before, len_after)) in enumerate(zip(widths, lengths)):
-        if not before and not after:
-            continue
-        n = shape_tuple(x)[axis]
-        if isinstance(n, int) and n == 0:
-            raise ValueError(f"pad: cannot extend the empty axis {axis} of {x} ({x.type}) in "
-                             f"mode {mode!r}")
+    for axis, before, after in _axes_to_pad(x, widths, mode):
+        len_before, len_after = lengths[axis]
         parts = [x]
         if before:
             parts.insert(0, _side_statistic(x, axis, mode, slice(0, len_before), before))
