@@ -41,7 +41,7 @@ from tenure.symbolic.ops.composite import Composite, FusedReduce
 from tenure.symbolic.ops.creation import Alloc, Arange, ExpandTo, Eye
 from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.gemm import Gemm
-from tenure.symbolic.ops.ifelse import LazyIfElse
+from tenure.symbolic.ops.ifelse import IfElse, LazyIfElse
 from tenure.symbolic.ops.indexing import (AdvancedSubtensor, Subtensor, advanced_region_shape,
                                           index_tuple)
 from tenure.symbolic.ops.join import Join, Split, SplitGrad, Stack
@@ -510,6 +510,9 @@ register_cuda_op(LoopGradient, device=DeviceOp(_loop_on_device, lambda node: fro
 # A lazy ifelse runs its taken branch on the device arrays, compiled by the
 # cuda linker (state_on_device); only the condition is read on the host.
 register_cuda_op(LazyIfElse, device=DeviceOp(_loop_on_device, lambda node: frozenset({0})))
+# ifelse's graph form (compiled without the lazy_ifelse rewrite): a copy of
+# the chosen values, on the device; the condition on the host
+register_cuda_op(IfElse, device=DeviceOp(_perform, lambda node: frozenset({0})))
 # Ops that create arrays: on the device even from host inputs (a shape).
 register_cuda_op(Alloc, device=DeviceOp(_alloc, _all_but_first), placement=DEVICE)
 register_cuda_op(Arange, device=DeviceOp(_arange, _every_input), placement=DEVICE)

@@ -51,7 +51,7 @@ from tenure.symbolic.ops.composite import FusedReduce
 from tenure.symbolic.ops.creation import Alloc, ExpandTo
 from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.gemm import Gemm
-from tenure.symbolic.ops.ifelse import LazyIfElse
+from tenure.symbolic.ops.ifelse import IfElse, LazyIfElse
 from tenure.symbolic.ops.indexing import AdvancedSubtensor, Subtensor, index_tuple
 from tenure.symbolic.ops.join import Join, Split, Stack
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
@@ -750,6 +750,23 @@ def lower_scan(node, values, ctx) -> list:
                   for out in node.outputs]
     else:
         shapes = _inferred_shapes(node, values)
+    return _one_task(node, values, shapes)
+
+
+def lower_ifelse(node, values, ctx) -> list:
+    """``ifelse``'s graph form (compiled without ``lazy_ifelse``): one task
+    copies the chosen values; an output's length is known where both
+    branches have it."""
+    n = node.op.n_outputs
+    then, other = values[1:1 + n], values[1 + n:]
+    shapes = [tuple(a if a == b else math.nan for a, b in zip(np.shape(x), np.shape(y)))
+              for x, y in zip(then, other)]
+    return _one_task(node, values, shapes)
+
+
+def _one_task(node, values, shapes) -> list:
+    """``node`` run by one task on its inputs whole (the lazy ones passed as
+    their chunks), each output one chunk of it, of ``shapes``."""
     lazy = tuple(i for i, value in enumerate(values) if is_lazy(value))
     args = [_chunk_values(value) if i in lazy else value for i, value in enumerate(values)]
     task = dask.delayed(_run_scan, nout=len(node.outputs), pure=True)(
@@ -856,6 +873,7 @@ LOWERINGS: dict[type, Callable] = {
     Scan: lower_scan,
     CheckpointedScanGrad: lower_scan,
     LazyIfElse: lower_scan,
+    IfElse: lower_ifelse,
     LoopGradient: lower_scan,
 }
 

@@ -103,6 +103,22 @@ def test_nested_ifelse(mode):
     np.testing.assert_allclose(f(-1.0, 1.0, xv), xv - 1)
 
 
+def test_the_graph_form_without_the_rewrite(mode):
+    """Compiled without lazy_ifelse, the IfElse node itself runs (both
+    branches computed): the chosen values, as buffers of their own."""
+    c = tn.scalar("c")
+    x = tn.vector("x")
+    plain = tn.Mode(linker=mode.linker, exclude=["lazy_ifelse"],
+                    cuda_emulation=mode.cuda_emulation, compute=mode.compute)
+    f = tn.function([c, x], tn.ifelse(c > 0, x, x * 3), mode=plain)
+    assert _nodes(f, IfElse) and not _nodes(f, LazyIfElse)
+    xv = np.array([1.0, 2.0])
+    got = f(1.0, xv)
+    np.testing.assert_allclose(got, xv)
+    assert not np.shares_memory(got, xv)
+    np.testing.assert_allclose(f(-1.0, xv), xv * 3)
+
+
 def test_the_branches_must_agree():
     c = tn.scalar("c")
     x, m = tn.vector("x"), tn.matrix("m")
