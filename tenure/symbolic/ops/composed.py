@@ -1,8 +1,9 @@
 """Array functions written with other ops: ``tril``, ``triu``, ``tile``,
 ``repeat``, ``pad`` (its constant mode; the copying ones -- edge, wrap,
 reflect, symmetric -- as a ``take`` of index maps; the statistic ones --
-maximum, minimum, mean -- as reductions joined to each side) and
-``linspace``, NumPy's semantics.
+maximum, minimum, mean, median -- as reductions joined to each side;
+linear_ramp as NumPy's ``linspace`` arithmetic) and ``linspace``, NumPy's
+semantics.
 
 None of them is an op of its own.  Each builds its result from the op
 families (elementwise ``where`` and arithmetic, ``arange``, broadcasting,
@@ -24,17 +25,19 @@ import numbers
 import numpy as np
 
 from tenure.symbolic.ops.creation import arange, broadcast_to, full
-from tenure.symbolic.ops.elemwise import (add, cast, clip, floor, less, less_equal, maximum, mod,
-                                          mul, sub, true_divide, where)
+from tenure.symbolic.ops.elemwise import (add, cast, clip, eq, floor, floor_divide, less,
+                                          less_equal, maximum, mod, mul, sub, true_divide, where)
 from tenure.symbolic.ops.elemwise import round as round_half_even
 from tenure.symbolic.ops.indexing import take
 from tenure.symbolic.ops.join import concatenate
+from tenure.symbolic.ops.reduce import any as tn_any
 from tenure.symbolic.ops.reduce import max as reduce_max
 from tenure.symbolic.ops.reduce import mean
 from tenure.symbolic.ops.reduce import min as reduce_min
 from tenure.symbolic.ops.repeat_counts import RepeatIndices, check_counts
 from tenure.symbolic.ops.shape import (dim_add, dim_mul, dimshuffle, expand_dims, reshape,
                                        shape_tuple)
+from tenure.symbolic.ops.sorting import sort
 from tenure.symbolic.ops.subtensor_update import set_subtensor
 from tenure.symbolic.types import normalize_dtype
 from tenure.symbolic.variable import TensorConstant, as_tensor_variable
@@ -156,27 +159,31 @@ def _repeat_each(x, repeats, axis: int):
 #: however wide the padding)
 PAD_MODES = ("edge", "wrap", "reflect", "symmetric")
 #: pad's statistic modes: each side padded with a reduction of its nearest elements
-PAD_STATISTICS = ("maximum", "minimum", "mean")
+PAD_STATISTICS = ("maximum", "minimum", "mean", "median")
 
 
-def pad(x, pad_width, mode: str = "constant", constant_values=0, stat_length=None):
+def pad(x, pad_width, mode: str = "constant", constant_values=0, stat_length=None,
+        end_values=0):
     """``x`` with ``pad_width`` elements before and after each axis (NumPy's
     ``pad``).  ``pad_width`` is NumPy's: an int for every side, ``(before,
     after)`` for every axis, or one ``(before, after)`` per axis.  ``mode``:
     ``"constant"`` (``constant_values``, a scalar converted to ``x``'s dtype),
     ``"edge"`` (the edge element repeated), ``"wrap"`` (the axis repeated),
     ``"reflect"`` (mirrored about the edge element), ``"symmetric"``
-    (mirrored, the edge included), or a statistic of the ``stat_length``
+    (mirrored, the edge included), a statistic of the ``stat_length``
     elements nearest the side (all of the axis when None; NumPy's forms,
-    as ``pad_width``'s): ``"maximum"``, ``"minimum"`` or ``"mean"``
-    (rounded to even for an integer ``x``), the axes padded in order as
+    as ``pad_width``'s): ``"maximum"``, ``"minimum"``, ``"mean"`` or
+    ``"median"`` (rounded to even for an integer ``x``), or
+    ``"linear_ramp"`` (from ``end_values``, numbers in ``pad_width``'s
+    forms, towards the edge element, as NumPy's ``linspace`` without its
+    end: floored for an integer ``x``).  The axes are padded in order, as
     NumPy does.  The gradient of the result is the gradient of ``x``'s
     region, plus, for the other modes, of the elements each padded value
     came from."""
     x = as_tensor_variable(x)
-    if mode != "constant" and mode not in PAD_MODES + PAD_STATISTICS:
+    if mode != "constant" and mode not in PAD_MODES + PAD_STATISTICS + ("linear_ramp",):
         raise ValueError(f"pad: mode must be 'constant' or one of "
-                         f"{', '.join(PAD_MODES + PAD_STATISTICS)}, got {mode!r}")
+                         f"{', '.join(PAD_MODES + PAD_STATISTICS)}, linear_ramp, got {mode!r}")
     widths = _pad_widths(pad_width, x.ndim)
     if stat_length is not None and mode not in PAD_STATISTICS:
         raise ValueError(f"pad: stat_length is for the modes {', '.join(PAD_STATISTICS)}, "
@@ -185,6 +192,8 @@ def pad(x, pad_width, mode: str = "constant", constant_values=0, stat_length=Non
         lengths = [(None, None)] * x.ndim if stat_length is None else \
             _pad_widths(stat_length, x.ndim, "stat_length", minimum=1)
         return _pad_by_statistics(x, widths, mode, lengths)
+    if mode == "linear_ramp":
+        return _pad_by_ramps(x, widths, _end_values(end_values, x.ndim))
     if mode != "constant":
         return _pad_by_copies(x, widths, mode)
     value = as_tensor_variable(constant_values)
@@ -245,13 +254,77 @@ def _side_statistic(x, axis: int, mode: str, nearest: slice, width: int):
     elif mode == "minimum":
         value = reduce_min(region, axis=axis, keepdims=True)
     else:
-        value = mean(region, axis=axis, keepdims=True)
-        if x.type.numpy_dtype.kind in "iub":       # NumPy rounds an integer mean
+        value = mean(region, axis=axis, keepdims=True) if mode == "mean" else \
+            _median(region, axis)
+        if x.type.numpy_dtype.kind in "iub":       # NumPy rounds an integer mean or median
             value = round_half_even(value)
     value = cast(value, x.dtype)
     dims = list(shape_tuple(x))
     dims[axis] = width
     return broadcast_to(value, dims)
+
+
+def _median(region, axis: int):
+    """The median along ``axis``, kept as an axis of one: the middle of the
+    sorted elements, or the mean of the two middle ones (NumPy's)."""
+    ordered = sort(region, axis=axis)
+    m = shape_tuple(region)[axis]
+    low, high = floor_divide(sub(m, 1), 2), floor_divide(m, 2)
+    at = (slice(None),) * axis
+    pair = add(ordered[at + (slice(low, add(low, 1)),)], ordered[at + (slice(high, add(high, 1)),)])
+    return true_divide(pair, 2) if region.type.numpy_dtype.kind == "f" else \
+        true_divide(cast(pair, "float64"), 2.0)
+
+
+def _end_values(end_values, ndim: int) -> list[tuple]:
+    """``linear_ramp``'s ``end_values`` (numbers, in ``pad_width``'s forms)
+    as one ``(before, after)`` per axis."""
+    values = np.asarray(end_values, dtype=object if _has_variables(end_values) else None)
+    if values.dtype.kind not in "biuf":
+        raise TypeError(f"pad: end_values must hold numbers, got {end_values!r}")
+    try:
+        values = np.broadcast_to(values, (ndim, 2))
+    except ValueError:
+        raise ValueError(f"pad: end_values must be a number, (before, after), or one "
+                         f"(before, after) per axis of the {ndim}-d x, got {end_values!r}") \
+            from None
+    return [tuple(row) for row in values.tolist()]
+
+
+def _pad_by_ramps(x, widths, ends):
+    """``linear_ramp``: along each padded axis in turn, each side a ramp from
+    its end value towards the edge element, joined to ``x``."""
+    for axis, before, after in _axes_to_pad(x, widths, "linear_ramp"):
+        end_before, end_after = ends[axis]
+        at = (slice(None),) * axis
+        parts = [x]
+        if before:
+            parts.insert(0, _ramp(x, axis, x[at + (slice(0, 1),)], end_before, before, False))
+        if after:
+            parts.append(_ramp(x, axis, x[at + (slice(-1, None),)], end_after, after, True))
+        x = concatenate(parts, axis=axis)
+    return x
+
+
+def _ramp(x, axis: int, edge, end, width: int, reverse: bool):
+    """NumPy's ``linspace(end, edge, width, endpoint=False)`` along ``axis``
+    (reversed after the edge), in ``x``'s dtype: computed in float64 (NumPy
+    makes the start a float64 array), ``k * step + end``, or ``k / width *
+    delta + end`` when any step is zero, as NumPy's; floored for integers."""
+    dtype = "float64"
+    end = cast(as_tensor_variable(np.asarray(end)), dtype)
+    delta = sub(cast(edge, dtype), end)
+    step = true_divide(delta, cast(width, dtype))
+    shape = [1] * x.ndim
+    shape[axis] = width
+    k = reshape(arange(width, dtype=dtype), shape)
+    if reverse:
+        k = k[(slice(None),) * axis + (slice(None, None, -1),)]
+    any_zero = tn_any(eq(step, 0))
+    ramp = add(where(any_zero, mul(true_divide(k, cast(width, dtype)), delta), mul(k, step)), end)
+    if x.type.numpy_dtype.kind != "f":
+        ramp = floor(ramp)
+    return cast(ramp, x.dtype)
 
 
 def _source_index(i, n, mode: str):

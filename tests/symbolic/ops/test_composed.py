@@ -107,10 +107,11 @@ def test_linspace_of_float32_bounds_and_python_numbers(mode):
     np.testing.assert_array_equal(got_int_bounds, np.linspace(0, 3, 4))
 
 
-@pytest.mark.parametrize("dtype", ["float64", "int32"])
+@pytest.mark.parametrize("dtype", ["float64", "int32", "float32"])
 @pytest.mark.parametrize("mode_name, pad_width, stat_length", [
     ("maximum", ((1, 2), (2, 1)), None), ("minimum", 2, 1), ("mean", ((1, 2), (2, 1)), None),
-    ("mean", ((0, 3), (1, 1)), ((1, 2), (3, 1))), ("maximum", (0, 2), ((1, 1), (2, 9)))])
+    ("mean", ((0, 3), (1, 1)), ((1, 2), (3, 1))), ("maximum", (0, 2), ((1, 1), (2, 9))),
+    ("median", ((1, 2), (2, 1)), None), ("median", 2, ((2, 3), (4, 1)))])
 def test_pad_statistic_modes_match_numpy(mode_name, pad_width, stat_length, dtype, mode):
     """Each axis in turn (the later ones see the earlier ones' padding), the
     statistic of the stat_length elements nearest each side; an integer
@@ -124,15 +125,35 @@ def test_pad_statistic_modes_match_numpy(mode_name, pad_width, stat_length, dtyp
     np.testing.assert_allclose(got, want, rtol=1e-14)
 
 
+@pytest.mark.parametrize("dtype", ["float64", "int32", "float32"])
+@pytest.mark.parametrize("pad_width, end_values", [
+    (((1, 2), (3, 1)), ((5, -3), (0, 10))), (2, 0), ((0, 3), 2.5), ((2, 0), ((1, 1), (4, 4)))])
+def test_pad_linear_ramp_matches_numpy(pad_width, end_values, dtype, mode):
+    """NumPy's ramps bit for bit: linspace without its end, in x's float
+    dtype (float64 for integers, then floored), its zero-step form when any
+    step is zero (an end value equal to an edge)."""
+    x = tn.tensor("x", dtype=dtype, shape=(None, None))
+    value = np.array([[1, 5, 2, 8], [7, 3, 4, 0], [2, 2, 9, 1]], dtype=dtype)
+    f = tn.function([x], tn.pad(x, pad_width, "linear_ramp", end_values=end_values), mode=mode)
+    want = np.pad(value, pad_width, "linear_ramp", end_values=end_values)
+    got = f(value)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
 def test_pad_statistic_errors():
     m = tn.matrix("m")
     with pytest.raises(ValueError, match=r"pad: stat_length is for the modes maximum, minimum, "
-                                         r"mean, not 'edge'"):
+                                         r"mean, median, not 'edge'"):
         tn.pad(m, 1, "edge", stat_length=2)
     with pytest.raises(ValueError, match=r"pad: stat_length\[0\] must be >= 1, got 0"):
         tn.pad(m, 1, "mean", stat_length=0)
     with pytest.raises(ValueError, match=r"pad: cannot extend the empty axis 0 .* 'maximum'"):
         tn.pad(tn.tensor("e", shape=(0, 2)), 1, "maximum")
+    with pytest.raises(TypeError, match=r"pad: end_values must hold numbers, got 'a'"):
+        tn.pad(m, 1, "linear_ramp", end_values="a")
+    with pytest.raises(ValueError, match=r"pad: end_values must be a number, \(before, after\)"):
+        tn.pad(m, 1, "linear_ramp", end_values=(1, 2, 3))
 
 
 def test_gradients_flow_through_them():
@@ -144,6 +165,10 @@ def test_gradients_flow_through_them():
     verify_grad(lambda x: tn.pad(x, ((1, 2), (0, 1)), "mean", stat_length=2),
                 [rng.standard_normal((3, 3))], rng=rng)
     verify_grad(lambda x: tn.pad(x, 2, "maximum"), [rng.standard_normal((3, 3))], rng=rng)
+    verify_grad(lambda x: tn.pad(x, ((1, 2), (2, 0)), "median"), [rng.standard_normal((3, 4))],
+                rng=rng)
+    verify_grad(lambda x: tn.pad(x, ((2, 1), (1, 3)), "linear_ramp", end_values=1.5),
+                [rng.standard_normal((3, 3))], rng=rng)
     verify_grad(lambda a, b: tn.linspace(a, b, 5), [np.array(0.5), np.array(2.0)], rng=rng)
     verify_grad(lambda x: tn.pad(x, ((1, 0), (2, 1)), constant_values=3.0),
                 [rng.standard_normal((2, 3))], rng=rng)
@@ -177,9 +202,9 @@ def test_static_arguments_and_shapes_are_checked_when_the_graph_is_built():
     with pytest.raises(ValueError, match=r"pad: pad_width\[1\] must be >= 0, got -1"):
         tn.pad(m, ((0, 0), (1, -1)))
     with pytest.raises(ValueError, match="pad: mode must be 'constant' or one of edge, wrap, "
-                                         "reflect, symmetric, maximum, minimum, mean, got "
-                                         "'median'"):
-        tn.pad(m, 1, mode="median")
+                                         "reflect, symmetric, maximum, minimum, mean, median, "
+                                         "linear_ramp, got 'empty'"):
+        tn.pad(m, 1, mode="empty")
     with pytest.raises(ValueError, match="pad: cannot extend the empty axis 0"):
         tn.pad(tn.tensor("e", shape=(0, 3)), 1, mode="wrap")
     with pytest.raises(ValueError, match="pad: constant_values must be a scalar"):
