@@ -589,11 +589,14 @@ def test_a_borrowed_draw_allocates_nothing_per_call(mode, dist):
         np.testing.assert_array_equal(f(), reference(3, 0, 5).generator().binomial(20, 0.3, n))
 
 
-def test_a_borrowed_permutation_allocates_nothing_per_call_in_c():
-    """The C runtime shuffles a permutation in the draw's own buffer."""
+@pytest.mark.parametrize("dist", ["permutation", "choice"])
+def test_a_borrowed_permutation_or_choice_allocates_nothing_per_call_in_c(dist):
+    """The C runtime shuffles a permutation in the draw's own buffer, and
+    draws a choice of a range (with replacement, uniform) straight into it."""
     n = 1_000_000
-    f = tn.function([], Out(RandomStream(3).permutation(n), borrow=True),
-                    mode=tn.Mode(linker="c"))
+    draw = RandomStream(3).permutation(n) if dist == "permutation" else \
+        RandomStream(3).choice(1000, size=n)
+    f = tn.function([], Out(draw, borrow=True), mode=tn.Mode(linker="c"))
     f(), f()
     tracemalloc.start()
     try:
@@ -603,7 +606,9 @@ def test_a_borrowed_permutation_allocates_nothing_per_call_in_c():
     finally:
         tracemalloc.stop()
     assert peak < n * 8 / 20
-    np.testing.assert_array_equal(got, reference(3, 0, 2).generator().permutation(n))
+    generator = reference(3, 0, 2).generator()
+    want = generator.permutation(n) if dist == "permutation" else generator.choice(1000, n)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_a_borrowed_draw_allocates_no_device_memory_per_call(mode):

@@ -22,8 +22,10 @@
  * Every check comes first (tn_rng_check_choice, and the step's), and what
  * can fail after them (an allocation) comes before the draw's buffer is
  * written, so a draw that fails has changed no buffer.  A binomial or
- * permutation draw into a C-ordered buffer allocates nothing; a choice
- * allocates its indices (and a weighted one its cumulative distribution). */
+ * permutation draw into a C-ordered buffer allocates nothing, nor does an
+ * int64 choice from a range with replacement and no probabilities; other
+ * choices allocate their indices (a weighted one its cumulative
+ * distribution, one without replacement its set or its shuffled range). */
 
 #ifndef TN_NO_NPYRANDOM
 #include <float.h>
@@ -433,8 +435,16 @@ static int tn_rng_draw_choice(const tn_rng_node *node, tn_rng_key key, const tn_
 {
     PyArrayObject *a = p->values[0], *target;
     const npy_intp n = PyArray_SIZE(draw);
-    int64_t *idx = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof *idx);
+    int64_t *idx;
     tn_rng_stream s;
+    if (PyArray_NDIM(a) == 0 && node->replace && node->n_params == 1
+            && PyArray_TYPE(draw) == NPY_INT64 && PyArray_IS_C_CONTIGUOUS(draw)) {
+        /* integers from a range (a minibatch's indices, say): drawn straight
+         * into the draw's buffer, nothing allocated (nothing fails after) */
+        tn_stream_start(&s, key);
+        return tn_choice_indices(node, &s, p, n, (int64_t *)PyArray_DATA(draw));
+    }
+    idx = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof *idx);
     if (idx == NULL) {
         PyErr_NoMemory();
         return -1;
