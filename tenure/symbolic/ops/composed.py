@@ -279,15 +279,7 @@ def _median(region, axis: int):
 def _end_values(end_values, ndim: int) -> list[tuple]:
     """``linear_ramp``'s ``end_values`` (numbers, in ``pad_width``'s forms)
     as one ``(before, after)`` per axis."""
-    values = np.asarray(end_values, dtype=object if _has_variables(end_values) else None)
-    if values.dtype.kind not in "biuf":
-        raise TypeError(f"pad: end_values must hold numbers, got {end_values!r}")
-    try:
-        values = np.broadcast_to(values, (ndim, 2))
-    except ValueError:
-        raise ValueError(f"pad: end_values must be a number, (before, after), or one "
-                         f"(before, after) per axis of the {ndim}-d x, got {end_values!r}") \
-            from None
+    values = _per_axis_pairs(end_values, ndim, "end_values", "biuf", "numbers", "a number")
     return [tuple(row) for row in values.tolist()]
 
 
@@ -348,18 +340,25 @@ def _pad_widths(pad_width, ndim: int, name: str = "pad_width",
     """NumPy's forms of ``pad_width`` (or ``stat_length``: ``name``) as one
     ``(before, after)`` per axis: it broadcasts to ``(ndim, 2)``, as in
     NumPy."""
-    widths = np.asarray(pad_width, dtype=object if _has_variables(pad_width) else None)
-    if widths.dtype.kind not in "iu":
-        raise TypeError(f"pad: {name} must hold Python integers (they decide the result's "
-                        f"shape), got {pad_width!r}")
-    try:
-        widths = np.broadcast_to(widths, (ndim, 2))
-    except ValueError:
-        raise ValueError(f"pad: {name} must be an int, (before, after), or one "
-                         f"(before, after) per axis of the {ndim}-d x, got {pad_width!r}") \
-            from None
+    widths = _per_axis_pairs(pad_width, ndim, name, "iu",
+                             "Python integers (they decide the result's shape)", "an int")
     return [tuple(_static_int(int(w), "pad", f"{name}[{axis}]", minimum=minimum) for w in row)
             for axis, row in enumerate(widths)]
+
+
+def _per_axis_pairs(value, ndim: int, name: str, kinds: str, plural: str, single: str):
+    """``value`` (one of pad's per-side arguments, NumPy's forms) broadcast
+    to ``(ndim, 2)``: its elements of the dtype ``kinds``, else a TypeError
+    saying they must be ``plural``; a shape that does not broadcast is a
+    ValueError."""
+    values = np.asarray(value, dtype=object if _has_variables(value) else None)
+    if values.dtype.kind not in kinds:
+        raise TypeError(f"pad: {name} must hold {plural}, got {value!r}")
+    try:
+        return np.broadcast_to(values, (ndim, 2))
+    except ValueError:
+        raise ValueError(f"pad: {name} must be {single}, (before, after), or one "
+                         f"(before, after) per axis of the {ndim}-d x, got {value!r}") from None
 
 
 def _has_variables(value) -> bool:
