@@ -28,10 +28,6 @@ an output must not be an input's memory.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import numpy as np
-
 from tenure.symbolic import inner_graph
 from tenure.symbolic.fgraph import FunctionGraph
 from tenure.symbolic.graph import Apply, Op
@@ -59,13 +55,6 @@ def _checked_condition(cond):
     return cond
 
 
-def _copy(mem: LoopMemory, value):
-    """A buffer of its own holding ``value`` (host or device)."""
-    if mem.runtime is None:
-        return np.array(value, copy=True, order="C")
-    return mem.copy(value)
-
-
 class IfElse(Op):
     """The graph form: inputs ``[cond, *then_values, *else_values]``,
     ``n_outputs`` outputs.  Its ``perform`` (both branches already computed)
@@ -91,7 +80,7 @@ class IfElse(Op):
         chosen = values[:self.n_outputs] if bool(cond) else values[self.n_outputs:]
         mem = LoopMemory.of(chosen)
         for cell, value in zip(output_storage, chosen):
-            cell[0] = _copy(mem, value)
+            cell[0] = mem.copy(value)
 
     def infer_shape(self, node, input_shapes):
         cond, n = node.inputs[0], self.n_outputs
@@ -165,7 +154,7 @@ class LazyIfElse(OpWithInnerGraphs):
             results = self._step(taken)(*args)
             mem = LoopMemory.of(list(args) + list(results))
             for cell, value in zip(output_storage, results):
-                cell[0] = _copy(mem, value)
+                cell[0] = mem.copy(value)
 
     def grad(self, inputs, output_grads):
         raise NotImplementedError("the gradient of a compiled ifelse: take it of the ifelse "
@@ -200,9 +189,3 @@ def ifelse(condition, then_branch, else_branch, name: str | None = None):
         for k, out in enumerate(results):
             out.name = name if single else f"{name}[{k}]"
     return results[0] if single else results
-
-
-def branch_inputs(node: Apply) -> tuple[Sequence, Sequence]:
-    """An :class:`IfElse` node's then and else values."""
-    n = node.op.n_outputs
-    return node.inputs[1:1 + n], node.inputs[1 + n:]
