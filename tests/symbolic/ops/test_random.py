@@ -327,6 +327,8 @@ def test_the_sequential_draws_are_numpys_generator_on_every_linker(mode, dist):
             (srng.choice(np.arange(5.0), size=7, p=weights),
              lambda g: g.choice(np.arange(5.0), 7, p=weights)),
             (srng.choice(30, size=6, replace=False), lambda g: g.choice(30, 6, replace=False)),
+            (srng.choice(np.arange(30.0, 60.0), size=(2, 3), replace=False),
+             lambda g: g.choice(np.arange(30.0, 60.0), (2, 3), replace=False)),
             (srng.choice(20_000, size=500, replace=False),
              lambda g: g.choice(20_000, 500, replace=False)),
             (srng.choice(5, size=3, replace=False, p=weights),
@@ -589,14 +591,31 @@ def test_a_borrowed_draw_allocates_nothing_per_call(mode, dist):
         np.testing.assert_array_equal(f(), reference(3, 0, 5).generator().binomial(20, 0.3, n))
 
 
-@pytest.mark.parametrize("dist", ["permutation", "choice"])
+ELEMENTS = np.linspace(-1.0, 1.0, 1000, dtype=np.float32)
+WEIGHTS = np.arange(1.0, 1001.0) / np.arange(1.0, 1001.0).sum()
+BORROWED_DRAWS = {
+    "permutation": (lambda srng: srng.permutation(1_000_000),
+                    lambda g: g.permutation(1_000_000)),
+    "choice of a range": (lambda srng: srng.choice(1000, size=1_000_000),
+                          lambda g: g.choice(1000, 1_000_000)),
+    "choice of elements": (lambda srng: srng.choice(ELEMENTS, size=1_000_000),
+                           lambda g: g.choice(ELEMENTS, 1_000_000)),
+    "weighted choice": (lambda srng: srng.choice(1000, size=1_000_000, p=WEIGHTS),
+                        lambda g: g.choice(1000, 1_000_000, p=WEIGHTS)),
+    "weighted choice of elements, no replacement": (
+        lambda srng: srng.choice(ELEMENTS, size=(500,), replace=False, p=WEIGHTS),
+        lambda g: g.choice(ELEMENTS, 500, replace=False, p=WEIGHTS)),
+}
+
+
+@pytest.mark.parametrize("dist", sorted(BORROWED_DRAWS))
 def test_a_borrowed_permutation_or_choice_allocates_nothing_per_call_in_c(dist):
     """The C runtime shuffles a permutation in the draw's own buffer, and
-    draws a choice of a range (with replacement, uniform) straight into it."""
-    n = 1_000_000
-    draw = RandomStream(3).permutation(n) if dist == "permutation" else \
-        RandomStream(3).choice(1000, size=n)
-    f = tn.function([], Out(draw, borrow=True), mode=tn.Mode(linker="c"))
+    writes a choice's samples into it as they come (of an array: its
+    elements, through no array of indices); what a way of choosing needs
+    besides (a weighted choice's cdf) is of the population's size."""
+    draw, numpy_draw = BORROWED_DRAWS[dist]
+    f = tn.function([], Out(draw(RandomStream(3)), borrow=True), mode=tn.Mode(linker="c"))
     f(), f()
     tracemalloc.start()
     try:
@@ -605,10 +624,8 @@ def test_a_borrowed_permutation_or_choice_allocates_nothing_per_call_in_c(dist):
         peak = tracemalloc.get_traced_memory()[1] - before
     finally:
         tracemalloc.stop()
-    assert peak < n * 8 / 20
-    generator = reference(3, 0, 2).generator()
-    want = generator.permutation(n) if dist == "permutation" else generator.choice(1000, n)
-    np.testing.assert_array_equal(got, want)
+    assert peak < max(got.nbytes / 20, 3 * WEIGHTS.nbytes), peak
+    np.testing.assert_array_equal(got, numpy_draw(reference(3, 0, 2).generator()))
 
 
 def test_a_borrowed_draw_allocates_no_device_memory_per_call(mode):

@@ -21,11 +21,12 @@
  *
  * Every check comes first (tn_rng_check_choice, and the step's), and what
  * can fail after them (an allocation) comes before the draw's buffer is
- * written, so a draw that fails has changed no buffer.  A binomial or
- * permutation draw into a C-ordered buffer allocates nothing, nor does an
- * int64 choice from a range with replacement and no probabilities; other
- * choices allocate their indices (a weighted one its cumulative
- * distribution, one without replacement its set or its shuffled range). */
+ * written, so a draw that fails has changed no buffer.  A binomial,
+ * permutation or choice draw into a C-ordered buffer writes each number
+ * where it belongs as it comes: nothing of the draw's size is allocated.
+ * A choice's way of choosing may take memory of the population's size (a
+ * weighted one its cumulative distribution; one without replacement its
+ * set, its shuffled range, or its indices before their shuffle). */
 
 #ifndef TN_NO_NPYRANDOM
 #include <float.h>
@@ -138,89 +139,109 @@ static void tn_rng_cdf(const double *p, npy_intp len, double *cdf)
         cdf[k] /= sum;
 }
 
-/* With replacement and probabilities: n uniforms, then each one's search. */
-static int tn_choice_weighted(tn_rng_stream *s, const double *p, npy_intp population, npy_intp n,
-                              int64_t *idx)
+/* Where a choice's samples go, as they come: sample k is the draw's
+ * element k (C order), a's element at the index drawn, or the index itself
+ * when a is a population size. */
+typedef struct {
+    char *data;
+    npy_intp itemsize;
+    int type;
+    const char *elements;   /* a's data (the draw's dtype); NULL: a range */
+} tn_choice_sink;
+
+static void tn_choice_put(const tn_choice_sink *sink, npy_intp k, int64_t index)
 {
-    double *cdf = PyMem_Malloc((size_t)population * sizeof *cdf), *u;
-    u = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof *u);
-    if (cdf == NULL || u == NULL) {
-        PyMem_Free(cdf);
-        PyMem_Free(u);
-        PyErr_NoMemory();
-        return -1;
+    char *at = sink->data + k * sink->itemsize;
+    if (sink->elements == NULL)
+        tn_rng_store_int(at, sink->type, index);
+    else
+        memcpy(at, sink->elements + index * sink->itemsize, (size_t)sink->itemsize);
+}
+
+/* Whether the sink's elements are the int64 indices themselves. */
+static int tn_choice_sink_is_indices(const tn_choice_sink *sink)
+{
+    return sink->elements == NULL && sink->type == NPY_INT64;
+}
+
+/* With replacement, uniform: Generator.integers(0, population), n of them,
+ * through a small buffer (random_bounded_uint64_fill keeps no state
+ * between calls, so pieces give the numbers of one call). */
+static void tn_choice_uniform(tn_rng_stream *s, int64_t population, npy_intp n,
+                              const tn_choice_sink *sink)
+{
+    uint64_t piece[256];
+    if (tn_choice_sink_is_indices(sink)) {
+        random_bounded_uint64_fill(&s->bitgen, 0, (uint64_t)(population - 1), n, 0,
+                                   (uint64_t *)sink->data);
+        return;
     }
-    tn_rng_cdf(p, population, cdf);
-    random_standard_uniform_fill(&s->bitgen, n, u);
+    for (npy_intp done = 0; done < n;) {
+        const npy_intp m = n - done < 256 ? n - done : 256;
+        random_bounded_uint64_fill(&s->bitgen, 0, (uint64_t)(population - 1), m, 0, piece);
+        for (npy_intp k = 0; k < m; k++)
+            tn_choice_put(sink, done + k, (int64_t)piece[k]);
+        done += m;
+    }
+}
+
+/* With replacement and probabilities: a uniform, then its search, for each
+ * sample (NumPy draws the n uniforms first; the search reads no stream). */
+static void tn_choice_weighted(tn_rng_stream *s, const double *cdf, npy_intp population,
+                               npy_intp n, const tn_choice_sink *sink)
+{
     for (npy_intp k = 0; k < n; k++)
-        idx[k] = tn_rng_search_right(cdf, population, u[k]);
-    PyMem_Free(cdf);
-    PyMem_Free(u);
-    return 0;
+        tn_choice_put(sink, k, tn_rng_search_right(cdf, population,
+                                                   random_standard_uniform(&s->bitgen)));
 }
 
 /* Without replacement and probabilities: rounds of as many uniforms as are
- * missing, the chosen elements' probabilities set to zero, keeping each
- * round's new elements in the order they first came. */
-static int tn_choice_weighted_unique(tn_rng_stream *s, const double *p, npy_intp population,
-                                     npy_intp n, int64_t *idx)
+ * missing, searched in the distribution of the elements not yet chosen,
+ * each round's new elements kept in the order they first came.  `left` (p,
+ * the chosen set to 0 as they come: no zero element is ever found, so one
+ * found again this round is one already 0) and `cdf` are the caller's. */
+static void tn_choice_weighted_unique(tn_rng_stream *s, const double *p, npy_intp population,
+                                      npy_intp n, double *left, double *cdf,
+                                      const tn_choice_sink *sink)
 {
-    double *left = PyMem_Malloc((size_t)population * sizeof *left);
-    double *cdf = PyMem_Malloc((size_t)population * sizeof *cdf);
-    double *u = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof *u);
-    npy_intp *round_of = PyMem_Malloc((size_t)population * sizeof *round_of), found = 0;
-    if (left == NULL || cdf == NULL || u == NULL || round_of == NULL) {
-        PyMem_Free(left);
-        PyMem_Free(cdf);
-        PyMem_Free(u);
-        PyMem_Free(round_of);
-        PyErr_NoMemory();
-        return -1;
-    }
+    npy_intp found = 0;
     memcpy(left, p, (size_t)population * sizeof *left);
-    for (npy_intp k = 0; k < population; k++)
-        round_of[k] = -1;
-    for (npy_intp round = 0; found < n; round++) {
+    while (found < n) {
         const npy_intp want = n - found;
-        random_standard_uniform_fill(&s->bitgen, want, u);
-        for (npy_intp k = 0; k < found; k++)
-            left[idx[k]] = 0.0;
         tn_rng_cdf(left, population, cdf);
         for (npy_intp k = 0; k < want; k++) {
-            const npy_intp at = tn_rng_search_right(cdf, population, u[k]);
-            if (round_of[at] == round)
+            const npy_intp at = tn_rng_search_right(cdf, population,
+                                                    random_standard_uniform(&s->bitgen));
+            if (left[at] == 0.0)
                 continue;              /* already drawn this round */
-            round_of[at] = round;
-            idx[found++] = at;
+            left[at] = 0.0;
+            tn_choice_put(sink, found++, at);
         }
     }
-    PyMem_Free(left);
-    PyMem_Free(cdf);
-    PyMem_Free(u);
-    PyMem_Free(round_of);
-    return 0;
 }
 
-/* A set of int64 values >= 0 (open addressing), for Floyd's sampling. */
+/* A set of int64 values >= 0 (open addressing), for Floyd's sampling, in
+ * slots the caller gives (tn_int_set_slots of them). */
 typedef struct {
     int64_t *slots;     /* -1: empty */
     uint64_t mask;
 } tn_int_set;
 
-static int tn_int_set_start(tn_int_set *set, npy_intp n)
+static npy_intp tn_int_set_slots(npy_intp n)
 {
-    uint64_t size = 2;
-    while (size < 2 * (uint64_t)n)
+    npy_intp size = 2;
+    while (size < 2 * n)
         size *= 2;
-    set->mask = size - 1;
-    set->slots = PyMem_Malloc((size_t)size * sizeof *set->slots);
-    if (set->slots == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (uint64_t k = 0; k < size; k++)
+    return size;
+}
+
+static void tn_int_set_start(tn_int_set *set, int64_t *slots, npy_intp n)
+{
+    const npy_intp size = tn_int_set_slots(n);
+    set->slots = slots;
+    set->mask = (uint64_t)size - 1;
+    for (npy_intp k = 0; k < size; k++)
         set->slots[k] = -1;
-    return 0;
 }
 
 /* Adds v; 0 if it was there already. */
@@ -236,27 +257,30 @@ static int tn_int_set_add(tn_int_set *set, int64_t v)
     return 1;
 }
 
-/* Without replacement, uniform: a shuffle of the tail of arange(population)
- * when many are taken from a large population, else Floyd's sampling
- * followed by a shuffle (Generator.choice's two ways, at its cutoff). */
-static int tn_choice_unique(tn_rng_stream *s, int64_t population, npy_intp n, int64_t *idx)
+/* Generator.choice without replacement and probabilities shuffles the tail
+ * of arange(population) when many are taken from a large population, and
+ * else samples with Floyd's algorithm and shuffles the sample. */
+static int tn_choice_by_tail_shuffle(int64_t population, npy_intp n)
 {
-    if (population > 10000 && n > population / 50) {
-        int64_t *all = PyMem_Malloc((size_t)population * sizeof *all);
-        if (all == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        for (int64_t k = 0; k < population; k++)
-            all[k] = k;
-        tn_stream_shuffle_int(s, population, population - n > 1 ? population - n : 1, all);
-        memcpy(idx, all + (population - n), (size_t)n * sizeof *idx);
-        PyMem_Free(all);
-        return 0;
-    }
+    return population > 10000 && n > population / 50;
+}
+
+static void tn_choice_tail_shuffle(tn_rng_stream *s, int64_t population, npy_intp n,
+                                   int64_t *all, const tn_choice_sink *sink)
+{
+    for (int64_t k = 0; k < population; k++)
+        all[k] = k;
+    tn_stream_shuffle_int(s, population, population - n > 1 ? population - n : 1, all);
+    for (npy_intp k = 0; k < n; k++)
+        tn_choice_put(sink, k, all[population - n + k]);
+}
+
+/* Floyd's sampling into idx (n), then its shuffle. */
+static void tn_choice_floyd(tn_rng_stream *s, int64_t population, npy_intp n, int64_t *slots,
+                            int64_t *idx)
+{
     tn_int_set taken;
-    if (tn_int_set_start(&taken, n) < 0)
-        return -1;
+    tn_int_set_start(&taken, slots, n);
     for (int64_t j = population - n; j < population; j++) {
         const int64_t v = tn_stream_below_or_at(s, j);
         /* Floyd: v when it is new, else j (new: every value so far is below j) */
@@ -267,9 +291,7 @@ static int tn_choice_unique(tn_rng_stream *s, int64_t population, npy_intp n, in
             idx[j - (population - n)] = j;
         }
     }
-    PyMem_Free(taken.slots);
     tn_stream_shuffle_int(s, n, 1, idx);
-    return 0;
 }
 
 static int64_t tn_rng_int64_at(PyArrayObject *a)
@@ -338,26 +360,51 @@ static int tn_rng_check_choice(const tn_rng_node *node, const tn_rng_params *p, 
     return 0;
 }
 
-/* The indices choice takes, into idx (n of them). */
-static int tn_choice_indices(const tn_rng_node *node, tn_rng_stream *s, const tn_rng_params *p,
-                             npy_intp n, int64_t *idx)
+/* How many 8-byte words of temporary memory a choice of n samples takes
+ * (none for a uniform one with replacement). */
+static npy_intp tn_choice_workspace_words(const tn_rng_node *node, int64_t population,
+                                          npy_intp n, const tn_choice_sink *sink)
 {
-    PyArrayObject *a = p->values[0];
-    const int64_t population = PyArray_NDIM(a) == 0 ? tn_rng_int64_at(a) : PyArray_DIM(a, 0);
+    const int weighted = node->n_params == 2;
+    if (n == 0)
+        return 0;
+    if (node->replace)
+        return weighted ? (npy_intp)population : 0;                  /* the cdf */
+    if (weighted)
+        return 2 * (npy_intp)population;                             /* left, cdf */
+    if (tn_choice_by_tail_shuffle(population, n))
+        return (npy_intp)population;                                 /* arange */
+    return tn_int_set_slots(n) + (tn_choice_sink_is_indices(sink) ? 0 : n);  /* set, idx */
+}
+
+/* The n samples into the sink, in the workspace (tn_choice_workspace_words'). */
+static void tn_choice_run(const tn_rng_node *node, tn_rng_stream *s, const tn_rng_params *p,
+                          int64_t population, npy_intp n, void *work,
+                          const tn_choice_sink *sink)
+{
     const double *weights = node->n_params == 2 ? (const double *)PyArray_DATA(p->values[1])
                                                 : NULL;
     if (n == 0)
-        return 0;
-    if (node->replace && weights != NULL)
-        return tn_choice_weighted(s, weights, population, n, idx);
-    if (node->replace) {       /* Generator.integers(0, population) */
-        random_bounded_uint64_fill(&s->bitgen, 0, (uint64_t)(population - 1), n, 0,
-                                   (uint64_t *)idx);
-        return 0;
+        return;
+    if (node->replace && weights == NULL) {
+        tn_choice_uniform(s, population, n, sink);
+    } else if (node->replace) {
+        tn_rng_cdf(weights, population, (double *)work);
+        tn_choice_weighted(s, (const double *)work, population, n, sink);
+    } else if (weights != NULL) {
+        tn_choice_weighted_unique(s, weights, population, n, (double *)work,
+                                  (double *)work + population, sink);
+    } else if (tn_choice_by_tail_shuffle(population, n)) {
+        tn_choice_tail_shuffle(s, population, n, (int64_t *)work, sink);
+    } else {
+        int64_t *slots = (int64_t *)work;
+        int64_t *idx = tn_choice_sink_is_indices(sink) ? (int64_t *)sink->data
+                                                       : slots + tn_int_set_slots(n);
+        tn_choice_floyd(s, population, n, slots, idx);
+        if (idx != (int64_t *)sink->data)
+            for (npy_intp k = 0; k < n; k++)
+                tn_choice_put(sink, k, idx[k]);
     }
-    if (weights != NULL)
-        return tn_choice_weighted_unique(s, weights, population, n, idx);
-    return tn_choice_unique(s, population, n, idx);
 }
 
 /* ------------------------------------------------------------------------
@@ -428,41 +475,36 @@ static int tn_rng_draw_permutation(tn_rng_key key, const tn_rng_params *p, PyArr
     return tn_rng_finish(draw, target);
 }
 
-/* choice: its indices into memory of their own, then the draw: the indices
- * themselves (a a population size) or a's elements at them. */
+/* choice: each sample written into the draw as it comes (the index, a a
+ * population size, or a's element at it), with the temporary memory its
+ * way of choosing takes (tn_choice_workspace_words: a cdf, a set, ...)
+ * allocated first. */
 static int tn_rng_draw_choice(const tn_rng_node *node, tn_rng_key key, const tn_rng_params *p,
                               PyArrayObject *draw)
 {
-    PyArrayObject *a = p->values[0], *target;
+    PyArrayObject *a = p->values[0], *target = tn_rng_c_ordered(draw);
     const npy_intp n = PyArray_SIZE(draw);
-    int64_t *idx;
+    const int64_t population = PyArray_NDIM(a) == 0 ? tn_rng_int64_at(a) : PyArray_DIM(a, 0);
+    tn_choice_sink sink;
     tn_rng_stream s;
-    if (PyArray_NDIM(a) == 0 && node->replace && node->n_params == 1
-            && PyArray_TYPE(draw) == NPY_INT64 && PyArray_IS_C_CONTIGUOUS(draw)) {
-        /* integers from a range (a minibatch's indices, say): drawn straight
-         * into the draw's buffer, nothing allocated (nothing fails after) */
-        tn_stream_start(&s, key);
-        return tn_choice_indices(node, &s, p, n, (int64_t *)PyArray_DATA(draw));
-    }
-    idx = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof *idx);
-    if (idx == NULL) {
+    npy_intp words;
+    void *work = NULL;
+    if (target == NULL)
+        return -1;
+    sink.data = PyArray_BYTES(target);
+    sink.itemsize = PyArray_ITEMSIZE(target);
+    sink.type = PyArray_TYPE(target);
+    /* a is the draw's dtype already (tn_rng_param_type) */
+    sink.elements = PyArray_NDIM(a) == 0 ? NULL : PyArray_BYTES(a);
+    words = tn_choice_workspace_words(node, population, n, &sink);
+    if (words > 0 && (work = PyMem_Malloc((size_t)words * 8)) == NULL) {
+        Py_DECREF(target);
         PyErr_NoMemory();
         return -1;
     }
     tn_stream_start(&s, key);
-    if (tn_choice_indices(node, &s, p, n, idx) < 0 || (target = tn_rng_c_ordered(draw)) == NULL) {
-        PyMem_Free(idx);
-        return -1;
-    }
-    char *o = PyArray_BYTES(target);
-    const npy_intp itemsize = PyArray_ITEMSIZE(target);
-    for (npy_intp k = 0; k < n; k++) {
-        if (PyArray_NDIM(a) == 0)
-            tn_rng_store_int(o + k * itemsize, PyArray_TYPE(target), idx[k]);
-        else   /* a is the draw's dtype already (tn_rng_param_type) */
-            memcpy(o + k * itemsize, PyArray_BYTES(a) + idx[k] * itemsize, (size_t)itemsize);
-    }
-    PyMem_Free(idx);
+    tn_choice_run(node, &s, p, population, n, work, &sink);
+    PyMem_Free(work);
     return tn_rng_finish(draw, target);
 }
 
