@@ -9,7 +9,7 @@ import pytest
 
 import tenure as tn
 from tenure.rewrites.remat import _op_recomputable
-from tenure.rewrites.scan_checkpoint import checkpoint_every_for
+from tenure.rewrites.scan_checkpoint import Schedule, recomputed_steps, schedule_for
 from tenure.symbolic.graph import io_toposort
 from tenure.symbolic.ops.creation import Alloc
 from tenure.symbolic.ops.join import Join
@@ -55,17 +55,25 @@ def _numpy_gradient():
     return g_wx, g_wh, g_h
 
 
-def test_the_choice_of_k():
+def test_the_choice_of_the_schedule():
     one = [(1, 100)]            # one state, one tap, 100 bytes a value
-    assert checkpoint_every_for(100, one, 100 * 100) == 0      # the trajectory fits
-    assert checkpoint_every_for(1, one, 0) == 0                # nothing to save
+    assert schedule_for(100, one, 100 * 100) == Schedule()      # the trajectory fits
+    assert schedule_for(1, one, 0) == Schedule()                # nothing to save
     # k = 4 keeps 25 checkpoints and a segment of 1 + 4: 30 values <= 30
-    assert checkpoint_every_for(100, one, 30 * 100) == 4
-    assert checkpoint_every_for(100, one, 29 * 100) == 5       # 20 + 6 = 26 values
-    # Nothing fits 10 values: the k keeping least (10 + 11 values at k = 10)
-    assert checkpoint_every_for(100, one, 10 * 100) == 10
+    assert schedule_for(100, one, 30 * 100) == Schedule(4)
+    assert schedule_for(100, one, 29 * 100) == Schedule(5)      # 20 + 6 = 26 values
     # Two taps: checkpoints hold two values each
-    assert checkpoint_every_for(100, [(2, 100)], 60 * 100) == 4   # 50 + 2 + 4 = 56
+    assert schedule_for(100, [(2, 100)], 60 * 100) == Schedule(4)   # 50 + 2 + 4 = 56
+    # No k fits 10 values (k = 10 keeps 10 + 11): the binomial schedule.  Of
+    # its (k, s) keeping ceil(100 / k) + s + 2 <= 10, four segments of 25
+    # with 4 snapshots run the fewest forward steps: 100 + 4 * 47.
+    assert schedule_for(100, one, 10 * 100) == Schedule(25, 4)
+    assert recomputed_steps(100, Schedule(25, 4)) == 100 + 4 * 47
+    assert recomputed_steps(100, Schedule(4)) == 100
+    # Nothing fits 2 values: the least kept (1 checkpoint, a scratch value
+    # and a step's output: 3), every step reached from the start
+    assert schedule_for(100, one, 2 * 100) == Schedule(100, 0)
+    assert recomputed_steps(100, Schedule(100, 0)) == 100 + 100 * 99 // 2
 
 
 def test_the_gradient_is_one_node_until_compiled():
@@ -136,6 +144,65 @@ def test_a_budget_checkpoints_the_loop(linker):
     part = budgeted.memory_report(X, H, print_report=False).measured_peak
     trajectory = 100 * 8 * 64 * 8
     assert whole - part > 0.6 * trajectory
+
+
+@pytest.mark.parametrize("linker", ["py", "c", "dask"])
+def test_a_budget_below_every_segment_reverses_each_binomially(linker):
+    """A budget of 0.1 of the trajectory (10 values of 100): no even spacing
+    fits (k = 10 keeps 10 + 11), so the backward pass reverses four segments
+    of 25 steps by the binomial schedule with 4 snapshots (4 + 5 + 1 values),
+    running 188 forward steps more than the stored gradient's 100; the same
+    gradient, in less memory than the 0.3 budget's segments."""
+    inputs, grads = _rnn_gradient()
+    stored = tn.function(inputs, grads, mode=tn.Mode(linker=linker))
+    budgeted = tn.function(inputs, grads,
+                           mode=tn.Mode(linker=linker, activation_memory_budget=0.1))
+    (backward,) = _ops(budgeted, CheckpointedScanGrad)
+    assert (backward.every, backward.snapshots) == (25, 4)
+    (choice,) = budgeted.fgraph.loop_checkpoints
+    assert (choice.every, choice.snapshots, choice.recomputed) == (25, 4, 288)
+    assert choice.kept_bytes <= choice.allowed_bytes
+    assert "4 snapshot(s) (binomial schedule)" in str(budgeted.fgraph.remat_report)
+    for got, expected in zip(budgeted(X, H), stored(X, H)):
+        np.testing.assert_allclose(got, expected, rtol=1e-12)
+    if linker == "dask":
+        return
+    segments = tn.function(inputs, grads,
+                           mode=tn.Mode(linker=linker, activation_memory_budget=0.3))
+    state = 8 * 64 * 8
+    tight = budgeted.memory_report(X, H, print_report=False)
+    loose = segments.memory_report(X, H, print_report=False)
+    assert loose.measured_peak - tight.measured_peak > 15 * state     # 30 values against 10
+    assert tight.measured_peak <= tight.predicted_peak * 1.05    # the plan counts them
+
+
+@pytest.mark.parametrize("linker", ["py", "c"])
+def test_the_binomial_schedule_with_two_taps_a_sequences_gradient_and_truncation(linker):
+    """A state of two taps (its snapshots hold two values, in rings whose
+    rows turn as they advance: a segment starting at an odd step starts
+    them half a turn round), the gradient of a sequence and of the initial
+    values, the backward pass truncated: as without a budget.  Budgets of
+    0.25 and 0.1 of the 45 values: segments of 23 with 2 snapshots, and one
+    of 45 with none (every step reached from the checkpoint)."""
+    x = tn.tensor("x", shape=(45, 8, 4))
+    h0 = tn.tensor("h0", shape=(2, 8, 64))
+    Wx, Wh = tn.shared(WX, name="Wx"), tn.shared(WH, name="Wh")
+    xv, hv = RNG.normal(size=(45, 8, 4)), RNG.normal(size=(2, 8, 64)) * 0.1
+
+    def step(xt, h2, h1):
+        return tn.tanh(tn.dot(xt, Wx) + tn.dot(h1, Wh) + 0.5 * h2)
+    for truncate, budget, schedule in [(-1, 0.25, (23, 2)), (37, 0.25, (23, 2)),
+                                       (-1, 0.1, (45, 0))]:
+        hs, _ = tn.scan(step, sequences=[x], outputs_info=[dict(initial=h0, taps=[-2, -1])],
+                        truncate_gradient=truncate)
+        grads = tn.grad((hs[-1] ** 2).mean(), [Wx, Wh, x, h0])
+        stored = tn.function([x, h0], grads, mode=tn.Mode(linker=linker))
+        budgeted = tn.function([x, h0], grads,
+                               mode=tn.Mode(linker=linker, activation_memory_budget=budget))
+        (backward,) = _ops(budgeted, CheckpointedScanGrad)
+        assert (backward.every, backward.snapshots) == schedule
+        for got, expected in zip(budgeted(xv, hv), stored(xv, hv)):
+            np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-14)
 
 
 def test_the_checkpointed_gradients_sums_start_at_zeros_of_its_own():

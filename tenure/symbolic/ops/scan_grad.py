@@ -46,6 +46,7 @@ from tenure.symbolic.ops.elemwise import eq, maximum, where
 from tenure.symbolic.ops.join import concatenate
 from tenure.symbolic.ops.reduce import sum as tn_sum
 from tenure.symbolic.ops.scan import LoopMemory, nbytes, scan_node
+from tenure.symbolic.ops.scan_schedule import reverse_binomially
 from tenure.symbolic.ops.shape import expand_dims, shape_tuple
 from tenure.symbolic.ops.subtensor_update import IncSubtensor, inc_subtensor
 from tenure.symbolic.types import TensorType
@@ -307,7 +308,11 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
     from the checkpoint before it (the forward step, run ``k - 1`` times), then
     runs the backward step over the segment, last step first: the memory of
     the forward values is ``n / k`` checkpoints and one segment's ``k``
-    states, at the cost of one more forward pass.  Node inputs: ``n``, the
+    states, at the cost of one more forward pass.  With ``snapshots=s``,
+    each segment is reversed by the binomial schedule instead
+    (:mod:`~tenure.symbolic.ops.scan_schedule`), keeping ``s`` states at
+    once besides a scratch one and a step's output: less memory than a
+    segment, for more forward steps (how many: ``scan_schedule.advances``).  Node inputs: ``n``, the
     first step the gradient reaches (``truncate_gradient``), the forward
     sequences, the checkpoints, the forward non-sequences, the gradients of
     the trajectories (for the float states that have one) and of the nit-sot
@@ -319,12 +324,12 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
     """
 
     __props__ = ("every", "state_taps", "diff_states", "n_graded", "n_seqs", "n_nonseqs",
-                 "n_g_outs", "diff_nonseqs", "diff_seqs")
+                 "n_g_outs", "diff_nonseqs", "diff_seqs", "snapshots")
     _cache_attrs = ("_forward_step", "_backward_step")
     #: on the CUDA linker it runs on device arrays, its steps compiled for the device
     state_on_device = True
 
-    def __init__(self, forward_op, back: _Backward):
+    def __init__(self, forward_op, back: _Backward, snapshots: int | None = None):
         parts = forward_op.parts
         inner = forward_op.inner
         states_only = FunctionGraph(list(inner.inputs), inner.outputs[:parts.n_states]).clone()
@@ -339,10 +344,16 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
         self.n_g_outs = len(back.g_nitsots)
         self.diff_nonseqs = tuple(back.diff_nonseqs)
         self.diff_seqs = tuple(back.diff_seqs)
+        if snapshots is not None and (int(snapshots) != snapshots or snapshots < 0):
+            raise ValueError(f"CheckpointedScanGrad: snapshots must be None (a segment's states "
+                             f"recomputed whole) or a number >= 0, got {snapshots!r}")
+        self.snapshots = None if snapshots is None else int(snapshots)
         self.inner_mode = forward_op.inner_mode
 
     def __str__(self) -> str:
-        return f"scan_grad{{checkpoint_every={self.every}}}"
+        if self.snapshots is None:
+            return f"scan_grad{{checkpoint_every={self.every}}}"
+        return f"scan_grad{{checkpoint_every={self.every}, snapshots={self.snapshots}}}"
 
     def make_node(self, *inputs):
         """Inputs flat, in the order of the class doc (see :meth:`grouped`)."""
@@ -392,10 +403,17 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
             len(windows) + len(sums) + j].type.numpy_dtype) for j, i in enumerate(self.diff_seqs)]
         depths = [-taps[0] for taps in self.state_taps]
         shapes = [tuple(c.shape)[2:] for c in checkpoints]
+        reversal = None
         for segment in reversed(range(-(-n // self.every))):
             t0, t1 = segment * self.every, min(n, (segment + 1) * self.every)
             if t1 <= start:
                 break
+            if self.snapshots is not None:
+                if reversal is None:
+                    reversal = _Reversal(self, mem, forward, backward, seqs, nonseqs,
+                                         g_states + g_outs, windows + sums, seq_grads)
+                reversal.segment(t0, t1, [c[segment] for c in checkpoints], start)
+                continue
             history = self._recompute(mem, segment, t0, t1, forward, seqs, checkpoints,
                                       nonseqs, depths, shapes)
             t_low = max(t0, start)
@@ -479,8 +497,8 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
         return args + list(nonseqs)
 
     def workspace_bytes(self, node, input_shapes, output_shapes) -> int:
-        """One segment's recomputed states (``L + k`` values per state), the
-        carried windows and sums, and the peaks of the two compiled steps."""
+        """The states kept at once (:meth:`_kept_rows`), the carried windows
+        and sums, and the peaks of the two compiled steps."""
         _, _, groups = self._split(list(input_shapes))
         seqs, checkpoints, nonseqs, g_states, g_outs, windows = groups
         if any(shape is None for group in groups for shape in group):
@@ -489,7 +507,7 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
         sums = [nonseqs[i] for i in self.diff_nonseqs]
         total = 0
         for shape, var in zip(checkpoints, var_groups[1]):
-            total += nbytes((shape[1] + self.every,) + tuple(shape[2:]), var)
+            total += nbytes((self._kept_rows(shape[1]),) + tuple(shape[2:]), var)
         for shape, var in zip(windows + sums,
                               var_groups[5] + [var_groups[2][i] for i in self.diff_nonseqs]):
             total += nbytes(shape, var)
@@ -507,6 +525,14 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
                                               backward_inputs)]
         return total + max(peaks)
 
+    def _kept_rows(self, depth: int) -> int:
+        """The rows of one state's values the op keeps at once, for a state
+        of ``depth`` taps: a segment's (``L + k``), or the snapshots', the
+        scratch state's and the output of the step being reversed."""
+        if self.snapshots is None:
+            return depth + self.every
+        return (self.snapshots + 1) * depth + 1
+
     def infer_shape(self, node, input_shapes):
         _, _, groups = self._split(list(input_shapes))
         seqs, _, nonseqs, _, _, windows = groups
@@ -516,6 +542,90 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
     def grad(self, inputs, output_grads):
         raise NotImplementedError("a gradient of a checkpointed loop's gradient: build the "
                                   "loop without checkpoint_every to take it")
+
+
+class _Reversal:
+    """The segments of a :class:`CheckpointedScanGrad` with ``snapshots``,
+    reversed by the binomial schedule (:mod:`~tenure.symbolic.ops.scan_schedule`).
+
+    A *state* is, per loop state, its ``L`` values before a step in a ring
+    ``(buffer, phase)``: value ``j`` at row ``(j - phase) mod L``.  A
+    checkpoint is one in order (phase ``t0 - L``); a state advanced in place
+    keeps its phase.  The memory: the ``snapshots`` states the schedule keeps
+    at once, a scratch state where the state before the step being
+    reversed is reached, and that step's output (the forward step's)."""
+
+    def __init__(self, op, mem, forward, backward, seqs, nonseqs, g_rows, carried, seq_grads):
+        self.op, self.mem = op, mem
+        self.forward, self.backward = forward, backward
+        self.seqs, self.nonseqs, self.g_rows = seqs, list(nonseqs), g_rows
+        self.carried, self.seq_grads = carried, seq_grads
+        self.taps = op.state_taps
+        self.scratch: list | None = None
+        self.spare: list[list] = []       # buffers of released snapshots
+
+    def segment(self, t0: int, t1: int, checkpoint: list, start: int) -> None:
+        """Backward steps ``t1 - 1`` down to ``max(t0, start)`` from the
+        checkpoint before ``t0`` (one array of ``L`` rows per state)."""
+        state = [(c, t0 - len(c)) for c in checkpoint]
+        reverse_binomially(t0, t1, self.op.snapshots, state, self.reverse_step, self.snapshot,
+                           self.release, floor=start)
+
+    def _buffers(self, state) -> list:
+        return [self.mem.empty(tuple(buf.shape), buf.dtype) for buf, _ in state]
+
+    @staticmethod
+    def _copy(state, buffers) -> list:
+        for buf, (held, _) in zip(buffers, state):
+            buf[...] = held
+        return [(buf, phase) for buf, (_, phase) in zip(buffers, state)]
+
+    def snapshot(self, state, at: int, m: int) -> list:
+        kept = self._copy(state, self.spare.pop() if self.spare else self._buffers(state))
+        self.advance(kept, at, m)
+        return kept
+
+    def release(self, kept) -> None:
+        self.spare.append([buf for buf, _ in kept])
+
+    def reverse_step(self, state, at: int, t: int) -> None:
+        if self.scratch is None:
+            self.scratch = self._buffers(state)
+        here = self._copy(state, self.scratch)
+        self.advance(here, at, t)
+        taps = self._tap_rows(here, t)
+        outputs = self.forward(*[seq[t, ...] for seq in self.seqs], *taps, *self.nonseqs)
+        args = [g[t, ...] for g in self.g_rows] + [seq[t, ...] for seq in self.seqs] + taps
+        results = self.backward(*args, *outputs[:len(state)], *self.carried, *self.nonseqs)
+        for buf, value in zip(self.carried, results):
+            buf[...] = value
+        for grads, value in zip(self.seq_grads, results[len(self.carried):]):
+            grads[t] = value
+
+    def _tap_rows(self, state, t: int) -> list:
+        return [buf[(t + tap - phase) % len(buf), ...]
+                for (buf, phase), taps in zip(state, self.taps) for tap in taps]
+
+    def advance(self, state, at: int, stop: int) -> None:
+        """Forward steps ``at..stop-1`` in place in ``state``'s rings."""
+        if stop <= at or self._advance_in_compiled_steps(state, at, stop):
+            return
+        for t in range(at, stop):
+            results = self.forward(*[seq[t, ...] for seq in self.seqs],
+                                   *self._tap_rows(state, t), *self.nonseqs)
+            for (buf, phase), value in zip(state, results):
+                buf[(t - phase) % len(buf)] = value
+
+    def _advance_in_compiled_steps(self, state, at: int, stop: int) -> bool:
+        if getattr(self.forward, "run_steps", None) is None:
+            return False
+        rows = [(seq, 0, 0) for seq in self.seqs] + [
+            (buf, tap - phase, len(buf)) for (buf, phase), taps in zip(state, self.taps)
+            for tap in taps]
+        reads = tuple((pos, *row) for pos, row in enumerate(rows))
+        writes = tuple((k, buf, -phase, len(buf)) for k, (buf, phase) in enumerate(state))
+        args = [None] * len(rows) + self.nonseqs
+        return _ran(self.forward.run_steps(args, reads, writes, -1, at, stop), writes, "forward")
 
 
 class LoopGradient(OpWithInnerGraphs):
@@ -620,13 +730,16 @@ class LoopGradient(OpWithInnerGraphs):
         return _stored_backward(op, back, n, start, *groups,
                                 histories=op.output_groups(forward.outputs)[0])
 
-    def checkpointed(self, inputs: list, forward: Apply, read: list | None = None) -> list:
+    def checkpointed(self, inputs: list, forward: Apply, read: list | None = None,
+                     snapshots: int | None = None) -> list:
         """The outputs of the backward pass over ``forward``'s checkpoints:
         ``forward`` is the loop these ``inputs`` (a node's) differentiate,
         built with ``checkpoint_every``; its trajectories are not read.
         ``read``: per output of this op, whether anything reads it (None:
         all); a sequence's gradient nobody reads is not computed (None in
-        its place)."""
+        its place).  ``snapshots``: None, each segment's states recomputed
+        whole; a number, each segment reversed by the binomial schedule
+        keeping that many states at once (:class:`CheckpointedScanGrad`)."""
         op = forward.op
         if not op.checkpoint_every:
             raise ValueError("LoopGradient.checkpointed: the forward loop keeps no checkpoints")
@@ -641,8 +754,8 @@ class LoopGradient(OpWithInnerGraphs):
         truncated = op.truncate_gradient != -1
         start = maximum(n - op.truncate_gradient, 0) if truncated else 0
         checkpoints = op.output_groups(forward.outputs)[3]
-        node = CheckpointedScanGrad(op, back).grouped(n, start, seqs, checkpoints, nonseqs,
-                                                      g_states, g_outs, windows)
+        node = CheckpointedScanGrad(op, back, snapshots).grouped(
+            n, start, seqs, checkpoints, nonseqs, g_states, g_outs, windows)
         seq_grads = dict(zip(diff_seqs, node.outputs[carried:]))
         # The op's sums start at zeros; initial sums that are not (none the
         # gradient builds) are added after.

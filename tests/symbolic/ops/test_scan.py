@@ -16,6 +16,7 @@ from tenure.random import RandomStream
 from tenure.symbolic.ops.random import initial_state, standard_normal
 from tenure.symbolic.inner_graph import OpWithInnerGraphs
 from tenure.symbolic.ops.scan import Scan
+from tenure.symbolic.ops.scan_grad import CheckpointedScanGrad
 
 EPS = 1e-6
 
@@ -997,6 +998,33 @@ def test_checkpointed_gradient_of_taps_nit_sots_and_non_sequences(mode, rng):
     plain, checkpointed = _gradients_with_and_without_checkpoints(
         build, [xs, a0, w], values, mode, 4)
     for a, b in zip(plain, checkpointed):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("budget, schedule", [(0.5, (14, 2)), (0.2, (40, 0))])
+def test_a_budget_reverses_segments_by_the_binomial_schedule(mode, rng, budget, schedule):
+    """Under a budget no even spacing fits, each segment is reversed from a
+    few snapshots (rings of the three taps' values, turned by each segment's
+    start) or, with none, every step reached from its checkpoint: the
+    gradient without a budget, with a nit-sot, a non-sequence and truncation."""
+    xs, a0, w = tn.tensor("xs", shape=(40, 2)), tn.tensor("a0", shape=(3, 2)), tn.vector("w")
+
+    def step(x, a3, a1, w):
+        new = tn.tanh(a1 * w + 0.5 * a3 + x)
+        return new, tn.sum(new * x)
+    (states, dots), _ = tn.scan(step, sequences=xs,
+                                outputs_info=[dict(initial=a0, taps=[-3, -1]), None],
+                                non_sequences=w, truncate_gradient=30)
+    grads = tn.grad(tn.sum(states[-1] ** 2) + tn.sum(dots), [xs, a0, w])
+    values = [rng.normal(size=(40, 2)), rng.normal(size=(3, 2)), rng.normal(size=2)]
+    plain = tn.function([xs, a0, w], grads, mode=mode)
+    budgeted = tn.function([xs, a0, w], grads, mode=tn.Mode(
+        linker=mode.linker, activation_memory_budget=budget, cuda_emulation=mode.cuda_emulation,
+        compute=mode.compute, chunk_linker=mode.chunk_linker))
+    (backward,) = [node.op for node in budgeted.fgraph.apply_nodes
+                   if isinstance(node.op, CheckpointedScanGrad)]
+    assert (backward.every, backward.snapshots) == schedule
+    for a, b in zip(plain(*values), budgeted(*values)):
         np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
 
 
