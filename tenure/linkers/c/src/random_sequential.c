@@ -26,7 +26,8 @@
  * where it belongs as it comes: nothing of the draw's size is allocated.
  * A choice's way of choosing may take memory of the population's size (a
  * weighted one its cumulative distribution; one without replacement its
- * set, its shuffled range, or its indices before their shuffle). */
+ * set, its shuffled range, or its indices before their shuffle), which is
+ * allocated only beyond TN_CHOICE_STACK_WORDS words. */
 
 #ifndef TN_NO_NPYRANDOM
 #include <float.h>
@@ -475,6 +476,11 @@ static int tn_rng_draw_permutation(tn_rng_key key, const tn_rng_params *p, PyArr
     return tn_rng_finish(draw, target);
 }
 
+/* A workspace this small lives on the stack: a choice among a few
+ * thousand (a class, a token) allocates nothing per call.  The weighted
+ * ways work in doubles, the others in int64s. */
+#define TN_CHOICE_STACK_WORDS 2048
+
 /* choice: each sample written into the draw as it comes (the index, a a
  * population size, or a's element at it), with the temporary memory its
  * way of choosing takes (tn_choice_workspace_words: a cdf, a set, ...)
@@ -485,6 +491,8 @@ static int tn_rng_draw_choice(const tn_rng_node *node, tn_rng_key key, const tn_
     PyArrayObject *a = p->values[0], *target = tn_rng_c_ordered(draw);
     const npy_intp n = PyArray_SIZE(draw);
     const int64_t population = PyArray_NDIM(a) == 0 ? tn_rng_int64_at(a) : PyArray_DIM(a, 0);
+    double stack_doubles[TN_CHOICE_STACK_WORDS];
+    int64_t stack_ints[TN_CHOICE_STACK_WORDS];
     tn_choice_sink sink;
     tn_rng_stream s;
     npy_intp words;
@@ -497,14 +505,17 @@ static int tn_rng_draw_choice(const tn_rng_node *node, tn_rng_key key, const tn_
     /* a is the draw's dtype already (tn_rng_param_type) */
     sink.elements = PyArray_NDIM(a) == 0 ? NULL : PyArray_BYTES(a);
     words = tn_choice_workspace_words(node, population, n, &sink);
-    if (words > 0 && (work = PyMem_Malloc((size_t)words * 8)) == NULL) {
+    if (words <= TN_CHOICE_STACK_WORDS) {
+        work = node->n_params == 2 ? (void *)stack_doubles : (void *)stack_ints;
+    } else if ((work = PyMem_Malloc((size_t)words * 8)) == NULL) {
         Py_DECREF(target);
         PyErr_NoMemory();
         return -1;
     }
     tn_stream_start(&s, key);
     tn_choice_run(node, &s, p, population, n, work, &sink);
-    PyMem_Free(work);
+    if (work != (void *)stack_doubles && work != (void *)stack_ints)
+        PyMem_Free(work);
     return tn_rng_finish(draw, target);
 }
 
