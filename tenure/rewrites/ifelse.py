@@ -74,6 +74,9 @@ def _branch_graph(own: list[Apply], values: list) -> tuple[FunctionGraph, list]:
 def lazy_ifelse(fgraph: FunctionGraph) -> bool:
     """Every ``IfElse`` node as a ``LazyIfElse`` (module doc), ancestors first:
     an ``ifelse`` in another's branch is lazy before it moves there."""
+    # every compilation runs this: look before sorting
+    if not any(isinstance(node.op, IfElse) for node in fgraph.apply_nodes):
+        return False
     changed = False
     for node in [n for n in fgraph.toposort() if isinstance(n.op, IfElse)]:
         n = node.op.n_outputs

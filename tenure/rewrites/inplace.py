@@ -117,9 +117,12 @@ class _LocalCheck:
         self.position[new_node] = self.position[old_node]
 
 
-def _inplace_pass(fgraph, proposals, reason: str) -> bool:
+def inplace_pass(fgraph, proposals, reason: str, wanted) -> bool:
     """Apply in-place versions proposed for each node; ``proposals(node)``
-    yields ``(input index, new node)`` pairs, best first."""
+    yields ``(input index, new node)`` pairs, best first, for a node that
+    ``wanted(node)`` (the pass orders the graph only when one is)."""
+    if not any(wanted(node) for node in fgraph.apply_nodes):
+        return False
     check = _LocalCheck(fgraph)
     changes = []
 
@@ -151,13 +154,15 @@ def _inplace_pass(fgraph, proposals, reason: str) -> bool:
 @register_graph_rewrite("inplace", tags=("inplace", "elemwise_inplace"))
 def elemwise_inplace(fgraph) -> bool:
     """Elementwise (and fused) ops write their result into one of their inputs."""
-    def proposals(node):
-        op = node.op
-        if isinstance(op, Elemwise) and not op.inplace_pattern:
-            for i in _candidate_inputs(fgraph, node):
-                yield i, Elemwise(op.scalar_op, {0: i}).make_node(*node.inputs)
+    def wanted(node):
+        return isinstance(node.op, Elemwise) and not node.op.inplace_pattern
 
-    return _inplace_pass(fgraph, proposals, "elemwise_inplace")
+    def proposals(node):
+        if wanted(node):
+            for i in _candidate_inputs(fgraph, node):
+                yield i, Elemwise(node.op.scalar_op, {0: i}).make_node(*node.inputs)
+
+    return inplace_pass(fgraph, proposals, "elemwise_inplace", wanted)
 
 
 @register_graph_rewrite("inplace", tags=("inplace", "subtensor_inplace"))
@@ -165,11 +170,14 @@ def subtensor_update_inplace(fgraph) -> bool:
     """``set_subtensor`` / ``inc_subtensor`` write into ``x`` instead of a copy of it
     (the gradient of indexing, ``inc_subtensor(zeros_like(x)[i], g)``, then
     costs no copy of the zeros)."""
+    def wanted(node):
+        return (isinstance(node.op, _IncSubtensorBase) and not node.op.inplace
+                and not isinstance(node.inputs[0], Constant))
+
     def proposals(node):
         op = node.op
-        if (isinstance(op, _IncSubtensorBase) and not op.inplace
-                and not isinstance(node.inputs[0], Constant)):
+        if wanted(node):
             new_op = type(op)(op.pattern, set_instead_of_inc=op.set_instead_of_inc, inplace=True)
             yield 0, new_op.make_node(*node.inputs)
 
-    return _inplace_pass(fgraph, proposals, "subtensor_update_inplace")
+    return inplace_pass(fgraph, proposals, "subtensor_update_inplace", wanted)

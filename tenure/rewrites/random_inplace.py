@@ -7,16 +7,18 @@ a borrowed output, not that either after the first call)."""
 from __future__ import annotations
 
 from tenure.rewrites.engine import register_graph_rewrite
-from tenure.rewrites.inplace import _inplace_pass
+from tenure.rewrites.inplace import inplace_pass
 from tenure.symbolic.ops.random import RandomVariable
 
 
 @register_graph_rewrite("inplace", tags=("inplace", "random_state_inplace"))
 def random_state_inplace(fgraph) -> bool:
     """``RandomVariable`` advances its state in place (output 0 destroys input 0)."""
-    def proposals(node):
-        op = node.op
-        if isinstance(op, RandomVariable) and not op.inplace:
-            yield 0, op.clone(inplace=True).make_node(*node.inputs)
+    def wanted(node):
+        return isinstance(node.op, RandomVariable) and not node.op.inplace
 
-    return _inplace_pass(fgraph, proposals, "random_state_inplace")
+    def proposals(node):
+        if wanted(node):
+            yield 0, node.op.clone(inplace=True).make_node(*node.inputs)
+
+    return inplace_pass(fgraph, proposals, "random_state_inplace", wanted)

@@ -40,7 +40,7 @@ import numpy as np
 
 from tenure.rewrites.destroy import version_of
 from tenure.rewrites.engine import register_graph_rewrite, register_node_rewrite
-from tenure.rewrites.inplace import _inplace_pass
+from tenure.rewrites.inplace import inplace_pass
 from tenure.symbolic.graph import Constant, Variable
 from tenure.symbolic.ops import elemwise as ew
 from tenure.symbolic.ops import scalar as ps
@@ -244,8 +244,11 @@ def gemm(fgraph, node):
 @register_graph_rewrite("inplace", name="gemm_inplace", tags=("inplace", "gemm_inplace"))
 def gemm_inplace(fgraph) -> bool:
     """``Gemm`` accumulates into ``z``'s own buffer instead of a copy of it."""
+    def wanted(node):
+        return isinstance(node.op, Gemm) and not node.op.inplace
+
     def proposals(node):
-        if not isinstance(node.op, Gemm) or node.op.inplace:
+        if not wanted(node):
             return
         z = node.inputs[0]
         if isinstance(z, Constant):
@@ -257,4 +260,4 @@ def gemm_inplace(fgraph) -> bool:
             return
         yield 0, _GEMM_INPLACE.make_node(*node.inputs)
 
-    return _inplace_pass(fgraph, proposals, "gemm_inplace")
+    return inplace_pass(fgraph, proposals, "gemm_inplace", wanted)

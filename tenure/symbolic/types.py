@@ -21,10 +21,20 @@ SUPPORTED_DTYPES = frozenset(
         "float16", "float32", "float64", "complex64", "complex128"))
 
 
+#: the canonical name of each spelling of a supported dtype met so far
+#: (``"float64"``, ``np.float64``, ``np.dtype("float64")``, ``float``...):
+#: building every graph node asks, and ``np.dtype(d).name`` is slow
+_CANONICAL_NAMES: dict = {name: name for name in SUPPORTED_DTYPES}
+
+
 def normalize_dtype(dtype, what: str = "dtype") -> str:
     """``dtype`` as a canonical name (``None`` means ``config.floatX``)."""
     if dtype is None:
         return config.floatX
+    try:
+        return _CANONICAL_NAMES[dtype]
+    except (KeyError, TypeError):     # not met yet, or unhashable
+        pass
     if dtype == "floatX":
         return config.floatX
     try:
@@ -34,6 +44,10 @@ def normalize_dtype(dtype, what: str = "dtype") -> str:
     if name not in SUPPORTED_DTYPES:
         raise TypeError(f"{what}: dtype {name} is not supported; expected one of "
                         f"{', '.join(sorted(SUPPORTED_DTYPES))}")
+    try:
+        _CANONICAL_NAMES[dtype] = name
+    except TypeError:
+        pass
     return name
 
 

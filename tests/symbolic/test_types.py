@@ -34,6 +34,24 @@ def test_constructor_dtype_none_follows_floatX(ctor):
         assert ctor().dtype == "float64"
 
 
+def test_every_spelling_of_a_dtype_gives_its_name_and_floatX_is_read_each_time():
+    """normalize_dtype remembers the spellings it met (it is asked for every
+    node); "floatX" is never remembered, and what it refuses it refuses
+    every time."""
+    from tenure.symbolic.types import normalize_dtype
+    for _ in range(2):
+        for spelling in ("float32", np.float32, np.dtype("float32"), np.dtype(">f4"), "f4"):
+            assert normalize_dtype(spelling) == "float32"
+        assert normalize_dtype(float) == "float64"
+        for floatX in ("float32", "float64"):
+            with tn.config.change_flags(floatX=floatX):
+                assert normalize_dtype("floatX") == normalize_dtype(None) == floatX
+        with pytest.raises(TypeError, match="dtype object is not supported"):
+            normalize_dtype(object)
+        with pytest.raises(TypeError, match=r"expected a NumPy dtype, got \[1\]"):
+            normalize_dtype([1])
+
+
 @pytest.mark.parametrize("dtype", ["bool", "int8", "int32", "int64", "uint8", "float32",
                                    "float64", "complex128"])
 def test_constructor_explicit_dtype(dtype):
