@@ -312,14 +312,15 @@ class CheckpointedScanGrad(OpWithInnerGraphs):
     each segment is reversed by the binomial schedule instead
     (:mod:`~tenure.symbolic.ops.scan_schedule`), keeping ``s`` states at
     once besides a scratch one and a step's output: less memory than a
-    segment, for more forward steps (how many: ``scan_schedule.advances``).  Node inputs: ``n``, the
-    first step the gradient reaches (``truncate_gradient``), the forward
-    sequences, the checkpoints, the forward non-sequences, the gradients of
-    the trajectories (for the float states that have one) and of the nit-sot
-    outputs (forward time order), the initial windows.  Outputs: the final
-    windows and sums (the sums of the non-sequences' gradients, which start
-    at zeros the op allocates: no input of zeros to copy), then each float
-    sequence's gradient (zeros before the first step reached).  A gradient of this gradient is not
+    segment, for more forward steps (how many: ``scan_schedule.advances``).
+    Node inputs: ``n``, the first step the gradient reaches
+    (``truncate_gradient``), the forward sequences, the checkpoints, the
+    forward non-sequences, the gradients of the trajectories (for the float
+    states that have one) and of the nit-sot outputs (forward time order),
+    the initial windows.  Outputs: the final windows and sums (the sums of
+    the non-sequences' gradients, which start at zeros the op allocates: no
+    input of zeros to copy), then each float sequence's gradient (zeros
+    before the first step reached).  A gradient of this gradient is not
     implemented (a loop without ``checkpoint_every`` has one).
     """
 
