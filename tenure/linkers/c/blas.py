@@ -66,7 +66,8 @@ as NumPy gives it.
 
 Not covered (``has_c_code`` is False): operands of different dtypes, dtypes
 other than bool / integers / float32 / float64 (complex, float16), 0-d
-``Dot`` operands (a scaling), ``TensorDot``.
+``Dot`` operands (a scaling).  ``TensorDot`` is a compiled step around the
+same driver (:mod:`.tensordot`).
 """
 
 from __future__ import annotations

@@ -91,7 +91,8 @@ COMPILED = "compiled"
 
 #: the modules that register the built-in entries (imported on first lookup,
 #: so that the table is complete whoever asks first)
-_BUILTIN_FAMILIES = ("elemwise", "reduce", "blas", "nnet", "views", "subtensor", "random")
+_BUILTIN_FAMILIES = ("elemwise", "reduce", "blas", "tensordot", "nnet", "views", "subtensor",
+                     "random")
 
 
 @dataclass(frozen=True)

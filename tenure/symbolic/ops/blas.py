@@ -340,7 +340,6 @@ def matmul(a, b):
     return _matmul(a, b)
 
 
-
 # --------------------------------------------------------------------------
 # tensordot
 
@@ -412,7 +411,9 @@ def normalize_tensordot_axes(axes, a_ndim: int, b_ndim: int) -> tuple[tuple, tup
             _normalize_side(b_axes, b_ndim, "the second operand"))
 
 
-def _free_axes(ndim: int, summed: tuple) -> tuple:
+def free_axes(ndim: int, summed: tuple) -> tuple:
+    """The axes of an operand of ``ndim`` axes that a tensordot summing
+    ``summed`` keeps, in order."""
     return tuple(i for i in range(ndim) if i not in summed)
 
 
@@ -459,8 +460,8 @@ class TensorDot(Op):
         _check_tensordot_lengths(a.type.shape, b.type.shape, self.a_axes, self.b_axes)
         dtype = _output_dtype("tensordot",
                               lambda p, q: np.tensordot(p, q, axes=self.numpy_axes()), a, b)
-        shape = (tuple(a.type.shape[i] for i in _free_axes(a.ndim, self.a_axes))
-                 + tuple(b.type.shape[i] for i in _free_axes(b.ndim, self.b_axes)))
+        shape = (tuple(a.type.shape[i] for i in free_axes(a.ndim, self.a_axes))
+                 + tuple(b.type.shape[i] for i in free_axes(b.ndim, self.b_axes)))
         return Apply(self, [a, b], [TensorType(dtype, shape)()])
 
     def check_aligned(self, a_shape: tuple, b_shape: tuple) -> None:
@@ -490,14 +491,14 @@ class TensorDot(Op):
             cell[0] = np.asarray(np.tensordot(a, b, axes=self.numpy_axes()), dtype=dtype)
 
     def _shape(self, a, b) -> tuple:
-        return (tuple(a.shape[i] for i in _free_axes(a.ndim, self.a_axes))
-                + tuple(b.shape[i] for i in _free_axes(b.ndim, self.b_axes)))
+        return (tuple(a.shape[i] for i in free_axes(a.ndim, self.a_axes))
+                + tuple(b.shape[i] for i in free_axes(b.ndim, self.b_axes)))
 
     def infer_shape(self, node, input_shapes):
         a, b = node.inputs
         a_shape, b_shape = input_shapes
-        symbolic = (tuple(a_shape[i] for i in _free_axes(a.ndim, self.a_axes))
-                    + tuple(b_shape[i] for i in _free_axes(b.ndim, self.b_axes)))
+        symbolic = (tuple(a_shape[i] for i in free_axes(a.ndim, self.a_axes))
+                    + tuple(b_shape[i] for i in free_axes(b.ndim, self.b_axes)))
         static = node.outputs[0].type.shape
         return [tuple(s if s is not None else d for s, d in zip(static, symbolic))]
 
@@ -530,7 +531,7 @@ def tensordot_grads(a, b, a_axes: tuple, b_axes: tuple, gz) -> list:
     stand for ``a``'s summed axes (paired in order); likewise for ``b``.
     """
     from tenure.symbolic.grad import is_differentiable
-    a_free, b_free = _free_axes(a.ndim, a_axes), _free_axes(b.ndim, b_axes)
+    a_free, b_free = free_axes(a.ndim, a_axes), free_axes(b.ndim, b_axes)
     ga = gb = None
     if is_differentiable(a):
         t = _tensordot(gz, b, tuple(range(len(a_free), gz.ndim)), b_free)
@@ -547,7 +548,7 @@ def _as_matrix(x: np.ndarray, summed: tuple, summed_first: bool) -> np.ndarray:
     """``x`` as ``np.tensordot`` makes each operand a matrix: its free axes
     on one side, the ``summed`` ones on the other (first for the second
     operand), reshaped (a copy where the move needs one)."""
-    free = _free_axes(x.ndim, summed)
+    free = free_axes(x.ndim, summed)
     n_free = int(np.prod([x.shape[i] for i in free], dtype=np.int64))
     n_summed = int(np.prod([x.shape[i] for i in summed], dtype=np.int64))
     if summed_first:

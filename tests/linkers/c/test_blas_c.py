@@ -471,3 +471,57 @@ def test_has_c_code_declines():
         cb.c_function(ob.matmul(_var("float32", 2), _var("float64", 2)).owner, "f")
     with pytest.raises(ValueError):
         cb.c_function(CASES["matmul_22_float64"], "not an identifier")
+
+
+# --------------------------------------------------------------------------
+# TensorDot (tenure/linkers/c/tensordot.py): the operands as matrices, the
+# runtime's product driver
+
+
+TENSORDOT = {   # name: (a's shape, b's shape, axes)
+    "matrices": ((4, 5), (5, 3), 1),
+    "pairs": ((2, 3, 4), (4, 3, 2), ([1, 2], [1, 0])),
+    "first_axes": ((5, 2), (5, 3), ([0], [0])),
+    "outer": ((2, 3), (4,), 0),
+    "everything": ((2, 3), (3, 2), ([0, 1], [1, 0])),
+    "empty": ((0, 4), (4, 2), 1),
+}
+
+
+@pytest.fixture(scope="module")
+def tensordot_mod():
+    from tenure.linkers.c.compiler import find_compiler
+    if find_compiler() is None:
+        pytest.skip("no working C compiler (set tenure.config.cxx or $CC)")
+    pytest.importorskip("scipy.linalg.cython_blas")
+    nodes = {}
+    for dtype in FLOATS + INTS:
+        for name, (a_shape, b_shape, axes) in TENSORDOT.items():
+            a, b = _var(dtype, len(a_shape), "a"), _var(dtype, len(b_shape), "b")
+            nodes[f"{name}_{dtype}"] = ob.tensordot(a, b, axes).owner
+    return harness.build(nodes)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS)
+def test_tensordot_over_layouts(tensordot_mod, dtype):
+    """np.tensordot's numbers over every operand layout (a view where the
+    axes allow it, a copy where not)."""
+    rng = np.random.default_rng(11)
+    for name, (a_shape, b_shape, axes) in TENSORDOT.items():
+        a, b = _values(rng, a_shape, dtype), _values(rng, b_shape, dtype)
+        want = np.tensordot(a, b, axes)
+        run = tensordot_mod[f"{name}_{dtype}"]
+        for la, lb in zip(LAYOUTS, LAYOUTS[1:] + LAYOUTS[:1]):
+            got = run(_layout(a, la, rng), _layout(b, lb, rng))
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=RTOL.get(dtype, 0))
+
+
+def test_tensordot_refuses_what_perform_refuses(tensordot_mod):
+    run = tensordot_mod["pairs_float64"]
+    with pytest.raises(ValueError, match=r"tensordot: shapes \(2, 3, 4\) and \(4, 2, 2\) are "
+                                         r"not aligned: axis 1 of the first \(length 3\) is "
+                                         r"summed against axis 1 of the second \(length 2\)"):
+        run(np.ones((2, 3, 4)), np.ones((4, 2, 2)))
+    with pytest.raises(TypeError, match="float64"):
+        run(np.ones((2, 3, 4), "float32"), np.ones((4, 3, 2)))

@@ -16,12 +16,8 @@ from tenure.symbolic.ops.blas import (
 from tenure.testing import verify_grad
 
 
-
-
 # --------------------------------------------------------------------------
 # Helpers
-
-
 
 
 def run_perform(node, values, storage=None):
@@ -502,6 +498,28 @@ def test_tensordot_writes_into_last_calls_buffer(a_shape, b_shape, axes):
     second = f(av, bv)
     assert second.shape == first.shape and (second.size == 0 or np.shares_memory(first, second))
     np.testing.assert_array_equal(second, np.tensordot(av, bv, axes))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
+def test_tensordot_and_its_gradient_run_in_c(dtype):
+    """On the C linker a tensordot whose operands and result share a dtype
+    runs in C (the runtime's product driver), and so do the tensordots of
+    its gradient: none is its perform called from the C loop."""
+    a = tn.tensor("a", shape=(None, None, None), dtype=dtype)
+    b = tn.tensor("b", shape=(None, None, None), dtype=dtype)
+    out = tn.tensordot(a, b, ([1, 2], [1, 0]))
+    wrt = [a, b] if dtype != "int64" else []
+    cost = out.sum() if wrt else out
+    f = tn.function([a, b], [cost] + (tn.grad(cost, wrt) if wrt else []),
+                    mode=tn.Mode(linker="c"))
+    kinds = [kind for kind, step in zip(f._thunk.graph.kinds, f._thunk.plan.steps)
+             if isinstance(step.node.op, TensorDot)]
+    assert kinds == ["tensordot"] * (3 if wrt else 1)
+    av, bv = random_values(1, (2, 3, 4), dtype), random_values(2, (4, 3, 5), dtype)
+    reference = tn.function([a, b], [cost] + (tn.grad(cost, wrt) if wrt else []),
+                            mode=tn.Mode(linker="py"))
+    for got, want in zip(f(av, bv), reference(av, bv)):
+        assert_matches(np.asarray(got), np.asarray(want))
 
 
 def test_tensordot_of_mixed_dtypes_allocates_its_result():
