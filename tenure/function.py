@@ -20,14 +20,15 @@ from tenure.compile.compiled import Function, FunctionSpec, restore_function
 from tenure.compile.io import In, Out, as_in, as_out
 from tenure.compile.mode import Mode, as_mode
 from tenure.linkers.table import LINKERS
-from tenure.compile.prepare import UnusedInputError, check_updates, with_default_updates
+from tenure.compile.prepare import (
+    MissingInputError, ReplacedInputError, UnusedInputError, check_updates, with_default_updates)
 from tenure.linkers.profile import check_profiled_linker
 from tenure.symbolic.graph import Variable
 from tenure.symbolic.inner_graph import register_inner_compiler
 from tenure.symbolic.variable import register_eval_compiler
 
-__all__ = ["Function", "In", "LINKERS", "Mode", "Out", "ReentrantCallError",
-           "UnusedInputError", "function"]
+__all__ = ["Function", "In", "LINKERS", "MissingInputError", "Mode", "Out", "ReentrantCallError",
+           "ReplacedInputError", "UnusedInputError", "function"]
 
 # Pickles made before the split name these here.
 _Spec = FunctionSpec
@@ -70,7 +71,8 @@ def function(inputs: Sequence = (), outputs=None, updates=None, givens=None, mod
     seen = set()
     for spec in in_specs:
         if spec.variable in seen:
-            raise ValueError(f"function(): input {spec.variable} is given twice")
+            # (PyTensor's class for it; a ValueError, as tenure raised before)
+            raise UnusedInputError(f"function(): input {spec.variable} is given twice")
         seen.add(spec.variable)
     single = isinstance(outputs, (Variable, Out))
     if outputs is None:

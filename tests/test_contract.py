@@ -123,6 +123,23 @@ class TestSharedStorageIsUnique:
         f()
         np.testing.assert_array_equal(a.get_value(), np.ones(3))
 
+    def test_a_borrowed_constant_output_is_a_writable_copy(self, mode):
+        """Out(constant, borrow=True) -- PyTensor's test_borrow_output, for a
+        constant -- lends a buffer the caller may write into (a copy: the
+        constant is not the function's to lend), and every call gives the
+        constant again; a borrowed view of one too."""
+        x, values = tn.vector("x"), np.arange(4.0)
+        c = tn.constant(values)
+        f = tn.function([x], [Out(c, borrow=True), Out(c[1:], borrow=True),
+                              Out(x + 1, borrow=True)], mode=mode)
+        for _ in range(2):
+            whole, tail, _ = f(np.ones(4))
+            np.testing.assert_array_equal(whole, values)
+            np.testing.assert_array_equal(tail, values[1:])
+            whole[:] = -1
+            tail[:] = -1
+        np.testing.assert_array_equal(c.data, values)
+
 
 class TestGetValue:
     def test_default_returns_a_copy_the_caller_owns(self):

@@ -200,6 +200,22 @@ class TestTrustInputAndDprint:
 
 
 class TestRefusals:
+    def test_the_error_classes_pytensor_users_catch(self, mode):
+        """PyTensor's test_missing_inputs, test_givens_input_var and
+        test_duplicate_inputs: MissingInputError, RuntimeError for givens
+        on an input, UnusedInputError; each is also the ValueError tenure
+        raised before."""
+        x, y = tn.vector("x"), tn.vector("y")
+        with pytest.raises(tn.MissingInputError, match="y .* is needed") as missing:
+            tn.function([x], x + y, mode=mode)
+        assert isinstance(missing.value, ValueError)
+        for caught in (RuntimeError, ValueError, tn.ReplacedInputError):
+            with pytest.raises(caught, match="givens: x is an input of the function"):
+                tn.function([x], x * 2, givens={x: y}, mode=mode)
+        with pytest.raises(tn.UnusedInputError) as unused:
+            tn.function([x, x], x * 2, mode=mode)
+        assert isinstance(unused.value, ValueError)
+
     def test_unordered_inputs(self, mode):
         x, y = tn.scalar("x"), tn.scalar("y")
         for inputs in ({x, y}, frozenset([x]), {x: 1}, (v for v in [x])):

@@ -95,7 +95,10 @@ def analyse_aliasing(fgraph: FunctionGraph, inputs: list[In], outputs: list[Out]
             elif not outputs[k].borrow:
                 h.shared.append(j)
         elif isinstance(root, Constant):
-            h.constant = is_update or not outputs[k].borrow
+            # Even a borrowed output gets a copy: the caller may write into
+            # what it borrows, and the constant (read-only on the host,
+            # the graph's own on a device) is not the function's to lend.
+            h.constant = True
         if is_update:
             h.updates = [u for u in range(k) if upd_roots[u] is root]
         elif not outputs[k].borrow:

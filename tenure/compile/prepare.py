@@ -29,6 +29,18 @@ class UnusedInputError(ValueError):
     """An input of ``function`` is not needed by any output or update."""
 
 
+class MissingInputError(ValueError):
+    """A variable the outputs or updates need is neither an input of
+    ``function``, nor a shared variable or constant, nor given a value by
+    ``givens`` (PyTensor's name; a ``ValueError``, as tenure raised before)."""
+
+
+class ReplacedInputError(RuntimeError, ValueError):
+    """``givens`` replaces an input of ``function``, which would have no
+    effect.  PyTensor raises ``RuntimeError`` here, and tenure raised
+    ``ValueError``: it is both, so either ``except`` catches it."""
+
+
 def check_storage(shared_vars, runtime, linker: str) -> None:
     """A TypeError naming each shared variable whose storage is not where the
     linker computes (``runtime``: None for host memory, else the device's
@@ -56,8 +68,9 @@ def apply_givens(targets, givens, in_vars):
             raise TypeError(f"givens: keys must be symbolic variables, got "
                             f"{type(key).__name__}")
         if key in in_vars:
-            raise ValueError(f"givens: {key} is an input of the function; givens may replace "
-                             "only other variables (drop it from the inputs, or from givens)")
+            raise ReplacedInputError(
+                f"givens: {key} is an input of the function; givens may replace only other "
+                "variables (drop it from the inputs, or from givens)")
         value = as_tensor_variable(value)
         if isinstance(value, Constant) and value.type != key.type:
             value = key.type.make_constant(value.data)
@@ -88,9 +101,9 @@ def check_missing(targets, in_vars) -> None:
     for var in ancestors(targets, blockers=in_vars):
         if (var.owner is None and var not in in_vars
                 and not isinstance(var, (Constant, SharedVariable))):
-            raise ValueError(f"{var} ({var.type}) is needed to compute the outputs but is not "
-                             "among the function's inputs (add it to the inputs, or give it "
-                             "a value with givens)")
+            raise MissingInputError(
+                f"{var} ({var.type}) is needed to compute the outputs but is not among the "
+                "function's inputs (add it to the inputs, or give it a value with givens)")
 
 
 def check_updates(updates) -> list[tuple[SharedVariable, Variable]]:
