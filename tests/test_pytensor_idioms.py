@@ -199,6 +199,44 @@ class TestTrustInputAndDprint:
 # -- 6. refusals ------------------------------------------------------------------------
 
 
+class TestSharedZeroAndVectorLength:
+    def test_zero(self, mode):
+        """PyTensor's SharedVariable.zero (its test_shared_variable tests):
+        zeros of the same shape; borrow=True in the current storage, so an
+        array borrowed from it sees them."""
+        s = tn.shared(np.arange(3.0), name="s")
+        f = tn.function([], s * 1, mode=mode)
+        s.zero()
+        np.testing.assert_array_equal(f(), np.zeros(3))
+        s.set_value(np.arange(3.0))
+        if s.runtime is None:         # host storage: borrowed arrays are the storage
+            held = s.get_value(borrow=True)
+            s.zero()
+            np.testing.assert_array_equal(held, np.arange(3.0))     # a new array
+            s.set_value(np.arange(3.0))
+            held = s.get_value(borrow=True)
+            s.zero(borrow=True)
+            np.testing.assert_array_equal(held, np.zeros(3))        # in place
+        else:
+            s.zero(borrow=True)
+        np.testing.assert_array_equal(f(), np.zeros(3))
+        assert s.get_value().dtype == np.float64
+
+    def test_get_vector_length(self):
+        """PyTensor's test_get_vector_length: a shape vector's length is its
+        array's ndim, a stack of scalars' their count, a constant's its own;
+        a vector of unknown length and a matrix are refused."""
+        x = tn.tensor("x", shape=(None, None, None))
+        assert tn.get_vector_length(x.shape) == 3
+        assert tn.get_vector_length(tn.stack_scalars([x.shape[0], 3])) == 2
+        assert tn.get_vector_length(tn.constant(np.arange(5))) == 5
+        assert tn.get_vector_length([1, 2]) == 2
+        with pytest.raises(ValueError, match="length of v .* is known only when the function"):
+            tn.get_vector_length(tn.vector("v"))
+        with pytest.raises(TypeError, match="expected a vector, got m"):
+            tn.get_vector_length(tn.matrix("m"))
+
+
 class TestRefusals:
     def test_the_error_classes_pytensor_users_catch(self, mode):
         """PyTensor's test_missing_inputs, test_givens_input_var and

@@ -215,6 +215,21 @@ class SharedVariable(TensorMethods, Variable):
         with self.container.lock:
             self.container.value = value
 
+    def zero(self, borrow: bool = False) -> None:
+        """Set every element to zero, keeping the shape (PyTensor's
+        ``SharedVariable.zero``).  ``borrow=True`` writes zeros into the
+        current storage, so arrays borrowed from it (``get_value(borrow=True)``)
+        see them; else the storage becomes a new array of zeros.  On a device
+        the current buffer is always written (no allocation)."""
+        with self.container.lock:
+            current = self.container.value
+            if self.runtime is not None:
+                self.runtime.copy_into(current, np.zeros(tuple(current.shape), current.dtype))
+            elif borrow:
+                current[...] = 0
+            else:
+                self.container.value = np.zeros_like(current)
+
     def _copy_into_storage(self, value, what: str) -> None:
         """Device storage: ``value`` copied into the current device buffer
         when it has the same shape (no allocation), else into a new one."""

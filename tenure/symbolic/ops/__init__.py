@@ -12,8 +12,8 @@ from tenure.symbolic.ops.reduce import (  # noqa: F401
     all, any, argmax, argmin, max, mean, min, prod, sum, sum_to)
 from tenure.symbolic.ops.blas import dot, matmul  # noqa: F401
 from tenure.symbolic.ops.shape import (  # noqa: F401
-    expand_dims, flatten, reshape, shape, shape_tuple, specify_shape, squeeze, stack_scalars,
-    transpose)
+    expand_dims, flatten, get_vector_length, reshape, shape, shape_tuple, specify_shape, squeeze,
+    stack_scalars, transpose)
 from tenure.symbolic.ops.indexing import getitem  # noqa: F401
 from tenure.symbolic.ops.creation import (  # noqa: F401
     alloc, arange, broadcast_to, eye, full, full_like, ones, ones_like, zeros, zeros_like)

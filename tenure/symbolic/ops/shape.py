@@ -152,6 +152,21 @@ def shape(x):
     return _shape(x)
 
 
+def get_vector_length(v) -> int:
+    """The length of the vector ``v`` where it is known before anything runs
+    (PyTensor's ``get_vector_length``): its static length (a shape vector's
+    is its array's ndim; a stack of scalars', their count) or a constant's.
+    ``TypeError`` for a variable that is not a vector; ``ValueError``, naming
+    ``v``, where only running would tell."""
+    v = as_tensor_variable(v)
+    if v.ndim != 1:
+        raise TypeError(f"get_vector_length: expected a vector, got {v} ({v.type})")
+    if v.type.shape[0] is not None:      # (a constant's type has its data's shape)
+        return int(v.type.shape[0])
+    raise ValueError(f"get_vector_length: the length of {v} ({v.type}) is known only when "
+                     "the function runs")
+
+
 def _has_infer_shape(op) -> bool:
     return type(op).infer_shape is not Op.infer_shape
 
