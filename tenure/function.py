@@ -21,7 +21,8 @@ from tenure.compile.io import In, Out, as_in, as_out
 from tenure.compile.mode import Mode, as_mode
 from tenure.linkers.table import LINKERS
 from tenure.compile.prepare import (
-    MissingInputError, ReplacedInputError, UnusedInputError, check_updates, with_default_updates)
+    MissingInputError, ReplacedInputError, UnusedInputError, check_updates, with_default_updates,
+    with_rebuild_strict)
 from tenure.linkers.profile import check_profiled_linker
 from tenure.symbolic.graph import Variable
 from tenure.symbolic.inner_graph import register_inner_compiler
@@ -38,7 +39,8 @@ _restore_function = restore_function
 def function(inputs: Sequence = (), outputs=None, updates=None, givens=None, mode=None,
              allow_input_downcast: bool = False, on_unused_input: str = "raise",
              name: str | None = None, no_default_updates=False,
-             trust_input: bool = False, profile: bool = False) -> Function:
+             trust_input: bool = False, profile: bool = False,
+             rebuild_strict: bool = True) -> Function:
     """Compile a function from ``inputs`` to ``outputs``.
 
     ``inputs``: variables or :class:`In` specs.  ``outputs``: a variable or
@@ -52,6 +54,10 @@ def function(inputs: Sequence = (), outputs=None, updates=None, givens=None, mod
     ``default_update`` (and no explicit update) are updated with it, unless
     this is True (none are) or a list of those that are not.
     ``trust_input``: sets :attr:`Function.trust_input`.
+    ``rebuild_strict``: True (PyTensor's default), a value of ``givens``
+    must have the type of what it replaces; False, any type, the graph
+    rebuilt through it (what is computed from it may change type; an
+    update must still have its shared variable's).
     ``profile``: time every node over the function's calls, beside its
     planned memory, into ``f.profile`` (a
     :class:`~tenure.linkers.profile.Profile`; see
@@ -85,6 +91,7 @@ def function(inputs: Sequence = (), outputs=None, updates=None, givens=None, mod
         raise TypeError(f"function(): outputs must be a variable, Out, a list or None, got "
                         f"{type(outputs).__name__}")
     out_specs = [as_out(item, i) for i, item in enumerate(out_items)]
+    givens = with_rebuild_strict(givens, rebuild_strict)
     all_updates = with_default_updates(check_updates(updates), out_specs, in_specs, givens,
                                        no_default_updates)
     mode = as_mode(mode)

@@ -237,6 +237,34 @@ class TestSharedZeroAndVectorLength:
             tn.get_vector_length(tn.matrix("m"))
 
 
+class TestRebuildStrict:
+    def test_givens_of_another_type(self, mode):
+        """PyTensor's test_rebuild_strict: with rebuild_strict=True a value of
+        givens has the type of what it replaces; with False the graph is
+        rebuilt through it (here float32 throughout), in copies and pickles
+        too, and an update must still have its variable's type."""
+        import pickle
+        x, y = tn.vector("x"), tn.vector("y", dtype="float32")
+        with pytest.raises(TypeError, match="pass rebuild_strict=False"):
+            tn.function([y], x * 2, givens={x: y}, mode=mode)
+        f = tn.function([y], x * 2, givens={x: y}, rebuild_strict=False, mode=mode)
+        for g in (f, f.copy(), pickle.loads(pickle.dumps(f))):
+            got = g(np.ones(2, "float32"))
+            assert got.dtype == np.float32
+            np.testing.assert_array_equal(got, [2.0, 2.0])
+        s = tn.shared(np.zeros(2), name="s")
+        step = tn.function([y], [], updates=[(s, s + x)], givens={x: y}, rebuild_strict=False,
+                           mode=mode)
+        step(np.ones(2, "float32"))
+        np.testing.assert_array_equal(s.get_value(), [1.0, 1.0])
+        i = tn.vector("i", dtype="int64")
+        with pytest.raises(TypeError, match="after givens, the new value of s has type int64"):
+            tn.function([i], [], updates=[(s, x)], givens={x: i}, rebuild_strict=False,
+                        mode=mode)
+        with pytest.raises(TypeError, match="rebuild_strict must be True or False"):
+            tn.function([y], x * 2, givens={x: y}, rebuild_strict="no", mode=mode)
+
+
 class TestRefusals:
     def test_the_error_classes_pytensor_users_catch(self, mode):
         """PyTensor's test_missing_inputs, test_givens_input_var and

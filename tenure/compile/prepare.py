@@ -59,8 +59,28 @@ def check_storage(shared_vars, runtime, linker: str) -> None:
                     "tn.shared(..., device='cuda') or from device arrays")
 
 
+class LooseGivens(tuple):
+    """``givens`` compiled with ``rebuild_strict=False``: ``(key, value)``
+    pairs whose values may have other types than their keys (the graph is
+    rebuilt through them, its ops' ``make_node`` deciding the types after).
+    A tuple, so that it travels where ``givens`` does (copies, pickles)."""
+
+    def __new__(cls, givens):
+        return super().__new__(cls, tuple(givens.items() if isinstance(givens, dict) else givens))
+
+
+def with_rebuild_strict(givens, rebuild_strict: bool):
+    """``function``'s ``givens`` as :func:`apply_givens` takes them."""
+    if not isinstance(rebuild_strict, (bool, np.bool_)):
+        raise TypeError(f"function(): rebuild_strict must be True or False, got "
+                        f"{type(rebuild_strict).__name__} {rebuild_strict!r}")
+    return LooseGivens(givens) if givens and not rebuild_strict else givens
+
+
 def apply_givens(targets, givens, in_vars):
-    """``targets`` with each key of ``givens`` (a dict or pairs) replaced by its value."""
+    """``targets`` with each key of ``givens`` (a dict or pairs, or
+    :class:`LooseGivens`) replaced by its value."""
+    strict = not isinstance(givens, LooseGivens)
     items = givens.items() if isinstance(givens, dict) else givens
     replace = {}
     for key, value in items:
@@ -72,10 +92,16 @@ def apply_givens(targets, givens, in_vars):
                 f"givens: {key} is an input of the function; givens may replace only other "
                 "variables (drop it from the inputs, or from givens)")
         value = as_tensor_variable(value)
-        if isinstance(value, Constant) and value.type != key.type:
+        if strict and isinstance(value, Constant) and value.type != key.type:
             value = key.type.make_constant(value.data)
+        if strict and not key.type.is_compatible_replacement(value.type):
+            raise TypeError(
+                f"givens: {value} ({value.type}) cannot replace {key} ({key.type}): with "
+                "rebuild_strict=True (the default) a replacement has the type of what it "
+                "replaces; pass rebuild_strict=False to rebuild the graph through it (the "
+                "types of what is computed from it may change)")
         replace[key] = value
-    return clone_replace(list(targets), replace)
+    return clone_replace(list(targets), replace, strict=strict)
 
 
 def check_unused(inputs: list[In], targets, on_unused_input: str) -> None:
@@ -236,6 +262,10 @@ def build_graph(inputs: list[In], outputs: list[Out], updates, givens,
     targets = [spec.variable for spec in outputs] + [expr for _, expr in updates]
     if givens:
         targets = apply_givens(targets, givens, in_vars)
+    if isinstance(givens, LooseGivens):   # an update's type may have changed
+        n_out = len(outputs)
+        targets[n_out:] = [check_update(var, expr, "updates: after givens, the new value of")
+                           for (var, _), expr in zip(updates, targets[n_out:])]
     # Every shared variable the outputs read becomes an implicit input.
     shared_vars = [v for v in ancestors(targets, blockers=in_vars)
                    if isinstance(v, SharedVariable) and v not in in_vars]

@@ -364,16 +364,18 @@ def clone(inputs: Sequence[Variable], outputs: Sequence[Variable],
     return [equiv[v] for v in inputs], [equiv.get(v, v) for v in outputs]
 
 
-def clone_replace(outputs, replace: dict[Variable, Variable]):
+def clone_replace(outputs, replace: dict[Variable, Variable], strict: bool = True):
     """``outputs`` rebuilt with every key of ``replace`` swapped for its value.
 
     Keeps the structure of ``outputs`` (a variable or a list).  Raises a
-    ``TypeError`` when a replacement's type cannot stand in for the original.
+    ``TypeError`` when a replacement's type cannot stand in for the original,
+    unless ``strict`` is False: the nodes after it are then made again for
+    the new types (their ``make_node`` refuses what they cannot take).
     """
     single = isinstance(outputs, Variable)
     outs = _as_list(outputs)
     for old, new in replace.items():
-        if not old.type.is_compatible_replacement(new.type):
+        if strict and not old.type.is_compatible_replacement(new.type):
             raise TypeError(
                 f"cannot replace {old} of type {old.type} with {new} of type {new.type}")
     equiv = clone_get_equiv([], outs, replace=dict(replace), copy_inputs=False)
