@@ -237,6 +237,41 @@ class TestSharedZeroAndVectorLength:
             tn.get_vector_length(tn.matrix("m"))
 
 
+class TestInStrictAndAllowDowncast:
+    def test_strict_refuses_every_conversion(self, mode):
+        """PyTensor's In(strict=True) (its test_in_strict): an argument of
+        exactly the input's dtype, or nothing -- not a list, not a Python
+        number, not even a safe cast; other inputs convert as before."""
+        import pickle
+        x, y = tn.vector("x", dtype="float32"), tn.vector("y")
+        f = tn.function([In(x, strict=True), y], x.sum() + y.sum(), mode=mode)
+        assert f(np.ones(2, "float32"), [1.0, 2.0]) == 5.0
+        for g in (f, pickle.loads(pickle.dumps(f))):
+            for bad in ([1.0, 2.0], np.ones(2, "int8"), np.ones(2)):
+                with pytest.raises(TypeError, match=r"input 'x'.*\(strict input\)"):
+                    g(bad, [1.0, 2.0])
+        with pytest.raises(ValueError, match="strict=True refuses every cast"):
+            In(x, strict=True, allow_downcast=True)
+
+    def test_allow_downcast_per_input(self, mode):
+        """PyTensor's In(allow_downcast=...) (its test_allow_downcast): the
+        input's own answer overrides the function's allow_input_downcast."""
+        x, y = tn.vector("x", dtype="float32"), tn.vector("y", dtype="float32")
+        f = tn.function([In(x, allow_downcast=True), y], x + y, mode=mode)
+        np.testing.assert_array_equal(f(np.ones(2), np.ones(2, "float32")), [2.0, 2.0])
+        with pytest.raises(TypeError, match="input 'y': expected dtype float32, got float64.*"
+                                            "pass allow_input_downcast=True"):
+            f(np.ones(2), np.ones(2))
+        g = tn.function([In(x, allow_downcast=False), y], x + y, allow_input_downcast=True,
+                        mode=mode)
+        np.testing.assert_array_equal(g(np.ones(2, "float32"), np.ones(2)), [2.0, 2.0])
+        with pytest.raises(TypeError, match="input 'x': expected dtype float32, got float64.*"
+                                            "drop allow_downcast=False from its In"):
+            g(np.ones(2), np.ones(2))
+        with pytest.raises(TypeError, match="allow_downcast must be None, True or False"):
+            In(x, allow_downcast="yes")
+
+
 class TestRebuildStrict:
     def test_givens_of_another_type(self, mode):
         """PyTensor's test_rebuild_strict: with rebuild_strict=True a value of

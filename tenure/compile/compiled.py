@@ -172,11 +172,26 @@ class Function:
             # shared variable must copy them rather than adopt them.
             register_lender(self)
 
+    def _allow_downcast(self, spec: In) -> bool:
+        """Whether an argument for ``spec`` may be cast with loss: the input's
+        own ``allow_downcast``, else the function's ``allow_input_downcast``."""
+        return self.allow_input_downcast if spec.allow_downcast is None else spec.allow_downcast
+
+    def _filter_argument(self, i: int, spec: In, value):
+        """Argument ``i`` through the input gate, with its input's rules."""
+        what = f"input {self._input_label(i)}"
+        if spec.strict:
+            return self._filter(spec.variable.type, value, False, what, strict=True)
+        if spec.allow_downcast is False:     # the function's flag would not change it
+            return self._filter(spec.variable.type, value, False, what,
+                                downcast_hint="drop allow_downcast=False from its In")
+        return self._filter(spec.variable.type, value, self._allow_downcast(spec), what)
+
     def _own_default(self, spec: In):
         """The default value of ``spec``, as the function's own copy (a caller's
         array changed after compiling must not change the default)."""
         what = f"default value of input {spec.name}"
-        value = self._filter(spec.variable.type, spec.value, self.allow_input_downcast, what)
+        value = self._filter(spec.variable.type, spec.value, self._allow_downcast(spec), what)
         return value.copy() if is_same_memory(value, spec.value) else value
 
     def _make_fast_call(self, fallback=None):
@@ -248,11 +263,9 @@ class Function:
             values, from_default = self._place(list(args)), None
         else:
             values, from_default = self._bind(args, kwargs)
-            allow = self.allow_input_downcast
             for i, spec in enumerate(self.inputs):
                 if not from_default[i]:
-                    values[i] = self._filter(spec.variable.type, values[i], allow,
-                                             f"input {self._input_label(i)}")
+                    values[i] = self._filter_argument(i, spec, values[i])
         if from_default is not None and any(from_default):
             # A default is the function's own data: never hand it out to be written.
             values = [v.copy() if d and self.inputs[i].mutable else v
@@ -375,8 +388,7 @@ class Function:
         table (once).
         """
         values, _ = self._bind(args, kwargs)
-        values = [self._filter(spec.variable.type, v, self.allow_input_downcast,
-                               f"input {self._input_label(i)}")
+        values = [self._filter_argument(i, spec, v)
                   for i, (spec, v) in enumerate(zip(self.inputs, values))]
         # The report runs the thunk: as a call, never beside another call's run.
         if self._lock._is_owned():

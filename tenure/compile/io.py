@@ -23,10 +23,19 @@ class In:
     to the variable's name).  ``chunks``: for the dask linker only, how a
     NumPy argument is cut into chunks (anything ``dask.array.from_array``
     takes: ``"auto"`` when not given); a Dask array argument keeps its own.
+    ``strict=True``: the argument must already be an array of the input's
+    dtype (no conversion, not even a safe cast).  ``allow_downcast``: this
+    input's own answer to the function's ``allow_input_downcast`` (None:
+    the function's).
     """
 
+    #: (the class's: pickles of functions from before these existed load)
+    strict = False
+    allow_downcast: bool | None = None
+
     def __init__(self, variable: Variable, name: str | None = None, value=None,
-                 borrow: bool | None = None, mutable: bool = False, chunks=None):
+                 borrow: bool | None = None, mutable: bool = False, chunks=None,
+                 strict: bool = False, allow_downcast: bool | None = None):
         if not isinstance(variable, Variable):
             raise TypeError(f"In(): expected a symbolic variable, got "
                             f"{type(variable).__name__}")
@@ -38,6 +47,14 @@ class In:
         if mutable and not borrow:
             raise ValueError(f"In({variable}): mutable=True requires borrow=True (a buffer "
                              "tenure may overwrite is necessarily lent to it)")
+        if allow_downcast not in (None, True, False):
+            raise TypeError(f"In({variable}): allow_downcast must be None, True or False, got "
+                            f"{allow_downcast!r}")
+        if strict and allow_downcast:
+            raise ValueError(f"In({variable}): strict=True refuses every cast, "
+                             "allow_downcast=True allows lossy ones: choose one")
+        self.strict = bool(strict)
+        self.allow_downcast = allow_downcast
         self.variable = variable
         self.name = name if name is not None else variable.name
         self.value = value
@@ -46,9 +63,11 @@ class In:
         self.chunks = chunks
 
     def __repr__(self):
-        chunks = "" if self.chunks is None else f", chunks={self.chunks!r}"
+        extra = "" if self.chunks is None else f", chunks={self.chunks!r}"
+        extra += ", strict=True" if self.strict else ""
+        extra += "" if self.allow_downcast is None else f", allow_downcast={self.allow_downcast}"
         return (f"In({self.variable}, name={self.name!r}, borrow={self.borrow}, "
-                f"mutable={self.mutable}{chunks})")
+                f"mutable={self.mutable}{extra})")
 
 
 class Out:

@@ -38,6 +38,8 @@ import abc
 import copy
 from typing import Any, Protocol
 
+from tenure.symbolic.types import DOWNCAST_HINT
+
 
 class Thunk(abc.ABC):
     """The base of every linker's thunk (see the module notes)."""
@@ -55,10 +57,14 @@ class Thunk(abc.ABC):
 
     # -- the input gate -----------------------------------------------------------
     @staticmethod
-    def filter_input(type_, value, allow_downcast: bool, what: str):
+    def filter_input(type_, value, allow_downcast: bool, what: str, strict: bool = False,
+                     downcast_hint: str = DOWNCAST_HINT):
         """``value`` checked and converted for an input of ``type_`` (``what``
-        names it in errors).  Default: ``type_.filter``."""
-        return type_.filter(value, allow_downcast=allow_downcast, what=what)
+        names it in errors; ``strict``: no conversion at all;
+        ``downcast_hint``: how a refused lossy cast may be allowed).
+        Default: ``type_.filter``."""
+        return type_.filter(value, strict=strict, allow_downcast=allow_downcast, what=what,
+                            downcast_hint=downcast_hint)
 
     def place_inputs(self, values: list) -> list:
         """Trusted arguments (``trust_input`` skips the gate) moved to where

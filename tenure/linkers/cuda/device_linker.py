@@ -52,6 +52,7 @@ from tenure.linkers.plan import make_plan
 from tenure.linkers.python import MIN_REUSE_BYTES, op_perform
 from tenure.symbolic.device import cuda_runtime, runtime_of
 from tenure.symbolic.graph import Constant
+from tenure.symbolic.types import DOWNCAST_HINT
 
 __all__ = ["CudaLinker", "DeviceThunk", "UnsupportedOnDevice", "host_nodes"]
 
@@ -254,17 +255,21 @@ def _unsupported(node, inputs, cells):
     raise UnsupportedOnDevice(f"{node} cannot run on the device")
 
 
-def filter_device_input(runtime, type_, value, allow_downcast: bool, what: str):
+def filter_device_input(runtime, type_, value, allow_downcast: bool, what: str,
+                        strict: bool = False, downcast_hint: str = DOWNCAST_HINT):
     """The input gate on the device: a device array of ``runtime`` checked
     (and cast on the device when allowed), another device's array refused, a
-    host value checked by ``type_.filter`` and copied to the device."""
+    host value checked by ``type_.filter`` and copied to the device
+    (``strict``: either of the input's dtype already)."""
     found = runtime_of(value)
     if found is runtime:
-        return type_.filter_device_array(value, allow_downcast=allow_downcast, what=what)
+        return type_.filter_device_array(value, strict=strict, allow_downcast=allow_downcast,
+                                         what=what, downcast_hint=downcast_hint)
     if found is not None:
         raise TypeError(f"{what}: expected an array on {runtime.name} or a host array, got a "
                         f"{found.name} device array ({type(value).__name__})")
-    return runtime.from_host(type_.filter(value, allow_downcast=allow_downcast, what=what))
+    return runtime.from_host(type_.filter(value, strict=strict, allow_downcast=allow_downcast,
+                                          what=what, downcast_hint=downcast_hint))
 
 
 _BACKENDS: dict = {}

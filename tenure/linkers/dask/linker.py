@@ -67,6 +67,7 @@ from tenure.linkers.thunk import Thunk, mark_update_steps
 from tenure.rewrites.dask_specialize import PARTIAL_REDUCTIONS, REGIONS, selected
 from tenure.symbolic.graph import Constant
 from tenure.symbolic.shared import SharedVariable
+from tenure.symbolic.types import DOWNCAST_HINT
 
 __all__ = ["SCATTER_BYTES", "DaskLinker", "DaskThunk", "default_client"]
 
@@ -189,12 +190,14 @@ class DaskThunk(Thunk):
 
     # -- the input gate for lazy arguments -------------------------------------------
     @staticmethod
-    def filter_input(type_, value, allow_downcast: bool, what: str):
+    def filter_input(type_, value, allow_downcast: bool, what: str, strict: bool = False,
+                     downcast_hint: str = DOWNCAST_HINT):
         """``value`` for an input of ``type_``: a Dask array is checked and cast
-        lazily (the rules of :meth:`TensorType.filter`); anything else goes
-        through ``type_.filter``."""
+        lazily (the rules of :meth:`TensorType.filter`; ``strict``: of the
+        input's dtype already); anything else goes through ``type_.filter``."""
         if not is_lazy(value):
-            return type_.filter(value, allow_downcast=allow_downcast, what=what)
+            return type_.filter(value, strict=strict, allow_downcast=allow_downcast, what=what,
+                                downcast_hint=downcast_hint)
         if value.ndim != type_.ndim:
             raise TypeError(f"{what}: expected a {type_.ndim}-d array ({type_}), got a "
                             f"{value.ndim}-d dask array of shape {value.shape}")
@@ -205,10 +208,13 @@ class DaskThunk(Thunk):
         dtype = type_.numpy_dtype
         if value.dtype == dtype:
             return value
+        if strict:
+            raise TypeError(f"{what}: expected an array of dtype {dtype}, got a dask array of "
+                            f"dtype {value.dtype} (strict input)")
         if allow_downcast or np.can_cast(value.dtype, dtype, "safe"):
             return value.astype(dtype)
         raise TypeError(f"{what}: a dask array of dtype {value.dtype} cannot be cast safely "
-                        f"to {dtype} ({type_}); pass allow_input_downcast=True to cast anyway")
+                        f"to {dtype} ({type_}); {downcast_hint} to cast anyway")
 
     # -- calling ------------------------------------------------------------------------
     def __call__(self, values: list) -> list:
