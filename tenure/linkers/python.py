@@ -8,7 +8,9 @@ op writes its next result into last call's buffer.  Output slots listed in
 
 Plans per input shape.  With ``allow_gc``, the executor plans each
 input-shape signature (the shapes of the input values, shared values
-included, in ``plan.inputs`` order) on its first call: it evaluates the
+included, in ``plan.inputs`` order, and the values of the dims that 0-d
+inputs decide -- ``zeros(n)``'s ``n``; ``X[i*20:(i+1)*20]``'s 20 rows, the
+same whatever ``i``) on its first call: it evaluates the
 graph's :class:`~tenure.rewrites.sizes.SizeModel` once (built on the first
 call, so compiling costs nothing more), lets :func:`make_plan` choose the
 schedule and the buffer assignment for those sizes, and caches the plan.  The
@@ -46,6 +48,7 @@ from tenure.linkers.describe import error_note, user_message
 from tenure.linkers.thunk import Thunk
 from tenure.rewrites.destroy import view_root
 from tenure.symbolic.device import writeable
+from tenure.symbolic.graph import Variable
 
 _getrefcount = sys.getrefcount
 _ndarray = np.ndarray
@@ -229,6 +232,8 @@ class PythonThunk(Thunk):
         self._last_entry = self._base_entry
         self._size_model = None                    # built on the first call that needs it
         self._value_inputs: tuple[int, ...] = ()   # 0-d inputs whose values decide sizes
+        self._value_dims: tuple = ()               # the dims they decide (in a fixed order)
+        self._dims_by_values: dict = {}            # their recent values -> those dims
         #: how many plans were made for signatures (a miss of the plan cache)
         self.plans_made = 0
 
@@ -272,9 +277,20 @@ class PythonThunk(Thunk):
         return list(self._plans)
 
     def _signature(self, values) -> tuple:
+        """What a plan depends on: the inputs' shapes, and the sizes that
+        0-d inputs' values decide -- the values of those dims, not of the
+        inputs: ``X[i * 20:(i + 1) * 20]`` has 20 rows whatever ``i``, so
+        every minibatch of a loop over ``i`` shares one plan."""
         signature = tuple([v.shape for v in values])
         if self._value_inputs:
-            signature += tuple([values[i].tobytes() for i in self._value_inputs])
+            raw = tuple([values[i].tobytes() for i in self._value_inputs])
+            known = self._dims_by_values
+            dims = known.get(raw)
+            if dims is None:      # values met recently need no evaluation
+                dims = known[raw] = self._size_model.dim_values(self._value_dims, values)
+                if len(known) > 4 * self.max_plans:
+                    known.pop(next(iter(known)), None)     # the oldest
+            signature += dims
         return signature
 
     def _entry(self, values) -> tuple:
@@ -355,8 +371,12 @@ class PythonThunk(Thunk):
             self._size_model = False
             return
         index = {var: i for i, var in enumerate(self.fgraph.inputs)}
-        # Sizes read from 0-d inputs (``zeros(n)``): their values join the signature.
+        # Sizes read from 0-d inputs (``zeros(n)``): the values of those
+        # dims join the signature.
         self._value_inputs = tuple(sorted(index[v] for v in deps))
+        self._value_dims = tuple(dict.fromkeys(   # (in the model's order: the graph's)
+            d for var, dims in model.dims.items() if var in needs
+            for d in dims if isinstance(d, Variable)))
         self._size_model = model
 
     def _shapes(self, values) -> dict | None:

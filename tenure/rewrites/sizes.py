@@ -57,6 +57,7 @@ class SizeModel:
         symbolic = {d for dims in self.dims.values() if dims for d in dims
                     if isinstance(d, Variable)}
         self._dim_nodes = io_toposort(self.inputs, list(symbolic))
+        self._nodes_for: dict = {}     # dim_values' node lists, per tuple of dims
 
     def shapes(self, input_values) -> dict[Variable, tuple[int, ...] | None]:
         """Every variable's shape for these input values (in ``fgraph.inputs`` order)."""
@@ -76,9 +77,19 @@ class SizeModel:
             result[var] = None if shape is None else tuple(shape)
         return result
 
-    def _evaluate_dims(self, input_values) -> dict[Variable, object]:
+    def dim_values(self, dims: tuple, input_values) -> tuple:
+        """The values of the symbolic dims ``dims`` for these input values
+        (None where one cannot be evaluated), running only the nodes they
+        need: what a plan signature reads on every call."""
+        nodes = self._nodes_for.get(dims)
+        if nodes is None:
+            nodes = self._nodes_for[dims] = io_toposort(self.inputs, list(dims))
+        values = self._evaluate_dims(input_values, nodes)
+        return tuple(None if values.get(d) is None else int(values[d]) for d in dims)
+
+    def _evaluate_dims(self, input_values, nodes=None) -> dict[Variable, object]:
         values: dict[Variable, object] = dict(zip(self.inputs, input_values))
-        for node in self._dim_nodes:
+        for node in self._dim_nodes if nodes is None else nodes:
             inputs = []
             for var in node.inputs:
                 if isinstance(var, Constant):

@@ -528,6 +528,43 @@ class TestSignatures:
         assert f(5, np.ones(3))[0] == 20
         assert f._thunk.plans_made == 2
 
+    def test_indices_giving_equal_sizes_share_a_plan(self, mode):
+        """Issue 39: a minibatch sliced by a symbolic index, X[i*20:(i+1)*20],
+        has 20 rows whatever i: the signature holds the sizes the index
+        decides, not its value, so a loop over 121 indices (the last batch
+        of 10 rows) makes two plans, and their results are right."""
+        X = tn.shared(np.arange(2410.0 * 3).reshape(2410, 3), name="X")
+        i = tn.scalar("i", dtype="int64")
+        batch = X[i * 20:(i + 1) * 20]
+        f = reusing(mode, [i], [probe("b", probe("a", batch * 2)).sum(axis=0), batch.shape[0]])
+        for _ in range(2):
+            for k in range(121):
+                total, rows = f(k)
+                want = X.get_value()[k * 20:(k + 1) * 20]
+                assert rows == len(want)
+                np.testing.assert_allclose(total, 8 * want.sum(axis=0))   # (each probe doubles)
+        assert f._thunk.plans_made == 2
+        assert len(f._thunk.cached_signatures()) == 2
+
+    def test_the_issues_minibatch_step_plans_twice_on_the_c_linker(self):
+        """Issue 39's training step over a shared data set, on the C linker
+        (its shape tables are keyed by the same signature): two plans for
+        121 minibatches, and the weights the Python linker computes."""
+        X = tn.shared(np.random.default_rng(0).random((2410, 16)), name="X")
+        i = tn.scalar("i", dtype="int64")
+        results = []
+        for linker in ("py", "c"):
+            W = tn.shared(np.zeros((16, 4)), name="W")
+            cost = tn.tanh(X[i * 20:(i + 1) * 20] @ W + 0.1).sum()
+            f = tn.function([i], [], updates=[(W, W - 0.1 * tn.grad(cost, W))],
+                            mode=tn.Mode(linker=linker))
+            for _ in range(2):
+                for k in range(121):
+                    f(k)
+            assert f._thunk.plans_made == 2, linker
+            results.append(W.get_value())
+        np.testing.assert_allclose(results[1], results[0], rtol=1e-12)
+
     def test_without_gc_there_is_one_plan(self, mode):
         x = tn.vector("x")
         with tn.config.change_flags(allow_gc=False):
