@@ -91,6 +91,7 @@ class Function:
         self.allow_input_downcast = allow_input_downcast
         self._single = single_output
         self._call_signature = CallSignature(inputs)
+        self._gate = self._gate_rules()
         self._n_out = len(outputs)
         self.fgraph, self.shared_vars, self.update_shared_index = build_graph(
             inputs, outputs, updates, givens, on_unused_input)
@@ -177,15 +178,26 @@ class Function:
         own ``allow_downcast``, else the function's ``allow_input_downcast``."""
         return self.allow_input_downcast if spec.allow_downcast is None else spec.allow_downcast
 
+    def _gate_rules(self) -> list[tuple[bool, dict]]:
+        """Each input's rules for the input gate, decided once (the Python
+        call path reads them on every call): ``(allow_downcast, keywords)``,
+        its own ``allow_downcast`` over the function's, and ``strict`` or
+        what a refused cast advises."""
+        rules = []
+        for spec in self.inputs:
+            if spec.strict:
+                rules.append((False, {"strict": True}))
+            elif spec.allow_downcast is False:  # the function's flag would not change it
+                rules.append((False, {"downcast_hint": "drop allow_downcast=False from its In"}))
+            else:
+                rules.append((self._allow_downcast(spec), {}))
+        return rules
+
     def _filter_argument(self, i: int, spec: In, value):
         """Argument ``i`` through the input gate, with its input's rules."""
-        what = f"input {self._input_label(i)}"
-        if spec.strict:
-            return self._filter(spec.variable.type, value, False, what, strict=True)
-        if spec.allow_downcast is False:     # the function's flag would not change it
-            return self._filter(spec.variable.type, value, False, what,
-                                downcast_hint="drop allow_downcast=False from its In")
-        return self._filter(spec.variable.type, value, self._allow_downcast(spec), what)
+        allow, keywords = self._gate[i]
+        return self._filter(spec.variable.type, value, allow, f"input {self._input_label(i)}",
+                            **keywords)
 
     def _own_default(self, spec: In):
         """The default value of ``spec``, as the function's own copy (a caller's
