@@ -48,6 +48,22 @@ def assert_matches(got, expected):
         np.testing.assert_array_equal(got, expected)
 
 
+def assert_same_normal(got, expected, loc=0.0):
+    """Normal draws ``loc + scale * z``: the same to a few ulps of their terms
+    (the platforms' log, sin and cos differ by an ulp or two:
+    NumPy's SIMD ones are not libm's).  The bound is 4 ulps of the larger of
+    ``|scale * z|`` and the draw itself, not of the draw alone: where ``loc``
+    nearly cancels ``scale * z`` (1 + 2 * -0.515 = -0.031), the ulp or two
+    by which NumPy's SIMD sine differs from libm's is 64 ulps of the sum."""
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    term = np.abs(expected - np.asarray(loc, expected.dtype))    # |scale * z|, rounded
+    bound = 4 * np.spacing(np.maximum(term, np.abs(expected)))
+    excess = np.abs(got - expected) > bound
+    assert not excess.any(), (f"{excess.sum()} draws differ by more than 4 ulps of their "
+                              f"terms; first at {np.argwhere(excess)[0]}: got "
+                              f"{got[excess][0]!r}, expected {expected[excess][0]!r}")
+
+
 def eval_dims(dims, inputs, values, mode):
     """The values of a ``shape_tuple``'s dims: ints pass through, symbolic dims
     (which must be 0-d int64) are computed by one compiled function."""
