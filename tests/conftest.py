@@ -28,6 +28,7 @@ from tenure.linkers.cuda.runtime import unavailable_reason
 from tenure.symbolic.device import CudaUnavailable, is_device_array
 from tenure.linkers.cuda.linker import host_backend
 from tenure.linkers.cuda.emulated_device import emulated_device
+from tests.helpers import COMPILEDIR_VARIABLE
 
 #: ``TENURE_TEST_LINKERS`` (comma-separated) runs every suite file on these
 #: linkers instead of :data:`SUITES`.
@@ -232,13 +233,6 @@ def cc_or_skip():
 _REFERENCE_FLAGS = None
 
 
-#: the environment variable that hands the test compiledir to pytest-xdist's
-#: workers (they start after the controller's pytest_configure, with its
-#: environment), so they share one cache: what one worker compiled, another
-#: loads (the cache is safe for several processes).
-_COMPILEDIR_VARIABLE = "TENURE_TEST_COMPILEDIR"
-
-
 def pytest_configure(config):
     """C modules the tests compile go to a temporary cache, never the user's.
     Tests that name no mode run on the Python executor (the reference):
@@ -252,11 +246,13 @@ def pytest_configure(config):
     ``config.linker`` when it is made (as PyTensor's does)."""
     import tempfile
     global _REFERENCE_FLAGS
-    compiledir = os.environ.get(_COMPILEDIR_VARIABLE)
+    compiledir = os.environ.get(COMPILEDIR_VARIABLE)
     if compiledir is None:
-        compiledir = tempfile.mkdtemp(prefix="tenure_test_cache_")
-        os.environ[_COMPILEDIR_VARIABLE] = compiledir
-        config._tenure_compiledir_to_remove = compiledir
+        # named ``tenure`` as the default one is (the docs' doctests show its end)
+        parent = tempfile.mkdtemp(prefix="tenure_test_cache_")
+        compiledir = os.path.join(parent, "tenure")
+        os.environ[COMPILEDIR_VARIABLE] = compiledir
+        config._tenure_compiledir_to_remove = parent
     _REFERENCE_FLAGS = tn.config.change_flags(compiledir=compiledir, linker="py")
     _REFERENCE_FLAGS.__enter__()
     _compile_host_kernels_for_the_device()
@@ -282,7 +278,7 @@ def pytest_unconfigure(config):
         _REFERENCE_FLAGS.__exit__(None, None, None)
     compiledir = getattr(config, "_tenure_compiledir_to_remove", None)
     if compiledir is not None:
-        os.environ.pop(_COMPILEDIR_VARIABLE, None)
+        os.environ.pop(COMPILEDIR_VARIABLE, None)
         shutil.rmtree(compiledir, ignore_errors=True)
 
 

@@ -19,6 +19,30 @@ COMPILED = settings(max_examples=50, deadline=None,
                                            HealthCheck.differing_executors])
 
 
+#: the environment variable that hands the test session's compiledir to
+#: pytest-xdist's workers (they start after the controller's
+#: pytest_configure, with its environment) and to the tenures tests start in
+#: fresh interpreters (:func:`default_flags_env`), so they share one cache:
+#: what one process compiled, another loads (the cache is safe for several
+#: processes).
+COMPILEDIR_VARIABLE = "TENURE_TEST_COMPILEDIR"
+
+
+def default_flags_env(env=None) -> dict[str, str]:
+    """The environment for a tenure that a test starts in a fresh interpreter
+    (the demo, a command of the docs, the docs' doctests): ``env`` (default
+    this process's) with the default flags, as a reader of the docs has
+    them, but for the compiledir: the test session's cache, never the
+    user's own, where the C runtime and the loops the tests built are found
+    rather than built again."""
+    env = dict(os.environ if env is None else env)
+    env.pop("TENURE_FLAGS", None)
+    compiledir = os.environ.get(COMPILEDIR_VARIABLE)
+    if compiledir:
+        env["TENURE_FLAGS"] = f"compiledir={compiledir}"
+    return env
+
+
 def random_values(seed: int, shape: tuple, dtype: str, scale: float = 1.5) -> np.ndarray:
     """Small values in [-scale, scale] (so products stay finite), with ties, for any dtype."""
     rng = np.random.default_rng(seed)

@@ -12,7 +12,7 @@ import pytest
 
 import tenure as tn
 from tenure import demo
-from tests.helpers import need_module
+from tests.helpers import default_flags_env, need_module
 
 
 def test_demo_trains_an_accurate_classifier(capsys):
@@ -46,7 +46,8 @@ def test_demo_rejects_bad_arguments(args, capsys):
 
 def test_demo_runs_as_a_module():
     proc = subprocess.run([sys.executable, "-m", "tenure.demo", "--epochs", "2",
-                           "--samples", "50"], capture_output=True, text=True, timeout=120)
+                           "--samples", "50"], env=default_flags_env(), capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "final test accuracy" in proc.stdout
 
@@ -70,8 +71,7 @@ def test_demo_draws_the_memory_of_a_training_step(suffix, tmp_path, capsys):
 # The demo's output in a log, and its --help.
 
 def _run_demo(args, **kwargs):
-    env = dict(os.environ, COLUMNS="100")
-    env.pop("TENURE_FLAGS", None)
+    env = dict(default_flags_env(), COLUMNS="100")
     return subprocess.run([sys.executable, "-m", "tenure.demo", *args], env=env,
                           timeout=180, **kwargs)
 
@@ -125,8 +125,7 @@ def test_demo_draws_its_progress_bar_on_a_terminal():
 
     reader = threading.Thread(target=read_terminal, daemon=True)
     reader.start()
-    env = dict(os.environ, COLUMNS="100")
-    env.pop("TENURE_FLAGS", None)
+    env = dict(default_flags_env(), COLUMNS="100")
     try:
         with subprocess.Popen([sys.executable, "-m", "tenure.demo", "--epochs", "12",
                                "--samples", "30", "--batch-size", "8", "--hidden", "8"],

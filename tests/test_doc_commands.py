@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from tenure.config import parse_flags_string
+from tests.helpers import default_flags_env
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC_FILES = sorted((ROOT / "doc").glob("*.rst")) + [ROOT / "README.md"]
@@ -156,8 +157,7 @@ def doc_commands() -> list[Command]:
 # The rules
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("TENURE_FLAGS", None)   # the docs assume the default flags
+    env = default_flags_env()   # the docs assume the default flags
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
 

@@ -11,13 +11,14 @@ not skipped.
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import default_flags_env
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "doc"
@@ -31,8 +32,7 @@ def _sphinx(builder: str, outdir: Path) -> subprocess.CompletedProcess:
     if importlib.util.find_spec("sphinx") is None:
         pytest.fail("Sphinx is not installed; it is part of the [test] extra "
                     "(pip install -e '.[test]')")
-    env = dict(os.environ)
-    env.pop("TENURE_FLAGS", None)  # the examples assume the default flags
+    env = default_flags_env()  # the examples assume the default flags
     return subprocess.run(
         [sys.executable, "-m", "sphinx", "-b", builder, "-W", "--keep-going", "-q",
          "-d", str(outdir.parent / f"doctrees-{builder}"), str(DOC), str(outdir)],
@@ -172,7 +172,7 @@ def test_the_first_report_of_a_process_is_as_accurate_as_the_docs_say(name):
         pytest.skip("no working C compiler")
     (figure,) = {f for found in _plan_accuracy_claims().values() for f in found}
     done = subprocess.run([sys.executable, "-c", FIRST_REPORT, name], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+                          env=default_flags_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("\n") == 1, f"the report printed itself: {done.stdout!r}"
     predicted, measured = map(int, done.stdout.split())

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import default_flags_env
+
 GPU_BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu.py"
 
 
@@ -17,7 +19,7 @@ def _worker(workload: str, variant: str) -> dict:
     proc = subprocess.run([sys.executable, str(GPU_BENCHMARK), "--worker", "--system",
                            "tenure-cuda", "--workload", workload, "--variant", variant,
                            "--quick", "--emulated"],
-                          capture_output=True, text=True, timeout=300)
+                          env=default_flags_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
