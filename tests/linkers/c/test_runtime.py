@@ -207,7 +207,8 @@ _GRAPH = """
 """
 
 
-def test_another_process_finds_the_loops_through_the_index(cc, tmp_path):
+def test_another_process_finds_the_loops_through_the_index(cache_with_the_runtime):
+    tmp_path = cache_with_the_runtime
     first = _run(_GRAPH.format(expr="tn.tanh(x) * y + 1"), tmp_path)
     assert first.returncode == 0, first.stderr
     libraries = [n for n in json.loads(first.stdout)["names"] if n.startswith("tn_loops_")]
@@ -224,7 +225,8 @@ def test_another_process_finds_the_loops_through_the_index(cc, tmp_path):
     assert not [n for n in names if n.startswith("tn_graph_")]
 
 
-def test_a_stale_index_entry_is_built_again(cc, tmp_path):
+def test_a_stale_index_entry_is_built_again(cache_with_the_runtime):
+    tmp_path = cache_with_the_runtime
     assert _run(_GRAPH.format(expr="tn.sqrt(x) * 3 - y"), tmp_path).returncode == 0
     for entry in cache.info(tmp_path).entries:   # the library goes, its index stays
         if entry.name.startswith("tn_loops_"):
@@ -355,7 +357,7 @@ def test_a_graph_of_known_loops_compiles_nothing(cc, tmp_path):
     np.testing.assert_allclose(second(u, u + 1)[1], first(u + 1, u)[0])
 
 
-def test_a_forked_child_builds_loops_of_its_own(cc, tmp_path):
+def test_a_forked_child_builds_loops_of_its_own(cache_with_the_runtime):
     """The background builds run on threads, which a forked child does not
     inherit: it must build new loops itself instead of waiting forever."""
     code = """
@@ -375,6 +377,6 @@ def test_a_forked_child_builds_loops_of_its_own(cc, tmp_path):
         print(queue.get(timeout=120))
         p.join(30)
     """
-    result = _run(code, tmp_path)
+    result = _run(code, cache_with_the_runtime)
     assert result.returncode == 0, result.stderr
     assert float(result.stdout.split()[-1]) == 5.0
