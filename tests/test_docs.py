@@ -28,14 +28,23 @@ PAGES_WITH_EXAMPLES = ("index", "install", "tutorial", "training", "memory", "in
                        "seeing", "api", "distributed", "gpu", "cuda", "writing_an_op", "loops")
 
 
-def _sphinx(builder: str, outdir: Path) -> subprocess.CompletedProcess:
+@pytest.fixture(scope="module")
+def doctrees(tmp_path_factory) -> Path:
+    """Where Sphinx keeps what it read of the docs, shared by the two builds
+    (one worker runs both: ``xdist_group``): the second reuses the first's
+    reading, 4 of its 8 s.  A warning while reading fails the first build,
+    whichever it is."""
+    return tmp_path_factory.mktemp("doctrees")
+
+
+def _sphinx(builder: str, outdir: Path, doctrees: Path) -> subprocess.CompletedProcess:
     if importlib.util.find_spec("sphinx") is None:
         pytest.fail("Sphinx is not installed; it is part of the [test] extra "
                     "(pip install -e '.[test]')")
     env = default_flags_env()  # the examples assume the default flags
     return subprocess.run(
         [sys.executable, "-m", "sphinx", "-b", builder, "-W", "--keep-going", "-q",
-         "-d", str(outdir.parent / f"doctrees-{builder}"), str(DOC), str(outdir)],
+         "-d", str(doctrees), str(DOC), str(outdir)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -43,9 +52,10 @@ def _report(proc: subprocess.CompletedProcess) -> str:
     return f"exit {proc.returncode}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
 
 
-def test_doc_examples_pass(tmp_path):
+@pytest.mark.xdist_group("sphinx")
+def test_doc_examples_pass(tmp_path, doctrees):
     outdir = tmp_path / "doctest"
-    proc = _sphinx("doctest", outdir)
+    proc = _sphinx("doctest", outdir, doctrees)
     output = outdir / "output.txt"
     text = output.read_text() if output.exists() else ""
     assert proc.returncode == 0, _report(proc) + f"\n--- output.txt ---\n{text}"
@@ -60,9 +70,10 @@ def test_doc_examples_pass(tmp_path):
         assert f"Document: {page}\n" in text, f"no doctests ran in doc/{page}.rst:\n{text}"
 
 
-def test_doc_html_builds_without_warnings(tmp_path):
+@pytest.mark.xdist_group("sphinx")
+def test_doc_html_builds_without_warnings(tmp_path, doctrees):
     outdir = tmp_path / "html"
-    proc = _sphinx("html", outdir)
+    proc = _sphinx("html", outdir, doctrees)
     assert proc.returncode == 0, _report(proc)
     assert (outdir / "index.html").exists()
     api = (outdir / "api.html").read_text()
