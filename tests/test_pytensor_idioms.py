@@ -16,6 +16,12 @@ import pytest
 
 import tenure as tn
 from tenure import In, Out
+from tenure.symbolic.device import is_device_array
+
+
+def to_host(value):
+    """A device array's value as NumPy's (the cuda linker keeps values on the device)."""
+    return value.get() if is_device_array(value) else value
 
 
 def counter(name="n", start=0.0):
@@ -270,6 +276,93 @@ class TestInStrictAndAllowDowncast:
             g(np.ones(2), np.ones(2))
         with pytest.raises(TypeError, match="allow_downcast must be None, True or False"):
             In(x, allow_downcast="yes")
+
+
+class TestStatefulInputs:
+    """``In(x, value=, update=, implicit=)``: Theano's stateful inputs, and
+    ``f[name]`` / ``f.value[name]`` (PyTensor's test_function_module
+    test_state_access, test_shared_state0 and test_copy_share_memory's
+    state, test_pickle's values)."""
+
+    def accumulator(self, mode, **in_kwargs):
+        """``f(a) = 2 x``, then ``x += a``: x starts at 1."""
+        x, a = tn.scalar("x"), tn.scalar("a")
+        return tn.function([a, In(x, value=1.0, update=x + a, **in_kwargs)], x * 2, mode=mode)
+
+    def test_the_value_is_kept_and_updated_after_each_call(self, mode):
+        f = self.accumulator(mode)
+        assert f(1.0) == 2.0 and f["x"] == 2.0     # read before, updated after
+        assert f(2.0) == 4.0 and f.value["x"] == 4.0
+        assert f(0.5, 10.0) == 20.0                # a value passed sets it first ...
+        assert f["x"] == 10.5                      # ... and the update follows
+
+    def test_setting_the_value(self, mode):
+        f = self.accumulator(mode)
+        f["x"] = 7                                 # through the gate: a float64 0-d array
+        assert f["x"].dtype == np.float64
+        assert f(1.0) == 14.0 and f["x"] == 8.0
+        f.value["x"] = 0.0
+        assert f(3.0) == 0.0 and f["x"] == 3.0
+        with pytest.raises(TypeError):
+            f["x"] = np.zeros(3)                   # the input's type holds
+        assert f["x"] == 3.0
+
+    def test_an_update_of_a_vector_reading_another_input(self, mode):
+        v, step = tn.vector("v"), tn.vector("step")
+        f = tn.function([step, In(v, value=np.zeros(3), update=v + step)], v.sum(), mode=mode)
+        for k in range(1, 4):
+            f(np.arange(3.0))
+            # (on the cuda linker the value stays on the device)
+            np.testing.assert_array_equal(to_host(f["v"]), k * np.arange(3.0))
+
+    def test_with_shared_updates_in_the_same_call(self, mode):
+        n = tn.shared(np.float64(0.0), name="n")
+        x = tn.scalar("x")
+        f = tn.function([In(x, value=1.0, update=x * 2)], x + n, updates=[(n, n + x)],
+                        mode=mode)
+        assert [f(), f(), f()] == [1.0, 3.0, 7.0]  # both read the values before the call
+        assert f["x"] == 8.0 and n.get_value() == 7.0
+
+    def test_implicit_inputs_take_no_argument(self, mode):
+        s, a = tn.scalar("s"), tn.scalar("a")
+        f = tn.function([In(s, value=0.0, update=s + 1, implicit=True), a], s + a, mode=mode)
+        assert [f(10.0), f(a=10.0), f(10.0)] == [10.0, 11.0, 12.0]
+        with pytest.raises(TypeError, match=r"takes 1 argument\(s\) \(a\), got 2"):
+            f(1.0, 2.0)
+        with pytest.raises(TypeError, match="'s' is implicit"):
+            f(a=1.0, s=2.0)
+        f["s"] = 100.0
+        assert f(1.0) == 101.0
+
+    def test_plain_values_are_settable_too(self, mode):
+        x, y = tn.scalar("x"), tn.scalar("y")
+        f = tn.function([x, In(y, value=2.0)], x * y, mode=mode)
+        f["y"] = 5.0
+        assert f(3.0) == 15.0 and f(3.0, 1.0) == 3.0 and f["y"] == 5.0
+        with pytest.raises(KeyError, match="'x' has no value of its own"):
+            f["x"]
+        with pytest.raises(KeyError, match="no input named 'z'"):
+            f["z"] = 1.0
+
+    def test_copies_and_pickles_keep_the_values_now(self, mode):
+        import pickle
+        f = self.accumulator(mode)
+        f(3.0)
+        g, h = f.copy(), pickle.loads(pickle.dumps(f))
+        assert g["x"] == h["x"] == 4.0
+        g(1.0)
+        assert g["x"] == 5.0 and f["x"] == 4.0 and h["x"] == 4.0   # their own values
+
+    def test_refusals(self):
+        x = tn.scalar("x")
+        with pytest.raises(ValueError, match="needs value= to start from"):
+            In(x, update=x + 1)
+        with pytest.raises(ValueError, match="implicit=True .* needs value="):
+            In(x, implicit=True)
+        with pytest.raises(TypeError, match=r"In\(x, update=\): the new value of x has type "
+                                            r"float64\(\?,\)"):
+            tn.function([In(x, value=1.0, update=tn.vector("v"))], x)
+        assert "update=" in repr(In(x, value=1.0, update=x + 1, implicit=True))
 
 
 class TestRebuildStrict:

@@ -26,7 +26,7 @@ from tenure.compile.fast_call import make_fast_call
 from tenure.compile.io import In, Out
 from tenure.compile.mode import Mode, check_budget_can_free
 from tenure.compile.prepare import (
-    apply_swap, build_graph, check_storage, check_swap, check_updates)
+    apply_swap, build_graph, check_storage, check_swap, check_updates, stateful_update)
 from tenure.compile.signature import CallSignature
 from tenure.linkers.interrupts import mark_committed
 from tenure.linkers.profile import profile_function
@@ -92,6 +92,12 @@ class Function:
         self._single = single_output
         self._call_signature = CallSignature(inputs)
         self._gate = self._gate_rules()
+        #: the stateful inputs (``In(update=)``), whose new values the graph
+        #: computes as outputs after the function's own
+        self._stateful = [i for i, spec in enumerate(inputs) if spec.update is not None]
+        self._n_user_out = len(outputs)
+        outputs = list(outputs) + [Out(stateful_update(spec)) for spec in inputs
+                                   if spec.update is not None]
         self._n_out = len(outputs)
         self.fgraph, self.shared_vars, self.update_shared_index = build_graph(
             inputs, outputs, updates, givens, on_unused_input)
@@ -199,12 +205,14 @@ class Function:
         return self._filter(spec.variable.type, value, allow, f"input {self._input_label(i)}",
                             **keywords)
 
-    def _own_default(self, spec: In):
-        """The default value of ``spec``, as the function's own copy (a caller's
-        array changed after compiling must not change the default)."""
+    def _own_default(self, spec: In, given=None):
+        """The default value of ``spec`` (or ``given`` for it), as the
+        function's own copy (a caller's array changed after compiling must
+        not change the default)."""
+        given = spec.value if given is None else given
         what = f"default value of input {spec.name}"
-        value = self._filter(spec.variable.type, spec.value, self._allow_downcast(spec), what)
-        return value.copy() if is_same_memory(value, spec.value) else value
+        value = self._filter(spec.variable.type, given, self._allow_downcast(spec), what)
+        return value.copy() if is_same_memory(value, given) else value
 
     def _make_fast_call(self, fallback=None):
         """The C call path (:mod:`tenure.linkers.c.call`) when every call of this
@@ -218,6 +226,8 @@ class Function:
         """
         if self._writable_inputs or self._any_hazard:
             return None
+        if self._stateful or any(spec.implicit for spec in self.inputs):
+            return None   # the C caller binds every input positionally and keeps no state
         return make_fast_call(
             self._thunk, fallback=fallback or self._call, lock=self._lock,
             shared_locks=self._shared_locks,
@@ -303,9 +313,48 @@ class Function:
                               values, shared_values, from_default)
         for container, value in zip(self._update_containers, updates):
             container.value = value
+        if self._stateful:
+            # The stateful inputs' new values (fresh arrays: Out(borrow=False))
+            # become their values for the next call.
+            for i, value in zip(self._stateful, outputs[self._n_user_out:]):
+                self._defaults[i] = value
+            outputs = outputs[:self._n_user_out]
         if self._single:
             return outputs[0]
         return outputs
+
+    # -- inputs' values (Theano's containers) ------------------------------------------
+    def __getitem__(self, name: str):
+        """The value input ``name`` takes when a call does not pass it (its
+        ``In(value=)``, or a stateful input's value now)."""
+        return self._defaults[self._input_with_value(name)]
+
+    def __setitem__(self, name: str, value) -> None:
+        """Set the value input ``name`` takes when a call does not pass it
+        (through the input's gate: its dtype, ``strict`` and ``allow_downcast``)."""
+        i = self._input_with_value(name)
+        own = self._own_default(self.inputs[i], value)
+        with self._lock:
+            self._defaults[i] = own
+
+    @property
+    def value(self) -> "InputValues":
+        """``f.value[name]``: the same as ``f[name]`` (PyTensor's spelling)."""
+        return InputValues(self)
+
+    def _input_with_value(self, name: str) -> int:
+        matches = [i for i, spec in enumerate(self.inputs) if spec.name == name]
+        if not matches:
+            names = [spec.name for spec in self.inputs if spec.name is not None]
+            raise KeyError(f"{self._label()} has no input named {name!r} (its inputs: "
+                           f"{names})")
+        if len(matches) > 1:
+            raise KeyError(f"{self._label()}: several inputs are named {name!r}")
+        (i,) = matches
+        if self._defaults[i] is None:
+            raise KeyError(f"{self._label()}: input {name!r} has no value of its own: it is "
+                           f"passed in each call (In({name}, value=...) gives it one)")
+        return i
 
     def _reentered(self, what: str):
         """The error for a call (or report) made inside a running call of this
@@ -358,6 +407,7 @@ class Function:
                           check_updates(updates), givens, spec.mode,
                           spec.allow_input_downcast, "ignore", name)
         copied.trust_input = self.trust_input
+        copied._take_values(self._values_now())   # the values now, as Theano's copy has
         return copied
 
     def __copy__(self) -> Function:
@@ -366,7 +416,18 @@ class Function:
     def __reduce__(self):
         # The symbolic specs, the mode and the flags: never the compiled state
         # (thunks, C modules, buffers, locks), which loading builds again.
-        return (restore_function, (self._spec, self.trust_input))
+        return (restore_function, (self._spec, self.trust_input, self._values_now()))
+
+    def _values_now(self) -> dict:
+        """The inputs' values now (their ``In(value=)``, or what ``f[name] =``
+        or a stateful input's update made them), by position."""
+        return {i: value for i, value in enumerate(self._defaults) if value is not None}
+
+    def _take_values(self, values: dict) -> None:
+        """Take ``values`` (:meth:`_values_now` of a function compiled from
+        the same spec) as the inputs' values, as copies."""
+        for i, value in values.items():
+            self._defaults[i] = value.copy()
 
     # -- buffers and reports ------------------------------------------------------
     def dprint(self, **kwargs):
@@ -453,9 +514,33 @@ def bind_inner_modes(fgraph, mode: Mode) -> None:
             node.op = node.op.with_inner_mode(inner[on_device])
 
 
-def restore_function(spec: FunctionSpec, trust_input: bool) -> Function:
-    """A pickled :class:`Function`, compiled again (see :meth:`Function.__reduce__`)."""
+def restore_function(spec: FunctionSpec, trust_input: bool, values: dict | None = None
+                     ) -> Function:
+    """A pickled :class:`Function`, compiled again, with its inputs' values
+    (see :meth:`Function.__reduce__`; pickles from before they were kept
+    have none)."""
     f = Function(list(spec.inputs), list(spec.outputs), spec.single_output, list(spec.updates),
                  spec.givens, spec.mode, spec.allow_input_downcast, "ignore", spec.name)
     f.trust_input = trust_input
+    if values:
+        f._take_values(values)
     return f
+
+
+class InputValues:
+    """``f.value``: the inputs' values by name, read and written as
+    ``f[name]`` (PyTensor's ``f.value[name]``)."""
+
+    def __init__(self, function: Function):
+        self._function = function
+
+    def __getitem__(self, name: str):
+        return self._function[name]
+
+    def __setitem__(self, name: str, value) -> None:
+        self._function[name] = value
+
+    def __repr__(self):
+        f = self._function
+        return repr({spec.name: value for spec, value in zip(f.inputs, f._defaults)
+                     if value is not None})

@@ -27,15 +27,27 @@ class In:
     dtype (no conversion, not even a safe cast).  ``allow_downcast``: this
     input's own answer to the function's ``allow_input_downcast`` (None:
     the function's).
+
+    ``update``: an expression of the function's inputs that becomes this
+    input's value after each call (Theano's stateful input: it needs a
+    ``value`` to start from).  The function keeps the value between calls;
+    a call that passes the argument sets it first.  ``f[name]`` and
+    ``f.value[name]`` read and write it (and any input's ``value``).
+    ``implicit=True``: the argument cannot be passed (it takes no position
+    among the arguments); the value is the function's alone.  Default
+    (None): False, as in PyTensor for a value that is not a container.
     """
 
     #: (the class's: pickles of functions from before these existed load)
     strict = False
     allow_downcast: bool | None = None
+    update = None
+    implicit = False
 
     def __init__(self, variable: Variable, name: str | None = None, value=None,
-                 borrow: bool | None = None, mutable: bool = False, chunks=None,
-                 strict: bool = False, allow_downcast: bool | None = None):
+                 update=None, borrow: bool | None = None, mutable: bool = False, chunks=None,
+                 strict: bool = False, allow_downcast: bool | None = None,
+                 implicit: bool | None = None):
         if not isinstance(variable, Variable):
             raise TypeError(f"In(): expected a symbolic variable, got "
                             f"{type(variable).__name__}")
@@ -53,6 +65,17 @@ class In:
         if strict and allow_downcast:
             raise ValueError(f"In({variable}): strict=True refuses every cast, "
                              "allow_downcast=True allows lossy ones: choose one")
+        if update is not None and value is None:
+            raise ValueError(f"In({variable}): update= makes a stateful input, which needs "
+                             f"value= to start from (the value before the first call)")
+        if implicit not in (None, True, False):
+            raise TypeError(f"In({variable}): implicit must be None, True or False, got "
+                            f"{implicit!r}")
+        if implicit and value is None:
+            raise ValueError(f"In({variable}): implicit=True means the argument cannot be "
+                             f"passed, so the input needs value=")
+        self.update = update
+        self.implicit = bool(implicit)
         self.strict = bool(strict)
         self.allow_downcast = allow_downcast
         self.variable = variable
@@ -66,6 +89,8 @@ class In:
         extra = "" if self.chunks is None else f", chunks={self.chunks!r}"
         extra += ", strict=True" if self.strict else ""
         extra += "" if self.allow_downcast is None else f", allow_downcast={self.allow_downcast}"
+        extra += "" if self.update is None else f", update={self.update}"
+        extra += ", implicit=True" if self.implicit else ""
         return (f"In({self.variable}, name={self.name!r}, borrow={self.borrow}, "
                 f"mutable={self.mutable}{extra})")
 

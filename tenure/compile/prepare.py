@@ -175,6 +175,13 @@ def _update_fix(var: SharedVariable, expr) -> str:
     return " and ".join(fixes) or "give it the variable's type"
 
 
+def stateful_update(spec) -> Variable:
+    """The new value of a stateful input (``In(variable, update=)``), checked
+    as an update of it is (:func:`check_update`)."""
+    return check_update(spec.variable, spec.update,
+                        f"In({spec.variable}, update=): the new value of")
+
+
 def check_update(var: SharedVariable, expr, what: str) -> Variable:
     """``expr`` as the new value of ``var``, or a TypeError: same dtype and
     ndim, no contradicting static length, and no static length 1 where

@@ -2,7 +2,9 @@
 
 Arguments bind positionally, then by keyword (an input's ``In`` name; a name
 two inputs share can only be passed positionally); a missing one takes the
-input's default value, if it has one.
+input's default value, if it has one.  An implicit input (``In(implicit=True)``)
+takes no argument: the positions skip it, and its value is always the
+function's own.
 """
 
 from __future__ import annotations
@@ -20,12 +22,17 @@ class CallSignature:
 
     def __init__(self, inputs: list[In]):
         self.inputs = inputs
+        #: the inputs an argument may be passed for, in positional order
+        self._explicit = [i for i, spec in enumerate(inputs) if not spec.implicit]
+        self._implicit_names = {spec.name for spec in inputs if spec.implicit}
         names = [spec.name for spec in inputs]
         self._index_of_name = {n: i for i, n in enumerate(names) if n is not None
                                and names.count(n) == 1}
         self._ambiguous_names = {n for n in names if n is not None and names.count(n) > 1}
         parts = []
         for i, spec in enumerate(inputs):
+            if spec.implicit:
+                continue
             text = spec.name if spec.name is not None else f"<input #{i}>"
             if spec.value is not None:
                 text += "=<default>"
@@ -44,10 +51,17 @@ class CallSignature:
         (``defaults[i]``, None where input ``i`` has none).  ``label()``
         names the function in errors."""
         n = len(self.inputs)
-        if len(args) > n:
-            raise TypeError(f"{label()} takes {n} argument(s) {self.text}, got {len(args)}")
-        values = list(args) + [_MISSING] * (n - len(args))
+        if len(args) > len(self._explicit):
+            raise TypeError(f"{label()} takes {len(self._explicit)} argument(s) {self.text}, "
+                            f"got {len(args)}")
+        values = [_MISSING] * n
+        for i, value in zip(self._explicit, args):
+            values[i] = value
         for key, value in kwargs.items():
+            if key in self._implicit_names:
+                raise TypeError(f"{label()}: input {key!r} is implicit (In(implicit=True)): "
+                                f"it takes no argument; its value is the function's own "
+                                f"(f[{key!r}] = ... sets it)")
             if key in self._ambiguous_names:
                 raise TypeError(f"{label()}: several inputs are named {key!r}; pass "
                                 "them positionally")
