@@ -365,6 +365,21 @@ class TestStatefulInputs:
         assert "update=" in repr(In(x, value=1.0, update=x + 1, implicit=True))
 
 
+class TestGenericShared:
+    def test_functions_refuse_them(self, mode):
+        """A generic shared variable holds an object no op computes on: a
+        function reading or updating one is refused when it is compiled,
+        naming it (PyTensor's test_pfunc generic-shared cases compute
+        nothing on them either).  (Its own behaviour: tests/symbolic/test_shared.py.)"""
+        held = tn.shared(["a"], name="held")
+        with pytest.raises(TypeError, match="held is a generic shared variable .* functions "
+                                            "compute on tensors only"):
+            tn.function([], held, mode=mode)
+        with pytest.raises(TypeError, match="held is a generic shared variable"):
+            tn.function([], [], updates=[(held, held)], mode=mode)
+        assert held.get_value() == ["a"]
+
+
 class TestRebuildStrict:
     def test_givens_of_another_type(self, mode):
         """PyTensor's test_rebuild_strict: with rebuild_strict=True a value of

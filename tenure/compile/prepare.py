@@ -20,7 +20,7 @@ from tenure.compile.io import In, Out
 from tenure.symbolic.fgraph import FunctionGraph
 from tenure.symbolic.graph import Constant, Variable, ancestors, clone_get_equiv, clone_replace
 from tenure.symbolic.ops.shape import specify_shape
-from tenure.symbolic.shared import SharedVariable
+from tenure.symbolic.shared import GenericSharedVariable, SharedVariable
 from tenure.symbolic.types import TensorType
 from tenure.symbolic.variable import as_tensor_variable
 
@@ -152,6 +152,8 @@ def check_updates(updates) -> list[tuple[SharedVariable, Variable]]:
         if not isinstance(var, SharedVariable):
             raise TypeError(f"updates: {var} is not a shared variable; only shared variables "
                             "can be updated")
+        if isinstance(var, GenericSharedVariable):
+            raise var._refused_in_functions()
         if var in seen:
             raise ValueError(f"updates: {var} is updated twice")
         seen.add(var)
@@ -276,6 +278,9 @@ def build_graph(inputs: list[In], outputs: list[Out], updates, givens,
     # Every shared variable the outputs read becomes an implicit input.
     shared_vars = [v for v in ancestors(targets, blockers=in_vars)
                    if isinstance(v, SharedVariable) and v not in in_vars]
+    for var in shared_vars:
+        if isinstance(var, GenericSharedVariable):
+            raise var._refused_in_functions()
     for var, _ in updates:
         if var not in shared_vars:
             shared_vars.append(var)

@@ -25,7 +25,9 @@ it.
 
 from __future__ import annotations
 
+import copy
 import itertools
+import numbers
 import threading
 import weakref
 
@@ -34,7 +36,7 @@ import numpy as np
 from tenure import config
 from tenure.symbolic.device import cuda_runtime, runtime_of, writeable
 from tenure.symbolic.graph import Variable
-from tenure.symbolic.types import (TensorType, base_ndarray, foreign_ndarray,
+from tenure.symbolic.types import (GenericType, TensorType, base_ndarray, foreign_ndarray,
                                    is_foreign_array, is_same_memory, python_scalar_dtype)
 from tenure.symbolic.variable import TensorMethods
 
@@ -296,6 +298,59 @@ class SharedVariable(TensorMethods, Variable):
         return self.name if self.name is not None else f"<shared {self.type}>"
 
 
+class GenericSharedVariable(SharedVariable):
+    """A shared variable holding any Python object (PyTensor's generic shared
+    variable): what :func:`shared` makes of a value that is not numeric
+    data.  It keeps the object and gives it back; nothing computes on it,
+    and a function that reads or updates it is refused.
+
+    ``get_value()`` and ``set_value(v)`` copy (``copy.deepcopy``) unless
+    ``borrow=True``; any object is accepted, with ``strict`` or not (as
+    PyTensor's generic type does)."""
+
+    def __init__(self, value, name: str | None = None, borrow: bool = False,
+                 strict: bool = False):
+        Variable.__init__(self, GenericType(), name=name)
+        self.runtime = None
+        self.host_values = True
+        self.strict = bool(strict)
+        self.allow_downcast = None
+        self.container = Container(None)
+        self.set_value(value, borrow=borrow)
+
+    def __setstate__(self, state):
+        # (no storage another shared variable's buffer could overlap)
+        self.__dict__.update(state)
+
+    def get_value(self, borrow: bool = False, return_internal_type: bool = False):
+        """The object held: itself with ``borrow=True``, else a deep copy."""
+        with self.container.lock:
+            value = self.container.value
+        return value if borrow else copy.deepcopy(value)
+
+    def set_value(self, value, borrow: bool = False) -> None:
+        """Hold ``value``: itself with ``borrow=True``, else a deep copy."""
+        if isinstance(value, Variable):
+            raise TypeError(f"set_value of {self}: expected a value, got symbolic variable "
+                            f"{value}")
+        value = value if borrow else copy.deepcopy(value)
+        with self.container.lock:
+            self.container.value = value
+
+    def zero(self, borrow: bool = False) -> None:
+        raise TypeError(f"{self}.zero(): it holds a {type(self.container.value).__name__}, "
+                        f"not an array (zero() sets an array's elements to 0)")
+
+    def _refused_in_functions(self) -> TypeError:
+        """The error of a function that would read or update it."""
+        return TypeError(f"{self} is a generic shared variable (it holds a "
+                         f"{type(self.container.value).__name__}): functions compute on "
+                         f"tensors only; read and write it with get_value() and set_value()")
+
+    def __str__(self) -> str:
+        return self.name if self.name is not None else "<shared generic>"
+
+
 def _check_exact(arr: np.ndarray, value, what: str) -> None:
     """With ``allow_downcast=False`` a Python value must convert exactly (Python
     floats are otherwise accepted into any float dtype, rounded)."""
@@ -337,6 +392,11 @@ def shared(value, name: str | None = None, borrow: bool = False,
     return_internal_type=True)`` the device array itself).  Functions that
     use device storage must be compiled with ``Mode(linker="cuda")``.
 
+    A value that is not numeric data (a string, a dict, None, any object, an
+    empty list, a list NumPy makes no numeric array of, an array of strings)
+    is held as an opaque object: a :class:`GenericSharedVariable`, as
+    PyTensor's ``shared`` does.
+
     ``strict=True``: ``set_value`` takes only ndarrays of exactly the
     variable's dtype (no conversion at all).  ``allow_downcast``: whether
     ``set_value`` (and an explicit ``dtype``) may cast with loss of precision:
@@ -356,6 +416,8 @@ def shared(value, name: str | None = None, borrow: bool = False,
     if isinstance(value, np.ma.MaskedArray):
         # Refused by the input gate too, but np.asarray below would drop the mask.
         base_ndarray(value, what=f"shared() value for {name or 'shared'}")
+    if _is_generic(value):
+        return _generic_shared(value, name, borrow, dtype, shape, strict, device)
     if isinstance(value, (np.ndarray, np.generic)):
         natural = np.asarray(value)
     elif is_foreign_array(value):
@@ -383,6 +445,36 @@ def shared(value, name: str | None = None, borrow: bool = False,
     runtime = cuda_runtime() if device == "cuda" else None
     return SharedVariable(TensorType(dtype, shape), value, name=name, borrow=borrow,
                           strict=strict, allow_downcast=allow_downcast, runtime=runtime)
+
+
+def _is_generic(value) -> bool:
+    """Whether :func:`shared` holds ``value`` as an opaque object: a value
+    that is not numeric data -- neither a number, nor an array (NumPy's,
+    another library's), nor a non-empty list or tuple NumPy makes a numeric
+    array of (an empty one is PyTensor's generic too: NumPy's float64 for
+    it would be a guess)."""
+    if isinstance(value, (numbers.Number, np.generic)) or is_foreign_array(value):
+        return False
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind not in "biufc"
+    if not isinstance(value, (list, tuple)) or len(value) == 0:
+        return True
+    try:
+        natural = np.asarray(value)
+    except (TypeError, ValueError):
+        return True
+    return natural.dtype.kind not in "biufc"
+
+
+def _generic_shared(value, name, borrow, dtype, shape, strict, device) -> GenericSharedVariable:
+    for option, given in (("dtype", dtype), ("shape", shape)):
+        if given is not None:
+            raise TypeError(f"shared(): {option}= applies to numeric data; a "
+                            f"{type(value).__name__} is held as a generic object")
+    if device == "cuda":
+        raise TypeError(f"shared(): a {type(value).__name__} cannot be stored on a device "
+                        f"(only numeric data is): leave device= out")
+    return GenericSharedVariable(value, name=name, borrow=borrow, strict=strict)
 
 
 def _device_shared(value, runtime, name, borrow, dtype, shape, strict, allow_downcast,

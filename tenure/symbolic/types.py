@@ -499,3 +499,28 @@ def tensor3(name=None, dtype=None, shape=None):
 def tensor4(name=None, dtype=None, shape=None):
     """A symbolic 4-d tensor."""
     return _type_for(4, dtype, shape, "tensor4")(name)
+
+
+class GenericType:
+    """The type of a shared variable holding any Python object
+    (``shared("text")``, ``shared([])``, ``shared({...})``): PyTensor's
+    ``generic``.  Opaque: no op computes on it (an op given one refuses it,
+    as any non-tensor), and ``filter`` takes any value as it is."""
+
+    ndim = None
+    dtype = None
+
+    def filter(self, value, strict: bool = False, allow_downcast=None, what: str = "value",
+               **_):
+        return value
+
+    def __eq__(self, other):
+        return isinstance(other, GenericType)
+
+    def __hash__(self):
+        return hash(GenericType)
+
+    def __str__(self):
+        return "generic"
+
+    __repr__ = __str__

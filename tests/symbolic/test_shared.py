@@ -3,10 +3,14 @@
 The aliasing clauses of the contract are in tests/test_contract.py.
 """
 
+import pickle
+
 import numpy as np
 import pytest
 
 import tenure as tn
+from tenure.symbolic.shared import GenericSharedVariable
+from tenure.symbolic.types import GenericType
 
 
 class TestTypes:
@@ -54,11 +58,10 @@ class TestErrors:
         with pytest.raises(TypeError, match="set_value of w: expected a value.*updates="):
             w.set_value(x)
 
-    def test_non_numeric_value(self):
-        with pytest.raises(TypeError, match="expected numeric data, got dtype <U"):
-            tn.shared(np.array(["a", "b"]))
-        with pytest.raises(TypeError, match="expected numeric data"):
-            tn.shared([object()])
+    def test_non_numeric_data_is_held_as_a_generic_object(self):
+        # (PyTensor's shared() falls back to its generic type for these too)
+        for value in (np.array(["a", "b"]), [object()], np.array(["2020"], "datetime64[D]")):
+            assert isinstance(tn.shared(value), GenericSharedVariable)
 
     def test_set_value_wrong_dtype(self):
         w = tn.shared(np.zeros(2, dtype="float32"), name="w")
@@ -151,3 +154,62 @@ class TestStrictAndAllowDowncast:
         w.set_value([0.5, 0.25])  # exact in float32: fine
         np.testing.assert_array_equal(w.get_value(), [0.5, 0.25])
         w.set_value(np.array([0.1, 0.2], dtype="float32"))  # arrays: the usual rules
+
+
+class TestGeneric:
+    """Generic shared variables: any Python object, held opaque (PyTensor's
+    test_sharedvar generic cases: test_ctors' fallback, strict, set_value)."""
+
+    @pytest.mark.parametrize("value", [[], "text", {"a": [1]}, None, ("a", 1), [[1], [2, 3]],
+                                       object()])
+    def test_what_is_generic(self, value):
+        s = tn.shared(value, name="s")
+        assert isinstance(s, GenericSharedVariable) and isinstance(s, tn.SharedVariable)
+        assert str(s.type) == "generic" and s.type == GenericType()
+        got = s.get_value()
+        assert type(got) is type(value)
+        if isinstance(value, (list, dict)):           # a copy, unless borrowed
+            assert got == value and got is not value
+
+    def test_numeric_data_is_not(self):
+        for value in ([1.0, 2.0], [[1, 2]], 3, 2.5, True, np.float32(2), np.zeros(2)):
+            assert not isinstance(tn.shared(value), GenericSharedVariable)
+
+    def test_copies_unless_borrowed(self):
+        held = {"a": [1]}
+        s = tn.shared(held, name="s")
+        held["a"].append(2)                            # the caller's object changes ...
+        assert s.get_value() == {"a": [1]}             # ... not the value held
+        s.get_value()["a"].append(3)
+        assert s.get_value() == {"a": [1]}
+        s.set_value(held, borrow=True)
+        assert s.get_value(borrow=True) is held
+        s.set_value(held)
+        assert s.get_value(borrow=True) == held and s.get_value(borrow=True) is not held
+        assert tn.shared(held, borrow=True).get_value(borrow=True) is held
+
+    def test_any_object_is_accepted_strict_or_not(self):
+        s = tn.shared([], name="s", strict=True)
+        s.set_value("now a string")
+        assert s.get_value() == "now a string"
+        s.set_value(np.zeros(2))                       # even an array: the type is generic
+        np.testing.assert_array_equal(s.get_value(), np.zeros(2))
+
+    def test_pickles(self):
+        s = tn.shared({"k": (1, "v")}, name="s")
+        again = pickle.loads(pickle.dumps(s))
+        assert again.get_value() == {"k": (1, "v")} and again.name == "s"
+
+    def test_refusals(self):
+        s = tn.shared("text", name="s")
+        with pytest.raises(TypeError, match="expected a tensor variable, got s of type generic"):
+            s + 1
+        with pytest.raises(TypeError, match=r"s.zero\(\): it holds a str, not an array"):
+            s.zero()
+        with pytest.raises(TypeError, match="expected a value, got symbolic variable"):
+            s.set_value(tn.vector("v"))
+        with pytest.raises(TypeError, match="dtype= applies to numeric data; a str is held as "
+                                            "a generic object"):
+            tn.shared("text", dtype="float32")
+        with pytest.raises(TypeError, match="a list cannot be stored on a device"):
+            tn.shared([], device="cuda")
