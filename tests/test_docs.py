@@ -25,7 +25,8 @@ DOC = ROOT / "doc"
 
 #: pages whose examples must run (each must report at least one doctest)
 PAGES_WITH_EXAMPLES = ("index", "install", "tutorial", "training", "memory", "inplace", "planning",
-                       "seeing", "api", "distributed", "gpu", "cuda", "writing_an_op", "loops")
+                       "seeing", "api", "distributed", "gpu", "cuda", "writing_an_op", "loops",
+                       "porting")
 
 
 @pytest.fixture(scope="module")
