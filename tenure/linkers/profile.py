@@ -10,6 +10,15 @@ temporaries: the memory report's ``predicted_by_step``).  ``print(f.profile)``
 prints it as one table, slowest first; :meth:`Profile.rows` and
 :meth:`Profile.to_dict` give the same as plain data.
 
+It also counts the memory plans: ``plans_made``, the calls that made one
+(a new input-shape signature, or one that left the cache), and
+``plan_hits``, the calls that found theirs planned.  The signature is the
+inputs' shapes and the sizes 0-d inputs decide, not their values: a loop
+over minibatches ``X[i * 20:(i + 1) * 20]`` makes one plan for the full
+batches and one for a last, shorter one, however many indices it visits.
+(A function whose buffers cannot be handed on plans once, when compiled:
+its calls count in neither.)
+
 How it is measured (``time.perf_counter``):
 
 - every call as a whole, from the function's entry to its return;
@@ -82,7 +91,9 @@ class Profile:
     thunk's runs inside them.  ``nodes``: a :class:`NodeTime` per node of the
     schedule.  ``c_seconds``: the C linker's C steps together (0 on ``py``).
     ``predicted_peak``: the planned peak of the last call's shapes (None: no
-    sizes known).
+    sizes known).  ``plans_made``, ``plan_hits``: the calls that made a
+    memory plan for their input-shape signature, and those that found it
+    made (see the module notes).
     """
 
     linker: str
@@ -92,6 +103,8 @@ class Profile:
     total_seconds: float = 0.0
     run_seconds: float = 0.0
     predicted_peak: int | None = None
+    plans_made: int = 0
+    plan_hits: int = 0
     #: id of the last call's input-shape signature whose memory is shown
     _memory_signature: object = field(default=None, repr=False, compare=False)
 
@@ -121,7 +134,7 @@ class Profile:
 
     def reset(self) -> None:
         """Forget every call profiled so far (the memory columns stay)."""
-        self.calls = 0
+        self.calls = self.plans_made = self.plan_hits = 0
         self.total_seconds = self.run_seconds = 0.0
         for n in self.nodes:
             n.calls = 0
@@ -164,12 +177,14 @@ class Profile:
                     python_seconds=self.python_seconds, c_seconds=self.c_seconds,
                     overhead_seconds=self.overhead_seconds,
                     python_fraction=self.python_fraction,
-                    predicted_peak=self.predicted_peak, rows=self.rows())
+                    predicted_peak=self.predicted_peak, plans_made=self.plans_made,
+                    plan_hits=self.plan_hits, rows=self.rows())
 
     def __str__(self) -> str:
         title = f"profile of function {self.name!r}" if self.name else "profile"
         lines = [f"{title} ({self.linker} linker): {self.calls} calls, "
-                 f"{self.total_seconds:.6f} s, {self.python_fraction:.1%} in Python steps",
+                 f"{self.total_seconds:.6f} s, {self.python_fraction:.1%} in Python steps, "
+                 f"memory plans: {self.plans_made} made, {self.plan_hits} reused",
                  f"{'step':>4}  {'op':<34} {'kind':<8} {'calls':>6} {'total s':>10} "
                  f"{'mean s':>10} {'time':>6} {'allocates':>12} {'live bytes':>12}"]
 
@@ -326,18 +341,25 @@ def profile_function(function) -> Profile:
     call = function._call
     totals_lock = threading.Lock()   # calls of other threads end concurrently
 
+    plans = thunk.plans_per_signature
+
     def profiled_call(*args, **kwargs):
         if active.on:               # a call inside a running one: the call refuses it
             return call(*args, **kwargs)
         active.on = True
+        made_before = thunk.plans_made
         start = perf_counter()
         try:
             return call(*args, **kwargs)
         finally:
             elapsed = perf_counter() - start
             active.on = False
+            made = thunk.plans_made - made_before
             with totals_lock:
                 profile.total_seconds += elapsed
                 profile.calls += 1
+                if plans:
+                    profile.plans_made += made
+                    profile.plan_hits += not made
     function._call = profiled_call
     return profile

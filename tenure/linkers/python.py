@@ -287,7 +287,8 @@ class PythonThunk(Thunk):
             known = self._dims_by_values
             dims = known.get(raw)
             if dims is None:      # values met recently need no evaluation
-                dims = known[raw] = self._size_model.dim_values(self._value_dims, values)
+                dims = known[raw] = self._size_model.dim_values(self._value_dims,
+                                                                self._sized_values(values))
                 if len(known) > 4 * self.max_plans:
                     known.pop(next(iter(known)), None)     # the oldest
             signature += dims
@@ -317,13 +318,17 @@ class PythonThunk(Thunk):
                 if shapes is not None else self.plan
             entry = self._make_entry(plan, shapes)
             plans[signature] = entry
-            self.plans_made += 1
+            self._planned()
             while len(plans) > self.max_plans:
                 plans.popitem(last=False)
         else:
             plans.move_to_end(signature)
         self._last_signature, self._last_entry = signature, entry
         return entry
+
+    def _planned(self) -> None:
+        """Count a plan made for a call's signature (:attr:`plans_made`)."""
+        self.plans_made += 1
 
     def _make_entry(self, plan: Plan, shapes: dict | None = None) -> Entry:
         """The entry running ``plan``; with ``shapes``, its commit mode for them
@@ -386,9 +391,15 @@ class PythonThunk(Thunk):
         if not model:
             return None
         try:
-            return model.shapes(values)
+            return model.shapes(self._sized_values(values))
         except Exception:  # noqa: BLE001 -- unknown sizes: no reuse
             return None
+
+    def _sized_values(self, values: list) -> list:
+        """The input values the size model computes with (NumPy's ops): these
+        values here; a device thunk gives it host copies of the 0-d inputs
+        that decide sizes."""
+        return values
 
     def prepare(self, input_values: list) -> None:
         """Set up what a call with these values' shapes needs (its plan), so

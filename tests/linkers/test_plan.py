@@ -546,24 +546,30 @@ class TestSignatures:
         assert f._thunk.plans_made == 2
         assert len(f._thunk.cached_signatures()) == 2
 
-    def test_the_issues_minibatch_step_plans_twice_on_the_c_linker(self):
-        """Issue 39's training step over a shared data set, on the C linker
-        (its shape tables are keyed by the same signature): two plans for
-        121 minibatches, and the weights the Python linker computes."""
-        X = tn.shared(np.random.default_rng(0).random((2410, 16)), name="X")
-        i = tn.scalar("i", dtype="int64")
+    def test_the_issues_minibatch_step_plans_twice_on_every_linker(self):
+        """Issue 39's training step over a shared data set, on the linkers
+        that plan per signature (the C linker's shape tables are keyed by the
+        same signature; the cuda linker's device index is read on the host,
+        once per new value, for the sizes it decides): two plans for 121
+        minibatches, and the weights the Python linker computes."""
+        data = np.random.default_rng(0).random((2410, 16))
         results = []
-        for linker in ("py", "c"):
-            W = tn.shared(np.zeros((16, 4)), name="W")
-            cost = tn.tanh(X[i * 20:(i + 1) * 20] @ W + 0.1).sum()
-            f = tn.function([i], [], updates=[(W, W - 0.1 * tn.grad(cost, W))],
-                            mode=tn.Mode(linker=linker))
-            for _ in range(2):
-                for k in range(121):
-                    f(k)
-            assert f._thunk.plans_made == 2, linker
-            results.append(W.get_value())
-        np.testing.assert_allclose(results[1], results[0], rtol=1e-12)
+        for linker in ("py", "c", "check", "cuda"):
+            with tn.config.change_flags(cuda_emulation=True,
+                                        device="cuda" if linker == "cuda" else "cpu"):
+                X = tn.shared(data, name="X")
+                W = tn.shared(np.zeros((16, 4)), name="W")
+                i = tn.scalar("i", dtype="int64")
+                cost = tn.tanh(X[i * 20:(i + 1) * 20] @ W + 0.1).sum()
+                f = tn.function([i], [], updates=[(W, W - 0.1 * tn.grad(cost, W))],
+                                mode=tn.Mode(linker=linker))
+                for _ in range(2):
+                    for k in range(121):
+                        f(k)
+                assert f._thunk.plans_made == 2, linker
+                results.append(W.get_value())
+        for linker, got in zip(("c", "check", "cuda"), results[1:]):
+            np.testing.assert_allclose(got, results[0], rtol=1e-12, err_msg=linker)
 
     def test_without_gc_there_is_one_plan(self, mode):
         x = tn.vector("x")

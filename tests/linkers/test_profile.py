@@ -144,6 +144,34 @@ def test_reset_forgets_the_calls(rng):
     _check_consistent(f.profile, f, 1)
 
 
+@pytest.mark.parametrize("linker", ["py", "c"])
+def test_a_loop_over_minibatches_makes_two_plans_in_a_thousand_calls(linker):
+    """Issue 39: the profile counts the memory plans made and found.  A
+    training step over a shared data set sliced by an index,
+    X[i * 20:(i + 1) * 20], called for 1,000 indices (121 minibatches, the
+    last of 10 rows, cycled): one plan for the full batches, one for the
+    short one, and none after the first epoch."""
+    X = tn.shared(np.random.default_rng(0).random((2410, 8)), name="X")
+    W = tn.shared(np.zeros((8, 3)), name="W")
+    i = tn.scalar("i", dtype="int64")
+    cost = tn.tanh(X[i * 20:(i + 1) * 20] @ W + 0.1).sum()
+    f = tn.function([i], cost, updates=[(W, W - 0.01 * tn.grad(cost, W))],
+                    mode=tn.Mode(linker=linker), profile=True)
+    for k in range(121):
+        f(k)
+    assert (f.profile.plans_made, f.profile.plan_hits) == (2, 119)
+    for k in range(121, 1000):
+        f(k % 121)
+    assert (f.profile.plans_made, f.profile.plan_hits) == (2, 998)
+    assert f.profile.to_dict()["plans_made"] == 2
+    assert "memory plans: 2 made, 998 reused" in str(f.profile)
+    X.set_value(np.ones((100, 8)))                   # new shapes: a new plan
+    f(0)
+    assert (f.profile.plans_made, f.profile.plan_hits) == (3, 998)
+    f.profile.reset()
+    assert (f.profile.plans_made, f.profile.plan_hits) == (0, 0)
+
+
 def test_a_failing_call_counts_the_steps_that_ran():
     x = tn.vector("x")
     y = tn.vector("y")

@@ -130,6 +130,11 @@ class CThunk(PythonThunk):
         """The signatures that have a shape table, least recently used first."""
         return list(self._tables)
 
+    def _planned(self) -> None:
+        """The executor's plans, which a C thunk makes only for reports
+        (``plan_for``), are not its calls': those are counted where their
+        shape tables are made (:meth:`_make_table`)."""
+
     def _make_table(self, values):
         shapes = self._shapes(values)
         sized = None

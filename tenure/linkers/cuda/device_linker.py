@@ -219,6 +219,19 @@ class DeviceThunk(CudaThunk):
         return [v if is_device_array(v) else self.runtime.from_host(np.asarray(v))
                 for v in values]
 
+    def _sized_values(self, values: list) -> list:
+        """The 0-d inputs whose values decide sizes (a minibatch's index in
+        ``X[i * 20:(i + 1) * 20]``) as host values, for the size model, which
+        computes with NumPy: one 0-d copy each, made when the plan signature
+        meets a value it has not seen recently, or a plan is made."""
+        if not self._value_inputs:
+            return values
+        values = list(values)
+        for i in self._value_inputs:
+            if self.runtime.is_device_array(values[i]):
+                values[i] = self.runtime.to_host(values[i])
+        return values
+
     def __call__(self, input_values: list) -> list:
         """One call, on the caller's current stream, ordered after the last
         call on the device (:class:`~tenure.linkers.cuda.runtime.CallOrder`); the
