@@ -54,9 +54,12 @@ class CallSignature:
         if len(args) > len(self._explicit):
             raise TypeError(f"{label()} takes {len(self._explicit)} argument(s) {self.text}, "
                             f"got {len(args)}")
-        values = [_MISSING] * n
-        for i, value in zip(self._explicit, args):
-            values[i] = value
+        if len(self._explicit) == n:     # no implicit input: positions are inputs
+            values = list(args) + [_MISSING] * (n - len(args))
+        else:
+            values = [_MISSING] * n
+            for i, value in zip(self._explicit, args):
+                values[i] = value
         for key, value in kwargs.items():
             if key in self._implicit_names:
                 raise TypeError(f"{label()}: input {key!r} is implicit (In(implicit=True)): "

@@ -567,9 +567,31 @@ class TestSignatures:
                     for k in range(121):
                         f(k)
                 assert f._thunk.plans_made == 2, linker
+                # a memory report reads the plan of its signature: no new one
+                peak = f.memory_report(7, print_report=False).predicted_peak
+                assert f.memory_report(100, print_report=False).predicted_peak == peak
+                if linker != "c":   # (the C thunk counts its calls' tables only)
+                    assert f._thunk.plans_made == 2, linker
                 results.append(W.get_value())
         for linker, got in zip(("c", "check", "cuda"), results[1:]):
             np.testing.assert_allclose(got, results[0], rtol=1e-12, err_msg=linker)
+
+    def test_the_dask_linker_specializes_once_for_every_minibatch(self):
+        """The dask linker makes no memory plan (Dask schedules the chunks),
+        but rewrites the graph for what the shapes decide (a SumTo that is
+        the identity): those graphs are keyed on the decisions, not on the
+        index, so 121 minibatches (the last shorter) share one."""
+        pytest.importorskip("dask")
+        X = tn.shared(np.random.default_rng(0).random((2410, 16)), name="X")
+        W, b = tn.shared(np.zeros((16, 4)), name="W"), tn.shared(np.zeros(4), name="b")
+        i = tn.scalar("i", dtype="int64")
+        cost = tn.tanh(X[i * 20:(i + 1) * 20] @ W + b).sum()
+        f = tn.function([i], cost, updates=[(v, v - 0.1 * tn.grad(cost, v)) for v in (W, b)],
+                        mode=tn.Mode(linker="dask", compute=True))
+        for k in range(121):
+            f(k)
+        graphs = f._thunk.graphs
+        assert graphs.has_candidates and len(graphs._rebuilt) == 1
 
     def test_without_gc_there_is_one_plan(self, mode):
         x = tn.vector("x")
