@@ -1255,9 +1255,179 @@ class LenetTrain:
         return Built(lambda: run(x, t), observe, compile_s)
 
 
+# ============================================================================
+# minibatch_loop: one epoch of SGD over a data set held by the system, by index
+#
+# The classic Theano training loop (issue 39): the data set lives in shared
+# variables and one compiled step takes a minibatch index i, its inputs
+# X[i*b:(i+1)*b] given through ``givens`` (tenure and PyTensor, the same
+# graph); JAX: a jit step slicing with lax.dynamic_slice at i; PyTorch eager:
+# indexing a tensor.  A ReLU MLP 784-500-10, softmax cross-entropy, float32;
+# one measured call is one epoch (rows // b minibatches: every system sees
+# full batches only, since dynamic_slice cannot make a shorter one).
+
+_MINIBATCH_LAYERS = (784, 500, 10)
+
+
+def batch_of(variant: str) -> int:
+    """``"batch 20"`` -> 20."""
+    return int(variant.split()[-1])
+
+
+def _minibatch_data(rows, rng):
+    params = _mlp_data(1, _MINIBATCH_LAYERS, rng)["params"]
+    labels = rng.integers(0, 10, rows)
+    return {"X": rng.standard_normal((rows, 784), dtype=np.float32),
+            "T": np.eye(10, dtype=np.float32)[labels], "params": params}
+
+
+def _symbolic_xent(log_softmax, mean, total, x, t, params, relu):
+    """Softmax cross-entropy of the MLP, written once for every system."""
+    return -mean(total(t * log_softmax(symbolic_mlp(relu, x, params)), 1))
+
+
+class MinibatchLoop:
+    """One epoch of minibatch SGD (lr 0.01), checked against a float64 NumPy
+    epoch: the last minibatch's loss and the parameters after the epoch."""
+
+    name = "minibatch_loop"
+    title = "one epoch of SGD by minibatch index, MLP 784-500-10, float32"
+    gradient = True
+    variants = ("batch 20", "batch 128")
+    sizes = {"full": {"rows": 50_000}, "quick": {"rows": 2_560}}
+    #: float32 rounding over an epoch of steps: the parameters' change after
+    #: 2,500 steps differs from float64's by up to 1% of its largest magnitude
+    #: (PyTorch's as tenure's); a wrong gradient differs by its whole size
+    float32_tolerance = 3e-2
+    #: the batch size (the variant) decides the epoch's steps
+    reference_per_variant = True
+
+    @staticmethod
+    def data(rows, rng):
+        return _minibatch_data(rows, rng)
+
+    @staticmethod
+    def reference(d, variant):
+        b = batch_of(variant)
+        params = [p.astype(np.float64) for p in d["params"]]
+        X, T = d["X"], d["T"]
+        for k in range(len(X) // b):
+            x, t = X[k * b:(k + 1) * b].astype(np.float64), T[k * b:(k + 1) * b]
+            out, saved = _mlp_forward64(x, params)
+            z = out - out.max(axis=1, keepdims=True)
+            log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+            loss = -np.mean(np.sum(t * log_p, axis=1))
+            g = (np.exp(log_p) - t) / b
+            grads = []
+            for i in reversed(range(len(params) // 2)):
+                h, a = saved[i]
+                if i < len(params) // 2 - 1:
+                    g = g * (a > 0)
+                grads = [h.T @ g, g.sum(axis=0)] + grads
+                g = g @ params[2 * i].T
+            params = [p - LR * gp for p, gp in zip(params, grads)]
+        return [np.float64(loss)] + params
+
+    @staticmethod
+    def tenure(d, linker, variant):
+        import tenure as tn
+        b = batch_of(variant)
+        clock = _Clock()
+        with clock:
+            X, T = tn.shared(d["X"], borrow=True), tn.shared(d["T"], borrow=True)
+            params = [tn.shared(p, borrow=True) for p in d["params"]]
+            i = tn.scalar("i", dtype="int64")
+            x, t = tn.matrix("x", dtype="float32"), tn.matrix("t", dtype="float32")
+            loss = _symbolic_xent(tn.log_softmax, tn.mean, tn.sum, x, t, params, tn.relu)
+            grads = tn.grad(loss, params)
+            f = tn.function([i], loss, updates=[(p, p - LR * g) for p, g in zip(params, grads)],
+                            givens={x: X[i * b:(i + 1) * b], t: T[i * b:(i + 1) * b]},
+                            mode=_tenure_mode(linker))
+        batches = range(len(d["X"]) // b)
+
+        def epoch():
+            for k in batches:
+                loss = f(k)
+            return loss
+        return Built(epoch, lambda r: [_np(r)] + [_np(p.get_value(borrow=True))
+                                                  for p in params], clock.s)
+
+    @staticmethod
+    def pytensor(d, mode_variant, variant):
+        import pytensor
+        import pytensor.tensor as pt
+        from pytensor.tensor.special import log_softmax
+        b = batch_of(variant)
+        clock = _Clock()
+        with clock:
+            X, T = pytensor.shared(d["X"], borrow=True), pytensor.shared(d["T"], borrow=True)
+            params = [pytensor.shared(p, borrow=True) for p in d["params"]]
+            i = pt.scalar("i", dtype="int64")
+            x, t = pt.matrix("x", dtype="float32"), pt.matrix("t", dtype="float32")
+            loss = _symbolic_xent(lambda z: log_softmax(z, axis=1), pt.mean,
+                                  lambda v, axis: pt.sum(v, axis=axis), x, t, params, _pt_relu)
+            grads = pytensor.grad(loss, params)
+            lr = np.float32(LR)  # a Python float would upcast float32 to float64 in PyTensor
+            f = pytensor.function([i], loss,
+                                  updates=[(p, p - lr * g) for p, g in zip(params, grads)],
+                                  givens={x: X[i * b:(i + 1) * b], t: T[i * b:(i + 1) * b]},
+                                  mode=pytensor_mode(mode_variant))
+        batches = range(len(d["X"]) // b)
+
+        def epoch():
+            for k in batches:
+                loss = f(k)
+            return loss
+        return Built(epoch, lambda r: [_np(r)] + [_np(p.get_value(borrow=True))
+                                                  for p in params], clock.s)
+
+    @staticmethod
+    def torch(d, variant):
+        import torch
+        b = batch_of(variant)
+        X, T = torch.from_numpy(d["X"]), torch.from_numpy(d["T"])
+        params = [torch.from_numpy(p.copy()).requires_grad_() for p in d["params"]]
+        run, observe = _torch_sgd(
+            lambda x, t, *ps: _symbolic_xent(lambda z: torch.log_softmax(z, dim=1), torch.mean,
+                                             torch.sum, x, t, ps, torch.relu), params, None)
+        batches = range(len(d["X"]) // b)
+
+        def epoch():
+            for k in batches:
+                loss = run(X[k * b:(k + 1) * b], T[k * b:(k + 1) * b])
+            return loss
+        return Built(epoch, observe)
+
+    @staticmethod
+    def jax(d, variant):
+        jax = _jax()
+        import jax.numpy as jnp
+        from jax import lax
+        b = batch_of(variant)
+
+        def loss_fn(params, X, T, i):
+            start, zero = i * b, i * 0        # (start indices of one integer type)
+            x = lax.dynamic_slice(X, (start, zero), (b, X.shape[1]))
+            t = lax.dynamic_slice(T, (start, zero), (b, T.shape[1]))
+            return _symbolic_xent(lambda z: jax.nn.log_softmax(z, axis=1), jnp.mean,
+                                  lambda v, axis: jnp.sum(v, axis=axis), x, t, params,
+                                  jax.nn.relu)
+
+        X, T = jnp.asarray(d["X"]), jnp.asarray(d["T"])
+        run, observe, compile_s = _jax_sgd(loss_fn, d["params"], [X, T, jnp.int32(0)])
+        batches = range(len(d["X"]) // b)
+
+        def epoch():
+            for k in batches:
+                loss = run(X, T, jnp.int32(k))
+            return loss
+        return Built(epoch, observe, compile_s)
+
+
 WORKLOADS = {w.name: w for w in (Overhead, Elemwise, SoftmaxInfer, SoftmaxGrad, MlpInfer,
                                  MlpTrain, MlpTrainBudget, MlpTrainBudget8, BorrowSteadyState,
-                                 RnnTrain, RnnTrainBudget, DropoutMlpTrain, LenetTrain)}
+                                 RnnTrain, RnnTrainBudget, DropoutMlpTrain, LenetTrain,
+                                 MinibatchLoop)}
 
 
 def family(system: str) -> str:
