@@ -30,12 +30,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tenure.rewrites.destroy import buffer_roots, destroy_orderings
+from tenure.rewrites.destroy import buffer_roots, destroy_orderings, view_root
 from tenure.rewrites.schedule import memory_schedule, plain_schedule
 from tenure.rewrites.sizes import SizeModel, placeholder
 from tenure.rewrites.sizes import nbytes as _nbytes
 from tenure.symbolic.graph import Apply, Constant, Variable
 from tenure.symbolic.inner_graph import register_inner_planner
+from tenure.symbolic.shared import SharedVariable
 
 
 def schedule(fgraph) -> list[Apply]:
@@ -53,17 +54,79 @@ def memory_order(fgraph, nbytes: dict[Variable, int | None]) -> list[Apply]:
     return order
 
 
-def compile_time_order(fgraph) -> list[Apply]:
+def compile_time_order(fgraph, runs_python=None) -> list[Apply]:
     """A schedule lowering peak memory for the sizes known before any call
     (shared values, static shapes, :data:`~tenure.rewrites.sizes.NOMINAL_DIM`
     for the rest), for a linker that fixes one schedule when compiling (the C
-    linker); the plain schedule when the sizes cannot be evaluated."""
+    linker); the plain schedule when the sizes cannot be evaluated.  With
+    ``runs_python(node)`` (which steps the linker runs as Python), those
+    steps go before the commit point where they can at no cost in memory
+    (:func:`python_steps_before_commit`)."""
     from tenure.rewrites.sizes import compile_time_shapes, nbytes
     try:
         shapes, _ = compile_time_shapes(fgraph)
     except Exception:  # noqa: BLE001 -- an order without sizes, not a failed compile
         return schedule(fgraph)
-    return memory_order(fgraph, {var: nbytes(var, shape) for var, shape in shapes.items()})
+    order = memory_order(fgraph, {var: nbytes(var, shape) for var, shape in shapes.items()})
+    if runs_python is not None:
+        order = python_steps_before_commit(fgraph, order, runs_python, shapes)
+    return order
+
+
+#: how much higher the planned peak may be for Python steps to move before
+#: the commit point: a gradient kept alive a few steps longer (the logits'
+#: gradient of an MLP, 0.6% of its step's peak), not a layer's activations
+MOVE_PEAK_SLACK = 1.02
+
+
+def writes_shared_storage(node: Apply) -> bool:
+    """Whether ``node`` writes into a shared variable's storage (an in-place
+    update): the steps from the first such one on are past a schedule's
+    commit point (:mod:`tenure.linkers.commit`)."""
+    return any(isinstance(view_root(node.inputs[targets[0]]), SharedVariable)
+               for targets in node.op.destroy_map.values())
+
+
+def python_steps_before_commit(fgraph, order: list[Apply], runs_python,
+                               shapes: dict | None = None) -> list[Apply]:
+    """``order`` with the steps that ``runs_python(node)`` says run Python
+    moved before the commit point (the first write into shared storage),
+    with the steps they need from there on, where the graph allows it and
+    the planned peak for ``shapes`` is at most :data:`MOVE_PEAK_SLACK` times
+    higher: a C linker calls a schedule with a Python step after its commit
+    point through its Python call path (Ctrl-C must be able to stop such a
+    call there), and such steps -- a bias gradient's ``SumTo`` -- rarely
+    need the writes.  A step that reads what a write made (directly or not)
+    stays."""
+    position = {node: i for i, node in enumerate(order)}
+    first = next((i for i, node in enumerate(order) if writes_shared_storage(node)), None)
+    if first is None:
+        return order
+    after_writes: set = set()     # the writes and every step reading their results
+    for node in order[first:]:
+        if writes_shared_storage(node) or any(inp.owner in after_writes for inp in node.inputs):
+            after_writes.add(node)
+    moving: set = set()
+    stack = [n for n in order[first:] if n not in after_writes and runs_python(n)]
+    while stack:
+        node = stack.pop()
+        if node in moving or position[node] < first:
+            continue
+        moving.add(node)
+        stack.extend(inp.owner for inp in node.inputs if inp.owner is not None)
+    if not moving:
+        return order
+    moved = (order[:first] + [n for n in order[first:] if n in moving]
+             + [n for n in order[first:] if n not in moving])
+    try:
+        check_order(fgraph, moved)   # (a moved step may overwrite what a later one reads)
+    except ValueError:
+        return order
+    if shapes is not None and (make_plan(fgraph, True, shapes, order=moved).peak()
+                               > MOVE_PEAK_SLACK * make_plan(fgraph, True, shapes,
+                                                             order=order).peak()):
+        return order
+    return moved
 
 
 def check_order(fgraph, order: list[Apply]) -> None:

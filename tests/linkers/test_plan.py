@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 import tenure as tn
 from tenure import In, Out
-from tenure.linkers.plan import check_order, make_plan, reuse_possible
+from tenure.linkers.plan import (check_order, make_plan, python_steps_before_commit,
+                                 reuse_possible, writes_shared_storage)
 from tenure.linkers.python import PythonThunk, take_donor
 from tenure.rewrites.sizes import SizeModel
 from tenure.symbolic.graph import Apply, Op
@@ -679,3 +680,61 @@ def test_random_graphs_do_reuse():
     f = reusing(tn.Mode(linker="check", rewrites="none"), inputs, outputs,
                 on_unused_input="ignore")
     assert f._thunk.plan_for([np.zeros((5, 6)), np.zeros(6)]).reused_from()
+
+
+class TestPythonStepsBeforeTheCommitPoint:
+    """The C linker's schedule puts the steps it runs as Python before the
+    first write into shared storage where it can: a Python step after it
+    keeps every call on the Python call path."""
+
+    @staticmethod
+    def minibatch_step(linker):
+        X = tn.shared(np.random.default_rng(0).random((200, 8)), name="X")
+        W, b = tn.shared(np.zeros((8, 3)), name="W"), tn.shared(np.zeros(3), name="b")
+        i = tn.scalar("i", dtype="int64")
+        cost = tn.tanh(X[i * 20:(i + 1) * 20] @ W + b).sum()
+        f = tn.function([i], cost, updates=[(v, v - 0.1 * tn.grad(cost, v)) for v in (W, b)],
+                        mode=tn.Mode(linker=linker))
+        return f, W, b
+
+    def test_a_bias_gradients_sum_goes_before_the_updates(self, cc_or_skip):
+        """Issue 39's step: b's gradient is a SumTo (no C code) that needs no
+        write; before, it ran after W's in-place update and the calls took
+        the Python path.  Now they take the compiled one, with the same
+        numbers."""
+        f, W, b = self.minibatch_step("c")
+        thunk = f._thunk
+        commit = thunk._base_entry.commit.step
+        assert "py" in thunk.graph.kinds[:commit]                     # there are such steps
+        assert "py" not in thunk.graph.kinds[commit:]
+        assert f._fast_call is not None
+        g, W_py, b_py = self.minibatch_step("py")
+        for k in range(10):
+            np.testing.assert_allclose(f(k), g(k), rtol=1e-12)
+        np.testing.assert_allclose(W.get_value(), W_py.get_value(), rtol=1e-12)
+        np.testing.assert_allclose(b.get_value(), b_py.get_value(), rtol=1e-12)
+
+    def test_a_step_reading_a_write_stays_after_it(self):
+        """A Python step of an output that reads the updated value (the same
+        node as the in-place update) cannot move; the others still do."""
+        w = tn.shared(np.arange(4.0), name="w")
+        x = tn.vector("x")
+        new_w = w - 0.1 * x
+        f = tn.function([x], [tn.sort(new_w), tn.sort(x)], updates=[(w, new_w)],
+                        mode=tn.Mode(linker="py"))
+        order = [step.node for step in f._thunk.plan.steps]
+        fgraph = f.fgraph
+        moved = python_steps_before_commit(fgraph, order, lambda n: isinstance(
+            n.op, type(fgraph.outputs[0].owner.op)))
+        check_order(fgraph, moved)
+        first = next(k for k, n in enumerate(moved) if writes_shared_storage(n))
+        sorts = [k for k, n in enumerate(moved) if n in {o.owner for o in fgraph.outputs[:2]}]
+        reads_x = moved.index(fgraph.outputs[1].owner)
+        reads_write = moved.index(fgraph.outputs[0].owner)
+        assert reads_x < first < reads_write and len(sorts) == 2
+
+    def test_nothing_moves_without_a_write(self):
+        x = tn.vector("x")
+        f = tn.function([x], tn.sort(x) * 2, mode=tn.Mode(linker="py"))
+        order = [step.node for step in f._thunk.plan.steps]
+        assert python_steps_before_commit(f.fgraph, order, lambda n: True) is order

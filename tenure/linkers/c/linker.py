@@ -54,7 +54,7 @@ import numpy as np
 
 from tenure.linkers.c import cache, compiler, kernels, prelude, runtime
 from tenure.linkers.c.call import StepsRunner
-from tenure.linkers.c.dispatch import CContext
+from tenure.linkers.c.dispatch import CContext, entry_for
 from tenure.linkers.c.module import graph_module, shape_table, step_module_prelude
 from tenure.linkers.commit import BACKUP
 from tenure.linkers.interrupts import mark_committed
@@ -129,6 +129,11 @@ class CThunk(PythonThunk):
     def cached_signatures(self) -> list:
         """The signatures that have a shape table, least recently used first."""
         return list(self._tables)
+
+    def _fixed_order(self) -> list:
+        """The module's schedule, fixed when it was compiled: the plans of
+        reports (``plan_for``) describe it, not an order for their sizes."""
+        return [s.node for s in self.plan.steps]
 
     def _planned(self) -> None:
         """The executor's plans, which a C thunk makes only for reports
@@ -244,8 +249,12 @@ class CLinker:
             return PythonLinker().make_thunk(fgraph, keep_outputs, allow_gc)
         # The module runs one schedule: the one lowest in memory for the sizes
         # known now (the executor re-plans per signature; C code is fixed).
+        # Under an activation-memory budget the order is the recomputation's
+        # own choice: moving steps before the commit point could undo it.
+        budgeted = getattr(fgraph, "memory_budget", None) is not None
         plan = make_plan(fgraph, allow_gc=allow_gc, keep=keep_outputs,
-                         order=compile_time_order(fgraph))
+                         order=compile_time_order(
+                             fgraph, runs_python=None if budgeted else self._runs_python))
         keep = {plan.outputs[i] for i in keep_outputs}
         thunk = CThunk(plan, keep, fgraph)
         graph = graph_module(plan, thunk.kept_slots, thunk._clear_after,
@@ -273,6 +282,12 @@ class CLinker:
                             if entry is not None}
         thunk._wants_table = bool(graph.shape_offsets)
         return thunk
+
+    def _runs_python(self, node) -> bool:
+        """Whether ``node`` will be a Python step (no C entry takes it): the
+        schedule puts such steps before its commit point where it can, so
+        that calls may take the compiled call path."""
+        return entry_for(node, CContext(linker=self)) is None
 
 
 def _import_blas() -> None:
