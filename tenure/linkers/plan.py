@@ -60,7 +60,7 @@ def compile_time_order(fgraph, runs_python=None) -> list[Apply]:
     for the rest), for a linker that fixes one schedule when compiling (the C
     linker); the plain schedule when the sizes cannot be evaluated.  With
     ``runs_python(node)`` (which steps the linker runs as Python), those
-    steps go before the commit point where they can at no cost in memory
+    steps go before the commit point where they can at little cost in memory
     (:func:`python_steps_before_commit`)."""
     from tenure.rewrites.sizes import compile_time_shapes, nbytes
     try:
