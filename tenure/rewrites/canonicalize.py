@@ -78,6 +78,7 @@ from tenure.symbolic.ops.creation import Alloc, expand_to
 from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.nnet import Softmax
 from tenure.symbolic.ops.reduce import Reduce, SumTo
+from tenure.symbolic.ops.reduce import sum as reduce_sum
 from tenure.symbolic.ops.shape import (DimShuffle, Reshape, Shape, as_dim, dim_eq,
                                        dim_where, reshape_always_fits, reshape_static_shape,
                                        shape_tuple)
@@ -534,6 +535,26 @@ def useless_sum_to(fgraph, node):
     if tuple(int(d.data) for d in dims) != g.type.shape:
         return None
     return g if same_dtype(node.outputs[0], g) else None
+
+
+@register_node_rewrite("canonicalize", tags=("shape_ops",))
+def sum_to_leading_axes(fgraph, node):
+    """``sum_to(g, *dims)`` with more axes in ``g`` than ``dims``: broadcasting
+    added those leading axes, so they are summed whatever the lengths, by a
+    reduction (``g.sum(axis=(0, ...))``: compiled code on the C and CUDA
+    linkers) before ``sum_to`` looks at the rest -- a bias gradient's batch
+    axis, then a vector of the bias's length.  Floats only: ``sum_to`` of
+    integers accumulates in NumPy's wider type, a reduction in theirs."""
+    if not isinstance(node.op, SumTo):
+        return None
+    g, *dims = node.inputs
+    lead = g.ndim - len(dims)
+    if lead <= 0 or node.outputs[0].type.numpy_dtype.kind != "f":
+        return None
+    partial = reduce_sum(g, axis=tuple(range(lead)))
+    if not same_dtype(partial, node.outputs[0]):
+        return None
+    return SumTo()(partial, *dims)
 
 
 @register_node_rewrite("canonicalize", tags=("shape_ops",))

@@ -152,22 +152,48 @@ def _repair(values, weights, capacity, picked) -> list[int]:
     weight exceeds the capacity.  An exact solver never needs this; it catches
     a set that fits only within a solver's tolerance (the ILP's, or float
     rounding of the DP quantization), so every solution is feasible by the
-    exact sum.  Such a set is over by a sliver: dropping the least valuable
-    item that weighs at least the excess keeps the rest (dropping by worst
-    value/weight ratio could drop the most valuable item instead)."""
+    exact sum.  Such a set is over by a sliver, and what goes is the cheaper
+    of (:func:`_cheapest_cover`): the least valuable item that weighs at
+    least the excess alone, and the least valuable items taken together until
+    they do (two items of 2e-16 worth 1 each rather than one of weight 1
+    worth 3).  Dropping by worst value/weight ratio could drop the most
+    valuable item instead."""
     picked = sorted(int(i) for i in picked)
     while picked:
         excess = math.fsum(weights[picked]) - capacity
         if excess <= 0:
             break
-        enough = [i for i in picked if weights[i] >= excess]
-        if enough:
-            drop = min(enough, key=lambda i: (values[i], -weights[i]))
-        else:
-            drop = min((i for i in picked if weights[i] > 0),
-                       key=lambda i: values[i] / weights[i])
-        picked.remove(drop)
+        for i in _cheapest_cover(values, weights, picked, excess):
+            picked.remove(i)
     return picked
+
+
+def _cheapest_cover(values, weights, picked: list[int], excess: float) -> list[int]:
+    """Items of ``picked`` weighing ``excess`` or more together, of little
+    total value: the cheaper of the least valuable single item that does it
+    alone and the least valuable items accumulated until they do (those of
+    them the rest still covers without are kept); by worst value/weight
+    ratio when neither finds weight enough (then the loop goes on)."""
+    options = []
+    alone = [i for i in picked if weights[i] >= excess]
+    if alone:
+        options.append([min(alone, key=lambda i: (values[i], -weights[i]))])
+    cheapest_first = sorted((i for i in picked if weights[i] > 0),
+                            key=lambda i: (values[i], -weights[i]))
+    together, weight = [], 0.0
+    for i in cheapest_first:
+        together.append(i)
+        weight = math.fsum(weights[together])
+        if weight >= excess:
+            for j in sorted(together, key=lambda j: -values[j]):   # keep what is not needed
+                if len(together) > 1 and weight - weights[j] >= excess:
+                    together.remove(j)
+                    weight = math.fsum(weights[together])
+            options.append(together)
+            break
+    if options:
+        return min(options, key=lambda drop: (math.fsum(values[drop]), len(drop)))
+    return [min((i for i in picked if weights[i] > 0), key=lambda i: values[i] / weights[i])]
 
 
 # ---------------------------------------------------------------------------

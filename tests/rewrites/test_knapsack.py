@@ -187,6 +187,9 @@ def test_exact_on_a_known_instance(name):
 # HiGHS takes both (1e-38 over, within its tolerance); the repair must drop the cheap one
 @example(items=[(1.0, 1.175494351e-38), (2.0, 5.552137041471842e-29)],
          capacity=5.552137041471842e-29, resolution=1)
+# two slivers over: the repair gave up the item worth 3, not the two worth 1
+@example(items=[(1.0, 2.220446049250313e-16), (1.0, 2.220446049250313e-16), (3.0, 1.0)],
+         capacity=1.0, resolution=1)
 # resolution / capacity overflowed to inf: an OverflowError building the table
 @example(items=[(1.0, 2.2250738585072014e-308), (1.0, 2.2250738585072014e-308)],
          capacity=2.2250738585072014e-308, resolution=7)
@@ -214,6 +217,13 @@ def test_a_set_over_by_a_sliver_gives_up_what_costs_least():
     # over by 2: only the items of weight >= 2 fix it alone; the cheaper goes
     assert ks._repair(values, weights, 5.0, [0, 1, 2]) == [0, 2]
     assert ks._repair(values, weights, 8.0, [0, 1, 2]) == [0, 1, 2]
+    # over by 2 * 2**-52: the two slivers (worth 1 each) together cost less than
+    # the one item that weighs the excess alone (worth 3), which a random run
+    # of the property below found the ILP's repair dropping
+    tiny = 2.0 ** -52
+    assert ks._repair(np.array([1.0, 1.0, 3.0]), np.array([tiny, tiny, 1.0]), 1.0,
+                      [0, 1, 2]) == [2]
+    assert solve([1.0, 1.0, 3.0], [tiny, tiny, 1.0], 1.0, solver="ilp").value == 3.0
 
 
 def test_quantization_is_exact_for_integral_weights():
