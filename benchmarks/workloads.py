@@ -1286,6 +1286,21 @@ def _symbolic_xent(log_softmax, mean, total, x, t, params, relu):
     return -mean(total(t * log_softmax(symbolic_mlp(relu, x, params)), 1))
 
 
+def _epoch(step, n_batches: int):
+    """``epoch()``: ``step(k)`` for every minibatch ``k``, in order; the last loss."""
+    def epoch():
+        for k in range(n_batches):
+            loss = step(k)
+        return loss
+    return epoch
+
+
+def _over_shared(epoch, params, compile_s: float) -> Built:
+    """The epoch of a system whose parameters are shared variables."""
+    return Built(epoch, lambda r: [_np(r)] + [_np(p.get_value(borrow=True)) for p in params],
+                 compile_s)
+
+
 class MinibatchLoop:
     """One epoch of minibatch SGD (lr 0.01), checked against a float64 NumPy
     epoch: the last minibatch's loss and the parameters after the epoch."""
@@ -1343,14 +1358,7 @@ class MinibatchLoop:
             f = tn.function([i], loss, updates=[(p, p - LR * g) for p, g in zip(params, grads)],
                             givens={x: X[i * b:(i + 1) * b], t: T[i * b:(i + 1) * b]},
                             mode=_tenure_mode(linker))
-        batches = range(len(d["X"]) // b)
-
-        def epoch():
-            for k in batches:
-                loss = f(k)
-            return loss
-        return Built(epoch, lambda r: [_np(r)] + [_np(p.get_value(borrow=True))
-                                                  for p in params], clock.s)
+        return _over_shared(_epoch(f, len(d["X"]) // b), params, clock.s)
 
     @staticmethod
     def pytensor(d, mode_variant, variant):
@@ -1372,14 +1380,7 @@ class MinibatchLoop:
                                   updates=[(p, p - lr * g) for p, g in zip(params, grads)],
                                   givens={x: X[i * b:(i + 1) * b], t: T[i * b:(i + 1) * b]},
                                   mode=pytensor_mode(mode_variant))
-        batches = range(len(d["X"]) // b)
-
-        def epoch():
-            for k in batches:
-                loss = f(k)
-            return loss
-        return Built(epoch, lambda r: [_np(r)] + [_np(p.get_value(borrow=True))
-                                                  for p in params], clock.s)
+        return _over_shared(_epoch(f, len(d["X"]) // b), params, clock.s)
 
     @staticmethod
     def torch(d, variant):
@@ -1390,13 +1391,8 @@ class MinibatchLoop:
         run, observe = _torch_sgd(
             lambda x, t, *ps: _symbolic_xent(lambda z: torch.log_softmax(z, dim=1), torch.mean,
                                              torch.sum, x, t, ps, torch.relu), params, None)
-        batches = range(len(d["X"]) // b)
-
-        def epoch():
-            for k in batches:
-                loss = run(X[k * b:(k + 1) * b], T[k * b:(k + 1) * b])
-            return loss
-        return Built(epoch, observe)
+        return Built(_epoch(lambda k: run(X[k * b:(k + 1) * b], T[k * b:(k + 1) * b]),
+                            len(d["X"]) // b), observe)
 
     @staticmethod
     def jax(d, variant):
@@ -1415,13 +1411,8 @@ class MinibatchLoop:
 
         X, T = jnp.asarray(d["X"]), jnp.asarray(d["T"])
         run, observe, compile_s = _jax_sgd(loss_fn, d["params"], [X, T, jnp.int32(0)])
-        batches = range(len(d["X"]) // b)
-
-        def epoch():
-            for k in batches:
-                loss = run(X, T, jnp.int32(k))
-            return loss
-        return Built(epoch, observe, compile_s)
+        return Built(_epoch(lambda k: run(X, T, jnp.int32(k)), len(d["X"]) // b), observe,
+                     compile_s)
 
 
 WORKLOADS = {w.name: w for w in (Overhead, Elemwise, SoftmaxInfer, SoftmaxGrad, MlpInfer,
