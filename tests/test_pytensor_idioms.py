@@ -305,7 +305,9 @@ class TestStatefulInputs:
         assert f(3.0) == 0.0 and f["x"] == 3.0
         with pytest.raises(TypeError):
             f["x"] = np.zeros(3)                   # the input's type holds
-        assert f["x"] == 3.0
+        with pytest.raises(TypeError):
+            f["x"] = None                          # not "back to In(value=)"
+        assert f["x"] == 3.0 and "'x'" in repr(f.value)
 
     def test_an_update_of_a_vector_reading_another_input(self, mode):
         v, step = tn.vector("v"), tn.vector("step")

@@ -44,6 +44,10 @@ from tenure.symbolic.shared import SharedVariable, register_lender
 from tenure.symbolic.types import is_same_memory
 
 
+#: ``_own_default``'s default: the input's ``In(value=)``
+_SPEC_VALUE = object()
+
+
 class FunctionSpec(NamedTuple):
     """What a :class:`Function` was compiled from: :meth:`Function.copy` and
     unpickling compile it again from this (never from its runtime state)."""
@@ -205,11 +209,11 @@ class Function:
         return self._filter(spec.variable.type, value, allow, f"input {self._input_label(i)}",
                             **keywords)
 
-    def _own_default(self, spec: In, given=None):
+    def _own_default(self, spec: In, given=_SPEC_VALUE):
         """The default value of ``spec`` (or ``given`` for it), as the
         function's own copy (a caller's array changed after compiling must
         not change the default)."""
-        given = spec.value if given is None else given
+        given = spec.value if given is _SPEC_VALUE else given
         what = f"default value of input {spec.name}"
         value = self._filter(spec.variable.type, given, self._allow_downcast(spec), what)
         return value.copy() if is_same_memory(value, given) else value

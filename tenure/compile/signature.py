@@ -24,6 +24,8 @@ class CallSignature:
         self.inputs = inputs
         #: the inputs an argument may be passed for, in positional order
         self._explicit = [i for i, spec in enumerate(inputs) if not spec.implicit]
+        #: whether positions are inputs (no implicit input): binding's one-list path
+        self._positional = len(self._explicit) == len(inputs)
         self._implicit_names = {spec.name for spec in inputs if spec.implicit}
         names = [spec.name for spec in inputs]
         self._index_of_name = {n: i for i, n in enumerate(names) if n is not None
@@ -54,7 +56,7 @@ class CallSignature:
         if len(args) > len(self._explicit):
             raise TypeError(f"{label()} takes {len(self._explicit)} argument(s) {self.text}, "
                             f"got {len(args)}")
-        if len(self._explicit) == n:     # no implicit input: positions are inputs
+        if self._positional:
             values = list(args) + [_MISSING] * (n - len(args))
         else:
             values = [_MISSING] * n

@@ -37,10 +37,12 @@ import numpy as np
 
 from tenure.linkers.describe import compiled_detail, user_call, user_message
 from tenure.linkers.thunk import step_note
+from tenure.rewrites.destroy import view_root
 from tenure.symbolic.graph import Apply, Constant
 from tenure.symbolic.shared import SharedVariable
 
-__all__ = ["CommitPoint", "commit_point", "planned_backups", "VALIDATED", "BACKUP"]
+__all__ = ["CommitPoint", "commit_point", "planned_backups", "writes_shared_storage", "VALIDATED",
+           "BACKUP"]
 
 #: how a signature's calls get past the commit point safely
 VALIDATED, BACKUP = "validated", "backup"
@@ -92,21 +94,26 @@ def _shape_of(var, shapes: dict):
     return shapes.get(var)
 
 
+def writes_shared_storage(node: Apply) -> bool:
+    """Whether ``node`` writes into a shared variable's storage (an in-place
+    update, or a write into a view of one): a schedule's commit point is its
+    first such step."""
+    return any(isinstance(view_root(node.inputs[targets[0]]), SharedVariable)
+               for targets in node.op.destroy_map.values())
+
+
 def commit_point(plan, fgraph) -> CommitPoint | None:
     """The commit point of ``plan``'s schedule, or None when no step writes
     into a shared variable's storage."""
-    shared_slots = {slot for slot, var in zip(plan.inputs, fgraph.inputs)
-                    if isinstance(var, SharedVariable)}
-    if not shared_slots:
-        return None
     first, written = None, []
     for k, step in enumerate(plan.steps):
+        if not writes_shared_storage(step.node):
+            continue
+        first = k if first is None else first
         for targets in step.node.op.destroy_map.values():
             root = plan.roots[step.inputs[targets[0]]]
-            if root in shared_slots:
-                first = k if first is None else first
-                if root not in written:
-                    written.append(root)
+            if root not in written and isinstance(plan.variables[root], SharedVariable):
+                written.append(root)
     if first is None:
         return None
     return CommitPoint(first, tuple(written), tuple(s.node for s in plan.steps[first:]))

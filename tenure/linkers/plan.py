@@ -30,13 +30,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tenure.rewrites.destroy import buffer_roots, destroy_orderings, view_root
+from tenure.linkers.commit import writes_shared_storage
+from tenure.rewrites.destroy import buffer_roots, destroy_orderings
 from tenure.rewrites.schedule import memory_schedule, plain_schedule
 from tenure.rewrites.sizes import SizeModel, placeholder
 from tenure.rewrites.sizes import nbytes as _nbytes
 from tenure.symbolic.graph import Apply, Constant, Variable
 from tenure.symbolic.inner_graph import register_inner_planner
-from tenure.symbolic.shared import SharedVariable
 
 
 def schedule(fgraph) -> list[Apply]:
@@ -77,14 +77,6 @@ def compile_time_order(fgraph, runs_python=None) -> list[Apply]:
 #: the commit point: a gradient kept alive a few steps longer (the logits'
 #: gradient of an MLP, 0.6% of its step's peak), not a layer's activations
 MOVE_PEAK_SLACK = 1.02
-
-
-def writes_shared_storage(node: Apply) -> bool:
-    """Whether ``node`` writes into a shared variable's storage (an in-place
-    update): the steps from the first such one on are past a schedule's
-    commit point (:mod:`tenure.linkers.commit`)."""
-    return any(isinstance(view_root(node.inputs[targets[0]]), SharedVariable)
-               for targets in node.op.destroy_map.values())
 
 
 def python_steps_before_commit(fgraph, order: list[Apply], runs_python,

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 import tenure as tn
 from tenure import In, Out
-from tenure.linkers.plan import (check_order, make_plan, python_steps_before_commit,
-                                 reuse_possible, writes_shared_storage)
+from tenure.linkers.commit import writes_shared_storage
+from tenure.linkers.plan import (MOVE_PEAK_SLACK, check_order, make_plan,
+                                 python_steps_before_commit, reuse_possible)
 from tenure.linkers.python import PythonThunk, take_donor
 from tenure.rewrites.sizes import SizeModel
 from tenure.symbolic.graph import Apply, Op
@@ -732,6 +733,28 @@ class TestPythonStepsBeforeTheCommitPoint:
         reads_x = moved.index(fgraph.outputs[1].owner)
         reads_write = moved.index(fgraph.outputs[0].owner)
         assert reads_x < first < reads_write and len(sorts) == 2
+
+    def test_no_move_that_raises_the_planned_peak(self):
+        """Moving a sort (a Python step) before the write keeps its result
+        alive while the join after it allocates twice x's size: the planned
+        peak would rise by half, more than MOVE_PEAK_SLACK, so with sizes
+        given nothing moves."""
+        w = tn.shared(np.zeros(3), name="w")
+        x = tn.vector("x")
+        f = tn.function([x], [tn.sort(x * 2), tn.concatenate([x, x]).sum()],
+                        updates=[(w, w + 1)], mode=tn.Mode(linker="py", exclude=["fusion"]))
+        mul, sort, join, total, write = [step.node for step in f._thunk.plan.steps]
+        assert writes_shared_storage(write) and not writes_shared_storage(sort)
+        order = [write, join, total, mul, sort]
+
+        def is_sort(node):
+            return node is sort
+        moved = python_steps_before_commit(f.fgraph, order, is_sort)
+        assert moved == [mul, sort, write, join, total]
+        shapes = SizeModel(f.fgraph).shapes([np.zeros(1000), w.get_value()])
+        assert (make_plan(f.fgraph, True, shapes, order=moved).peak()
+                > MOVE_PEAK_SLACK * make_plan(f.fgraph, True, shapes, order=order).peak())
+        assert python_steps_before_commit(f.fgraph, order, is_sort, shapes) is order
 
     def test_nothing_moves_without_a_write(self):
         x = tn.vector("x")
