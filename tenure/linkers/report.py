@@ -13,7 +13,8 @@ an observed run) plus the temporaries the step's op makes
 (``Op.workspace_bytes``), plus, from the commit point on, the copies of
 shared storage that a call in backup mode keeps to undo a failure (see
 :mod:`tenure.linkers.commit`).  The measured peak is :mod:`tracemalloc`'s during
-another call -- for a function computing on a device (a thunk with a
+further calls (the smallest of :data:`MEASURED_CALLS`: other threads'
+allocations count too, and only ever add) -- for a function computing on a device (a thunk with a
 ``runtime``: the cuda linker) the device memory it allocated above what it
 held when the call began (:meth:`~tenure.linkers.cuda.runtime.CupyRuntime.track`:
 CuPy's memory pool, or the emulated device's count).
@@ -192,20 +193,44 @@ def _private(values: list) -> list:
     return [v.copy() if _is_array(v) else v for v in values]
 
 
+#: how many calls a host measurement takes the smallest peak of (see _measured_peak)
+MEASURED_CALLS = 3
+
+
 def _measured_peak(thunk, input_values: list) -> tuple[int, str]:
     """The most memory a call of ``thunk`` held above what it began with, and
     how it was measured: device memory for a thunk that computes on a device
-    (its runtime's count), else host memory (tracemalloc)."""
+    (its runtime's count, of one call), else host memory (tracemalloc).
+
+    tracemalloc counts every thread's allocations: a loop library finishing
+    its build in the background, or a test runner's I/O thread, adds to the
+    call's peak while it runs.  Others' allocations only ever add, and calls
+    from one state allocate the same, so the smallest peak of
+    :data:`MEASURED_CALLS` calls is the call's own.  Each call starts from
+    the storage the first began with (the buffers held between calls) and
+    gets its own private inputs (an in-place op may overwrite them), both
+    set outside the measured window.  A device's count is this thread's
+    (CuPy's memory hook) or this device's: one call."""
     runtime = thunk.runtime
     if runtime is not None:
+        values = _private(input_values)
         with runtime.track() as usage:
-            thunk(input_values)
+            thunk(values)
             runtime.synchronize()
         return usage.peak_bytes, f"{runtime.name} memory"
+    held = list(thunk.storage)
+    peaks = []
+    for _ in range(MEASURED_CALLS):
+        thunk.storage[:] = held
+        peaks.append(_traced_peak(thunk, _private(input_values)))
+    return min(peaks), "tracemalloc"
+
+
+def _traced_peak(thunk, input_values: list) -> int:
     tracemalloc.start()
     try:
         thunk(input_values)
-        return tracemalloc.get_traced_memory()[1], "tracemalloc"
+        return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
 
@@ -248,8 +273,7 @@ def _report(thunk, input_values: list) -> MemoryReport:
     report = MemoryReport(records=records, predicted_peak=max(by_step, default=0),
                           predicted_by_step=by_step, plan=plan, held=held,
                           backups=(commit_step, backups))
-    measured_inputs = _private(input_values)
-    thunk.prepare(measured_inputs)   # what a call with new shapes sets up is not the call's
-    report.measured_peak, report.measured_by = _measured_peak(thunk, measured_inputs)
+    thunk.prepare(_private(input_values))   # what a call with new shapes sets up is not the call's
+    report.measured_peak, report.measured_by = _measured_peak(thunk, input_values)
     report.held_between_calls = held_bytes(thunk)
     return report
