@@ -31,11 +31,13 @@ from tenure.compile.signature import CallSignature
 from tenure.linkers.interrupts import mark_committed
 from tenure.linkers.profile import profile_function
 from tenure.linkers.report import MemoryReport, memory_report
+from tenure.linkers.table import LINKERS
 from tenure.linkers.thunk import mark_update_steps
 from tenure.linkers.timeline import Timeline
 from tenure.printing import debugprint
 from tenure.rewrites.destroy import DestroyHandler
 from tenure.rewrites.engine import rewrite_graph
+from tenure.rewrites.expand import expand_ops
 from tenure.rewrites.remat import MemoryBudget
 from tenure.symbolic.device import writeable
 from tenure.symbolic.graph import Variable
@@ -128,9 +130,12 @@ class Function:
 
     # -- compilation ----------------------------------------------------------
     def _guard_and_rewrite(self) -> None:
-        """Attach the DestroyHandler (refusing a graph that overwrites protected
+        """Expand the ops the linker has no kernel for (:mod:`tenure.rewrites.expand`),
+        attach the DestroyHandler (refusing a graph that overwrites protected
         memory), then run the mode's rewrites under its watch."""
         fg = self.fgraph
+        if LINKERS[self.mode.linker].expands_ops:
+            expand_ops(fg)
         n_in = len(self.inputs)
         mutable = [var for var, spec in zip(fg.inputs[:n_in], self.inputs) if spec.mutable]
         updated = [self.shared_vars[j] for j in self.update_shared_index]

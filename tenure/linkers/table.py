@@ -44,6 +44,10 @@ class LinkerEntry(NamedTuple):
     #: on device arrays, its step compiled for the device); None: every
     #: loop runs on the host, its step compiled by ``inner_linker``
     device_loop_linker: str | None = None
+    #: whether a function compiled for it first replaces the nodes of ops
+    #: with an expansion by it (:mod:`tenure.rewrites.expand`): a linker
+    #: that runs only the ops it has a kernel for
+    expands_ops: bool = False
 
 
 def _dask_linker(mode) -> Linker:
@@ -66,9 +70,9 @@ LINKERS: dict[str, LinkerEntry] = {
     "check": LinkerEntry(lambda mode: CheckLinker()),
     # A chunk Dask holds may be read by other tasks: nothing is overwritten.
     "dask": LinkerEntry(_dask_linker, takes_input_specs=True, excludes=("inplace",),
-                        inner_linker="c"),
+                        inner_linker="c", expands_ops=True),
     "cuda": LinkerEntry(lambda mode: CudaLinker(emulated=mode.cuda_emulation),
-                        inner_linker="c", device_loop_linker="cuda"),
+                        inner_linker="c", device_loop_linker="cuda", expands_ops=True),
     "cuda_host": LinkerEntry(lambda mode: HostCudaLinker(), inner_linker="c"),
 }
 

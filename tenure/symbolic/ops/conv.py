@@ -1,25 +1,26 @@
 """Convolution and pooling over images: ``conv2d`` (NCHW, stride, padding,
-dilation, groups) and ``pool_2d`` (max, sum and the two averages), written
-with other ops, as :mod:`.composed` is.
+dilation, groups) and ``pool_2d`` (max, sum and the two averages).
 
-Both gather the *patches* of the (padded) input -- one strided slice of it
-per position of the window, stacked: im2col -- and reduce them: ``conv2d``
-by one matrix product with the filters (``dot``, BLAS ``gemm`` on the C
-linker; a batched ``matmul`` per group), ``pool_2d`` by ``max`` or ``sum``
-over the window axis.  So every linker runs them with the code those ops
-have there (views and a join in C, kernels on the CUDA device, Dask's
-arrays), their gradients are those ops' gradients (a max pool's goes to
-its window's maximum, shared evenly among equal ones as ``tn.max``'s is and
-JAX's; Theano's gave each of them the whole), and
-the patches are an ordinary buffer of the memory plan: counted, reused
-across calls, freed as soon as the product has read them.
+``conv2d`` checks its arguments and builds one
+:class:`~tenure.symbolic.ops.corr2d.Corr2d` node: the correlation computed
+image by image, whose gradients are the family's two other ops (see
+:mod:`.corr2d`; the cuda and dask linkers run its expansion into slices
+and products).  ``pool_2d`` is written with other ops, as :mod:`.composed`
+is: it gathers the *patches* of the (padded) input -- one strided slice of
+it per position of the window, stacked: im2col -- and reduces them by
+``max`` or ``sum`` over the window axis.  So every linker runs it with the
+code those ops have there, its gradient is those ops' gradients (a max
+pool's goes to its window's maximum, shared evenly among equal ones as
+``tn.max``'s is and JAX's; Theano's gave each of them the whole), and the
+patches are an ordinary buffer of the memory plan.
 
-The window's size decides the graph (one slice per position), so it must be
-known when the graph is built: from the filters' static shape, from
-``filter_shape``, or from a shared variable's current value -- then checked
-at every call (``specify_shape``), as are the input's channels.  Where the
-shapes are static, a mismatch (channels, a window larger than the padded
-input) is refused when the graph is built, naming the argument.
+The window's size decides the graph (the op's geometry, one slice per
+position for a pool), so it must be known when the graph is built: from
+the filters' static shape, from ``filter_shape``, or from a shared
+variable's current value -- then checked at every call
+(``specify_shape``), as are the input's channels.  Where the shapes are
+static, a mismatch (channels, a window larger than the padded input) is
+refused when the graph is built, naming the argument.
 
 ``conv2d`` computes PyTorch's ``conv2d`` (cross-correlation, no bias);
 ``filter_flip=True`` flips the filters first, the convolution of
@@ -32,15 +33,14 @@ import numbers
 
 import numpy as np
 
-from tenure.symbolic.ops.blas import dot, matmul
 # (as pad_array: pool_2d's argument pad is PyTensor's name)
 from tenure.symbolic.ops.composed import pad as pad_array
+from tenure.symbolic.ops.corr2d import Corr2d, window_patches
 from tenure.symbolic.ops.creation import ones
 from tenure.symbolic.ops.elemwise import true_divide
-from tenure.symbolic.ops.join import stack
 from tenure.symbolic.ops.reduce import max as reduce_max
 from tenure.symbolic.ops.reduce import sum as reduce_sum
-from tenure.symbolic.ops.shape import dim_mul, dimshuffle, reshape, shape_tuple, specify_shape
+from tenure.symbolic.ops.shape import shape_tuple, specify_shape
 from tenure.symbolic.shared import SharedVariable
 from tenure.symbolic.variable import as_tensor_variable
 
@@ -122,21 +122,6 @@ def _padding(fn: str, padding, window, dilation, stride) -> tuple:
     return pairs
 
 
-def _patches(x, window, stride, dilation, axis: int):
-    """The window's slices of ``x``'s last two axes, stacked on ``axis``:
-    slice ``(i, j)`` is ``x[..., i*dh :: sh, j*dw :: sw]`` cut to the output's
-    length (``i``, ``j`` in row-major order, the filters' order)."""
-    (kh, kw), (sh, sw), (dh, dw) = window, stride, dilation
-
-    def cut(i, k, d, s):
-        tail = d * (k - 1 - i)
-        return slice(i * d, -tail if tail else None, s)
-
-    slices = [x[..., cut(i, kh, dh, sh), cut(j, kw, dw, sw)]
-              for i in range(kh) for j in range(kw)]
-    return stack(slices, axis=axis)
-
-
 def _check_fits(fn: str, x, pads, window, dilation) -> None:
     """A window larger than the padded input, refused where the lengths are static."""
     for axis, (length, (before, after), k, d) in enumerate(
@@ -179,21 +164,7 @@ def conv2d(input, filters, stride=1, padding="valid", dilation=1, groups: int = 
     _check_fits(fn, x, pads, window, dilation)
     if filter_flip:
         w = w[:, :, ::-1, ::-1]
-    if any(p for pair in pads for p in pair):
-        x = pad_array(x, ((0, 0), (0, 0), *pads))
-    # (C, K, N, OH, OW): a reshape to (C * K, N * OH * OW) is free, and one
-    # product with the filters as (F, C * K) is the whole convolution.
-    patches = _patches(dimshuffle(x, (1, 0, 2, 3)), window, stride, dilation, axis=1)
-    c, k, n, oh, ow = shape_tuple(patches)
-    f, c_group = shape_tuple(w)[:2]
-    positions = dim_mul(dim_mul(n, oh), ow)
-    if groups == 1:
-        columns = reshape(patches, (dim_mul(c, k), positions))
-        out = dot(reshape(w, (f, dim_mul(c_group, k))), columns)
-    else:
-        columns = reshape(patches, (groups, dim_mul(c_group, k), positions))
-        out = matmul(reshape(w, (groups, -1, dim_mul(c_group, k))), columns)
-    return dimshuffle(reshape(out, (f, n, oh, ow)), (1, 0, 2, 3))
+    return Corr2d(window, stride, dilation, pads, groups)(x, w)
 
 
 def _check_channels(fn: str, x, w, groups: int):
@@ -241,7 +212,7 @@ def pool_2d(input, ws, ignore_border: bool = True, stride=None, pad=(0, 0), mode
     lead = [(0, 0)] * (x.ndim - 2)
     padded = x if not any(p for pair in pads for p in pair) else \
         pad_array(x, (*lead, *pads), constant_values=fill)
-    patches = _patches(padded, window, stride, (1, 1), axis=0)
+    patches = window_patches(padded, window, stride, (1, 1), axis=0)
     if mode == "max":
         return reduce_max(patches, axis=0)
     total = reduce_sum(patches, axis=0)
@@ -286,4 +257,5 @@ def _counts(x, window, stride, pads):
     the input's (ones padded like the input, pooled by sum)."""
     lengths = shape_tuple(x)[-2:]
     inside = ones(lengths, dtype=x.dtype if np.dtype(x.dtype).kind == "f" else "float64")
-    return reduce_sum(_patches(pad_array(inside, pads), window, stride, (1, 1), axis=0), axis=0)
+    return reduce_sum(window_patches(pad_array(inside, pads), window, stride, (1, 1), axis=0),
+                      axis=0)

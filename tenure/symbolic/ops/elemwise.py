@@ -70,7 +70,7 @@ def broadcast_symbolic_shapes(static_out: tuple, input_shapes: list[tuple],
 
 
 #: the elements a NumPy ufunc loop buffers at a time (its ``bufsize``)
-_UFUNC_BUFSIZE = 8192
+UFUNC_BUFSIZE = 8192
 
 
 def broadcast_buffer_bytes(out_shape: tuple, input_shapes, itemsize: int) -> int:
@@ -98,9 +98,9 @@ def broadcast_buffer_bytes(out_shape: tuple, input_shapes, itemsize: int) -> int
         if any(s[axis] != out_shape[axis] for s in padded):
             break
         inner *= out_shape[axis]
-    if inner >= _UFUNC_BUFSIZE:
+    if inner >= UFUNC_BUFSIZE:
         return 0
-    return len(stretched) * min(size, _UFUNC_BUFSIZE) * itemsize
+    return len(stretched) * min(size, UFUNC_BUFSIZE) * itemsize
 
 
 def _probe(var):

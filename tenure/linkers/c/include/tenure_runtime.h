@@ -111,6 +111,12 @@ typedef struct {
     tn_mat a, b, c;
 } tn_mm_desc;
 
+/* The geometry of a 2-d correlation node (src/conv.c.src; tenure/linkers/c/conv.py):
+ * window, stride, dilation, padding before and after, groups. */
+typedef struct {
+    int kh, kw, sh, sw, dh, dw, pt, pb, pl, pr, groups;
+} tn_conv_geometry;
+
 /* A node's two loops, as a loop library hands them out (in a capsule of this
  * name: tenure/linkers/c/kernels.py); a graph module copies them into its
  * tn_ew_kernel descriptions when it is bound (bind_loops). */
@@ -278,6 +284,13 @@ typedef struct {
                   PyArrayObject **inputs, PyArrayObject *out, int type_num);
     int (*gemm)(const char *fname, const tn_mm_axes *axes, PyArrayObject *z, PyArrayObject *x,
                 PyArrayObject *y, PyArrayObject *out, double alpha, double beta, int type_num);
+    /* 2-d correlations (src/conv.c.src) */
+    int (*conv_shape)(const char *fname, int kind, const tn_conv_geometry *g,
+                      PyArrayObject **inputs, int type_num, const char *dtype_name,
+                      npy_intp *shape);
+    int (*conv_run)(const char *fname, int kind, const tn_conv_geometry *g,
+                    PyArrayObject **inputs, PyArrayObject *out, int type_num,
+                    const char *dtype_name);
 
     int (*cl_commit)(PyObject **S, PyObject *py_steps, Py_ssize_t n_steps,
                      const npy_intp *planned, const Py_ssize_t *written, Py_ssize_t n_written,
@@ -350,6 +363,8 @@ static int tn_import_runtime(void)
 #define tn_mm_shape (tn_rt->mm_shape)
 #define tn_mm_run (tn_rt->mm_run)
 #define tn_gemm (tn_rt->gemm)
+#define tn_conv_shape (tn_rt->conv_shape)
+#define tn_conv_run (tn_rt->conv_run)
 #define tn_cl_restore (tn_rt->cl_restore)
 
 #define tn_vw_as_array (tn_rt->vw_as_array)

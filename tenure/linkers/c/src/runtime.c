@@ -31,6 +31,7 @@
 #include "fastcall.c"
 #include "blas.c.src"
 #include "nnet.c.src"
+#include "conv.c.src"
 #include "interpret.c"
 #include "loop.c"
 #include "random.c"
@@ -76,6 +77,8 @@ static const tn_runtime_api tn_api = {
     .mm_shape = tn_mm_shape,
     .mm_run = tn_mm_run,
     .gemm = tn_gemm,
+    .conv_shape = tn_conv_shape,
+    .conv_run = tn_conv_run,
     .cl_commit = tn_cl_commit,
     .cl_restore = tn_cl_restore,
     .rng_step = tn_rng_step,
