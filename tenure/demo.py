@@ -15,6 +15,7 @@ whose ``updates`` apply SGD to every parameter, mini-batches are lent with
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -23,6 +24,7 @@ from tqdm import tqdm
 
 import tenure as tn
 from tenure import In, Out, demo_rnn
+from tenure.memory_plot import picture_format, require_matplotlib
 
 
 def make_spirals(rng: np.random.Generator, n_per_class: int, n_classes: int = 3,
@@ -135,6 +137,10 @@ def main(argv=None) -> int:
             parser.error(f"--{name.replace('_', '-')} must be a positive integer")
     if not args.lr > 0:
         parser.error("--lr must be positive")
+    if args.memory_picture:
+        problem = picture_problem(args.memory_picture)
+        if problem:
+            parser.error(f"--memory-picture {args.memory_picture}: {problem}")
 
     rng = np.random.default_rng(args.seed)
     X_train, y_train = make_spirals(rng, args.samples)
@@ -178,6 +184,19 @@ def main(argv=None) -> int:
     return 0
 
 
+def picture_problem(path: str) -> str | None:
+    """Why the picture could not be drawn to ``path`` after training (so the
+    demo says it before training), or None."""
+    if path.lower().endswith((".html", ".htm")):
+        return None
+    try:
+        picture_format(path)
+        require_matplotlib()
+    except (ValueError, ImportError) as exc:
+        return f"{exc} (or write an .html page)"
+    return None
+
+
 def draw_step_memory(train, X, y, path: str) -> None:
     """The memory timeline of one training step on this batch, to ``path``."""
     if path.lower().endswith((".html", ".htm")):
@@ -189,4 +208,10 @@ def draw_step_memory(train, X, y, path: str) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except BrokenPipeError:
+        # The reader left (python -m tenure.demo | head): no traceback, and
+        # none either when Python flushes stdout on its way out.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1)

@@ -36,7 +36,7 @@ def test_demo_parameters_are_borrowed_shared_variables():
 
 
 @pytest.mark.parametrize("args", [["--epochs", "0"], ["--hidden", "-3"], ["--lr", "0"],
-                                  ["--batch-size", "x"]])
+                                  ["--batch-size", "x"], ["--memory-picture", "step.txt"]])
 def test_demo_rejects_bad_arguments(args, capsys):
     with pytest.raises(SystemExit) as info:
         demo.main(args)
@@ -65,6 +65,42 @@ def test_demo_draws_the_memory_of_a_training_step(suffix, tmp_path, capsys):
         assert data[:8] == b"\x89PNG\r\n\x1a\n"
     else:
         assert data.count(b'class="band"') > 3 and b"tenure demo: one training step" in data
+
+
+class _NoMatplotlib:
+    """A finder of the import system for which matplotlib is not installed."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "matplotlib":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+def test_demo_without_matplotlib_says_so_before_training(monkeypatch, capsys):
+    """A .png picture needs matplotlib: without it the demo stops at once,
+    naming the extra and the .html page it can write instead, rather than
+    training and then failing with a traceback."""
+    for name in [m for m in sys.modules if m.partition(".")[0] == "matplotlib"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [_NoMatplotlib(), *sys.meta_path])
+    with pytest.raises(SystemExit) as info:
+        demo.main(["--memory-picture", "step.png"])
+    assert info.value.code == 2
+    captured = capsys.readouterr()
+    assert "epoch" not in captured.out
+    assert 'pip install -e ".[plot]"' in captured.err and ".html" in captured.err, captured.err
+
+
+def test_demo_into_a_reader_that_leaves_ends_without_a_traceback():
+    """python -m tenure.demo | head: the pipe closes early, and the demo
+    stops quietly."""
+    demo_run = subprocess.Popen([sys.executable, "-m", "tenure.demo", *TINY],
+                                env=default_flags_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+    demo_run.stdout.readline()
+    demo_run.stdout.close()       # the reader leaves after one line
+    _, err = demo_run.communicate(timeout=180)
+    assert b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()
 
 
 # ----------------------------------------------------------------------------

@@ -165,7 +165,6 @@ def test_c_kernels_are_predicted_without_perform_temporaries(cc_or_skip):
     assert abs(report.measured_peak - report.predicted_peak) < 0.5 * report.predicted_peak
 
 
-
 class AnotherThreadAllocates(Op):
     """``x * 2``; on its ``on_call``-th run another thread allocates (and
     frees) ``nbytes`` while the run waits for it."""
