@@ -4,10 +4,11 @@ One table, keyed by op class; :func:`lookup` walks the class's MRO, so a
 subclass runs as its nearest registered base does (its entry's
 :meth:`CEntry.has_c_code` still decides per node).  Each op family registers
 its op classes in its own module, one :func:`register_c_op` line per class
-(:mod:`.elemwise`, :mod:`.reduce`, :mod:`.blas`, :mod:`.nnet`, :mod:`.conv`, :mod:`.views`,
-:mod:`.subtensor`, :mod:`.random`); :mod:`.module` asks the table (:func:`entry_for`) for
-every node of a schedule.  A node without an entry, or whose entry says it
-has no C code, runs its op's ``perform`` from the C loop (a ``"py"`` step).
+(:mod:`.elemwise`, :mod:`.reduce`, :mod:`.blas`, :mod:`.nnet`, :mod:`.conv`,
+:mod:`.pool`, :mod:`.views`, :mod:`.subtensor`, :mod:`.random`); :mod:`.module`
+asks the table (:func:`entry_for`) for every node of a schedule.  A node
+without an entry, or whose entry says it has no C code, runs its op's
+``perform`` from the C loop (a ``"py"`` step).
 
 An entry (:class:`CEntry`) says:
 
@@ -91,8 +92,8 @@ COMPILED = "compiled"
 
 #: the modules that register the built-in entries (imported on first lookup,
 #: so that the table is complete whoever asks first)
-_BUILTIN_FAMILIES = ("elemwise", "reduce", "blas", "tensordot", "nnet", "conv", "views",
-                     "subtensor", "random")
+_BUILTIN_FAMILIES = ("elemwise", "reduce", "blas", "tensordot", "nnet", "conv", "pool",
+                     "views", "subtensor", "random")
 
 
 @dataclass(frozen=True)

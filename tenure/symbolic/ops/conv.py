@@ -5,14 +5,16 @@ dilation, groups) and ``pool_2d`` (max, sum and the two averages).
 :class:`~tenure.symbolic.ops.corr2d.Corr2d` node: the correlation computed
 image by image, whose gradients are the family's two other ops (see
 :mod:`.corr2d`; the cuda and dask linkers run its expansion into slices
-and products).  ``pool_2d`` is written with other ops, as :mod:`.composed`
-is: it gathers the *patches* of the (padded) input -- one strided slice of
-it per position of the window, stacked: im2col -- and reduces them by
-``max`` or ``sum`` over the window axis.  So every linker runs it with the
-code those ops have there, its gradient is those ops' gradients (a max
-pool's goes to its window's maximum, shared evenly among equal ones as
-``tn.max``'s is and JAX's; Theano's gave each of them the whole), and the
-patches are an ordinary buffer of the memory plan.
+and products).  ``pool_2d`` builds one
+:class:`~tenure.symbolic.ops.maxpool.MaxPool2d` node for ``mode="max"``
+(its gradient reads the input again; a window's gradient goes to its
+maxima, shared evenly among equal ones as ``tn.max``'s is and JAX's;
+Theano's gave each of them the whole).  Its other modes are written with
+other ops, as :mod:`.composed` is: the *patches* of the (padded) input --
+one strided slice of it per position of the window, stacked -- summed over
+the window axis, so every linker runs them with the code those ops have
+there, their gradients are those ops' gradients, and the patches are an
+ordinary buffer of the memory plan.
 
 The window's size decides the graph (the op's geometry, one slice per
 position for a pool), so it must be known when the graph is built: from
@@ -38,7 +40,7 @@ from tenure.symbolic.ops.composed import pad as pad_array
 from tenure.symbolic.ops.corr2d import Corr2d, window_patches
 from tenure.symbolic.ops.creation import ones
 from tenure.symbolic.ops.elemwise import true_divide
-from tenure.symbolic.ops.reduce import max as reduce_max
+from tenure.symbolic.ops.maxpool import MaxPool2d
 from tenure.symbolic.ops.reduce import sum as reduce_sum
 from tenure.symbolic.ops.shape import shape_tuple, specify_shape
 from tenure.symbolic.shared import SharedVariable
@@ -208,13 +210,11 @@ def pool_2d(input, ws, ignore_border: bool = True, stride=None, pad=(0, 0), mode
     if not ignore_border:
         pads = _border_pads(fn, x, window, stride, pads)
     _check_fits(fn, x, pads, window, (1, 1))
-    fill = _lowest(x.dtype) if mode == "max" else 0
-    lead = [(0, 0)] * (x.ndim - 2)
-    padded = x if not any(p for pair in pads for p in pair) else \
-        pad_array(x, (*lead, *pads), constant_values=fill)
-    patches = window_patches(padded, window, stride, (1, 1), axis=0)
     if mode == "max":
-        return reduce_max(patches, axis=0)
+        return MaxPool2d(window, stride, pads)(x)
+    lead = [(0, 0)] * (x.ndim - 2)
+    padded = x if not any(p for pair in pads for p in pair) else pad_array(x, (*lead, *pads))
+    patches = window_patches(padded, window, stride, (1, 1), axis=0)
     total = reduce_sum(patches, axis=0)
     if mode == "sum":
         return total
@@ -223,15 +223,6 @@ def pool_2d(input, ws, ignore_border: bool = True, stride=None, pad=(0, 0), mode
     # average_exc_pad; and average_inc_pad's partial windows at the border,
     # whose divisor is their part inside the input (PyTensor's, pad being 0)
     return true_divide(total, _counts(x, window, stride, pads))
-
-
-def _lowest(dtype: str):
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f":
-        return -np.inf
-    if dtype.kind == "b":
-        return False
-    return np.iinfo(dtype).min
 
 
 def _border_pads(fn: str, x, window, stride, pads):

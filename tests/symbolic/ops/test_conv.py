@@ -12,6 +12,7 @@ from scipy import signal
 import tenure as tn
 from tenure.linkers.c import compiler
 from tenure.linkers.table import LINKERS
+from tenure.symbolic.ops.maxpool import MaxPool2d, composed_max_pool
 from tenure.testing import verify_grad
 
 RNG = np.random.default_rng(35)
@@ -387,3 +388,64 @@ def test_the_three_ops_price_their_work_alike():
     work = 2.0 * 2 * 6 * 5 * 5 * (2 * 9)
     for var in (y, gx, gw):
         assert var.owner.op.flops(var.owner, shapes) == work, var.owner.op
+
+
+@pytest.mark.parametrize("linker", ["py", "c"])
+# (the expansion's NumPy divides 0 by 0 for a window whose maximum is NaN)
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_max_pool_and_its_gradient_equal_their_expansion(linker, data):
+    """MaxPool2d and MaxPool2dGrad (NumPy perform, C kernels) against the
+    graph of slices the cuda and dask linkers run, over drawn windows,
+    strides, paddings and borders, with ties, -inf and NaN in the input."""
+    if linker == "c" and compiler.find_compiler() is None:
+        pytest.skip("no working C compiler")
+    ws = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
+    stride = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
+    border = data.draw(st.booleans())
+    pad = (0, 0) if not border else tuple(data.draw(st.integers(0, k - 1)) for k in ws)
+    height, width = data.draw(st.integers(3, 7)), data.draw(st.integers(3, 7))
+    x = tn.tensor("x", dtype="float32", shape=(None, None, height, width))
+    y = tn.nnet.pool_2d(x, ws, border, stride, pad, "max")
+    gy = tn.tensor("gy", dtype="float32", shape=(None,) * 4)
+    (op_node,) = [n for n in tn.function([x], y).fgraph.toposort() if isinstance(n.op, MaxPool2d)]
+    pool = op_node.op
+    expanded = composed_max_pool(x, pool)
+    outs = [y, tn.grad(tn.sum(y * gy), x)]
+    want = [expanded, tn.grad(tn.sum(expanded * gy), x)]
+    f = tn.function([x, gy], outs, mode=tn.Mode(linker=linker))
+    reference = tn.function([x, gy], want, mode=tn.Mode(linker="py"))
+    xv = RNG.integers(-2, 3, size=(2, 3, height, width)).astype("float32")   # ties
+    xv[0, 0, 0, 0], xv[1, 2, -1, -1] = -np.inf, np.nan
+    out_shape = tn.function([x], y, mode=tn.Mode(linker="py"))(xv).shape
+    gv = RNG.normal(size=out_shape).astype("float32")
+    for got, expected in zip(f(xv, gv), reference(xv, gv)):
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("linker", ["py", "c"])
+def test_max_pool_reads_the_input_where_it_is(linker):
+    """No stacked patches and no mask: the C kernels allocate nothing but
+    their output, perform one image's temporaries, and the plan predicts the
+    measured peak."""
+    x = tn.tensor("x", shape=(16, 6, 24, 24), dtype="float32")
+    y = tn.nnet.pool_2d(x, (2, 2))
+    f = tn.function([x], [y, tn.grad(tn.sum(y ** 2), x)], mode=tn.Mode(linker=linker))
+    report = f.memory_report(RNG.normal(size=(16, 6, 24, 24)).astype("float32"))
+    steps = {r.op.split("{")[0]: r.workspace for r in report.records}
+    assert "Stack" not in steps and {"MaxPool2d", "MaxPool2dGrad"} <= set(steps)
+    if linker == "c":
+        assert steps["MaxPool2d"] == steps["MaxPool2dGrad"] == 0
+    image = 6 * 24 * 24 * 4
+    assert steps["MaxPool2d"] < image and steps["MaxPool2dGrad"] < 2 * image
+    assert abs(report.measured_peak - report.predicted_peak) < 0.02 * report.predicted_peak
+
+
+def test_gradients_through_a_max_pools_gradient(mode):
+    """The max pool's gradient is linear in the output's gradient, with a
+    gradient of its own (a Hessian-vector product through the pool)."""
+    def through(x):
+        y = tn.nnet.pool_2d(x, (2, 2), stride=(1, 1))
+        return tn.grad(tn.sum(tn.tanh(y) * y), x) * x
+    verify_grad(through, [RNG.normal(size=(2, 2, 4, 5))], mode=mode)

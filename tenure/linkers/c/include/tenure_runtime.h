@@ -117,6 +117,12 @@ typedef struct {
     int kh, kw, sh, sw, dh, dw, pt, pb, pl, pr, groups;
 } tn_conv_geometry;
 
+/* The geometry of a max-pooling node (src/pool.c.src; tenure/linkers/c/pool.py):
+ * window, stride, padding before and after. */
+typedef struct {
+    int kh, kw, sh, sw, pt, pb, pl, pr;
+} tn_pool_geometry;
+
 /* A node's two loops, as a loop library hands them out (in a capsule of this
  * name: tenure/linkers/c/kernels.py); a graph module copies them into its
  * tn_ew_kernel descriptions when it is bound (bind_loops). */
@@ -291,6 +297,13 @@ typedef struct {
     int (*conv_run)(const char *fname, int kind, const tn_conv_geometry *g,
                     PyArrayObject **inputs, PyArrayObject *out, int type_num,
                     const char *dtype_name);
+    /* max pooling (src/pool.c.src) */
+    int (*pool_shape)(const char *fname, int kind, const tn_pool_geometry *g,
+                      PyArrayObject **inputs, int type_num, const char *dtype_name, int ndim,
+                      npy_intp *shape);
+    int (*pool_run)(const char *fname, int kind, const tn_pool_geometry *g,
+                    PyArrayObject **inputs, PyArrayObject *out, int type_num,
+                    const char *dtype_name, int ndim);
 
     int (*cl_commit)(PyObject **S, PyObject *py_steps, Py_ssize_t n_steps,
                      const npy_intp *planned, const Py_ssize_t *written, Py_ssize_t n_written,
@@ -365,6 +378,8 @@ static int tn_import_runtime(void)
 #define tn_gemm (tn_rt->gemm)
 #define tn_conv_shape (tn_rt->conv_shape)
 #define tn_conv_run (tn_rt->conv_run)
+#define tn_pool_shape (tn_rt->pool_shape)
+#define tn_pool_run (tn_rt->pool_run)
 #define tn_cl_restore (tn_rt->cl_restore)
 
 #define tn_vw_as_array (tn_rt->vw_as_array)

@@ -32,6 +32,7 @@
 #include "blas.c.src"
 #include "nnet.c.src"
 #include "conv.c.src"
+#include "pool.c.src"
 #include "interpret.c"
 #include "loop.c"
 #include "random.c"
@@ -79,6 +80,8 @@ static const tn_runtime_api tn_api = {
     .gemm = tn_gemm,
     .conv_shape = tn_conv_shape,
     .conv_run = tn_conv_run,
+    .pool_shape = tn_pool_shape,
+    .pool_run = tn_pool_run,
     .cl_commit = tn_cl_commit,
     .cl_restore = tn_cl_restore,
     .rng_step = tn_rng_step,
