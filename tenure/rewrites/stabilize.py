@@ -7,6 +7,11 @@ better-behaved function for that function:
 name               from                                   to
 =================  =====================================  ==========================
 log_softmax        ``log(softmax(x, axis))``              ``log_softmax(x, axis)``
+softmax_by_hand    ``exp(x) / sum(exp(x))``,              ``softmax(x)``
+                   ``exp(log_softmax(x))``
+                   ``x - log(sum(exp(x)))``,              ``log_softmax(x)``
+                   ``x - logsumexp(x)`` (keepdims; the
+                   maximum taken out first or not)
 log1p              ``log(1 + x)``, ``log(x + 1)``         ``log1p(x)``
 expm1              ``exp(x) - 1``, ``exp(x) + -1``        ``expm1(x)``
 logsumexp          ``log(sum(exp(x), axis))``             ``logsumexp(x, axis)``
@@ -38,8 +43,8 @@ from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
 from tenure.symbolic.ops.reduce import Reduce
 from tenure.symbolic.patterns import (
-    elemwise_node, is_elemwise, is_filled_with, keeps_shape, operand_beside, softplus_form,
-    stable_value)
+    elemwise_node, is_elemwise, is_filled_with, keeps_shape, operand_beside, softmax_form,
+    softplus_form, stable_value)
 
 
 def _float(var: Variable) -> bool:
@@ -146,6 +151,25 @@ def logsumexp(fgraph, node):
     if not _float(x):
         return None
     return _if_same_dtype(node.outputs[0], LogSumExp(total.op.axis, total.op.keepdims)(x))
+
+
+@register_node_rewrite("stabilize", tags=("stable",))
+def softmax_by_hand(fgraph, node):
+    """A softmax or log-softmax written out by hand becomes the op
+    (:func:`tenure.symbolic.patterns.softmax_form`): ``exp(x) / sum(exp(x),
+    axis, keepdims=True)`` -> ``softmax(x, axis)``; ``x - log(sum(exp(x),
+    axis, keepdims=True))`` (or ``x - logsumexp(...)``) -> ``log_softmax(x,
+    axis)``; ``exp(log_softmax(x))`` -> ``softmax(x)`` -- the maximum taken
+    out first or not.
+
+    ``exp(x)`` overflows for ``x`` above ~88 in float32, and the hand-written
+    forms make a full-size array per step; the ops subtract the maximum and
+    compute a row in one fused pass.
+    """
+    form = softmax_form(node)
+    if form is None:
+        return None
+    return _if_same_dtype(node.outputs[0], form.op(form.x))
 
 
 @register_node_rewrite("stabilize", tags=("stable",))

@@ -17,6 +17,11 @@ of the textbook binary cross-entropy at logits of a few tens in float32),
 while the stable form's gradient is a sigmoid, finite everywhere.  The
 pattern's intermediate values then get no gradient from that node, so this
 is done only when none of them is a ``wrt`` or ``consider_constant`` variable.
+A softmax or log-softmax written out by hand (``exp(x) / sum(exp(x))``,
+``x - log(sum(exp(x)))``, the maximum taken out first or not) is
+differentiated as the op it is, under the same condition: its gradient is
+then the op's, which the compiled graph computes in one fused pass, not the
+chain rule through each intermediate array.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ import warnings
 from collections.abc import Sequence
 
 from tenure.symbolic.graph import Apply, Op, Variable, io_toposort
-from tenure.symbolic.patterns import softplus_form, stable_gradient, variables_between
+from tenure.symbolic.patterns import (softmax_form, softplus_form, stable_gradient,
+                                      variables_between)
 from tenure.symbolic.types import TensorType
 from tenure.symbolic.variable import as_tensor_variable
 
@@ -203,13 +209,17 @@ def _through_stable_form(node: Apply, gz, relevant: set, blocked: set, wrt: list
     else None (the op's own gradient applies)."""
     if gz is None:
         return None
-    form = softplus_form(node)
-    if form is None or form.x not in relevant:
+    softplus = softplus_form(node)
+    softmax = None if softplus is not None else softmax_form(node)
+    x = softplus.x if softplus is not None else softmax.x if softmax is not None else None
+    if x is None or x not in relevant:
         return None
     kept = blocked.union(wrt)
-    if any(v in kept for v in variables_between(form.x, node.outputs[0])):
+    if any(v in kept for v in variables_between(x, node.outputs[0])):
         return None
-    return form.x, stable_gradient(form, gz)
+    if softplus is not None:
+        return x, stable_gradient(softplus, gz)
+    return x, softmax.op.grad([x], [gz])[0]
 
 
 def _fit(g, inp: Variable, node: Apply) -> Variable:

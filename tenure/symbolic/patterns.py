@@ -22,6 +22,12 @@ gradient of every stable form is a sigmoid times the incoming gradient,
 finite for every ``x``: ``d softplus(s*x)/dx = s * sigmoid(s*x)``.  Through
 the formulas as written, the chain rule divides by the rounded sigmoid (or
 ``1 - sigmoid``), which is 0 at ``|x|`` of a few tens in float32: ``inf * 0``.
+
+The softmax family written out by hand (:func:`softmax_form`):
+``exp(x) / sum(exp(x))`` and ``x - log(sum(exp(x)))`` (sums with keepdims,
+the maximum taken out first or not) are ``softmax`` and ``log_softmax``,
+which subtract the maximum, and whose gradients are one fused expression
+each, where the chain rule through the formula makes an array per step.
 """
 
 from __future__ import annotations
@@ -32,12 +38,14 @@ import numpy as np
 
 from tenure.symbolic.graph import Apply, Constant, Variable
 from tenure.symbolic.ops import elemwise as ew
+from tenure.symbolic.ops import nnet
 from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.elemwise import Elemwise
+from tenure.symbolic.ops.reduce import Reduce
 
-__all__ = ["SoftplusForm", "elemwise_node", "is_elemwise", "is_filled_with", "keeps_shape",
-           "one_minus", "operand_beside", "sigmoid_argument", "softplus_form", "stable_gradient",
-           "stable_value", "variables_between"]
+__all__ = ["SoftmaxForm", "SoftplusForm", "elemwise_node", "is_elemwise", "is_filled_with",
+           "keeps_shape", "one_minus", "operand_beside", "sigmoid_argument", "softmax_form",
+           "softplus_form", "stable_gradient", "stable_value", "variables_between"]
 
 
 # --------------------------------------------------------------------------
@@ -228,6 +236,139 @@ def stable_gradient(form: SoftplusForm, gz: Variable) -> Variable:
     x = form.x if form.inner > 0 else ew.neg(form.x)
     g = ew.mul(gz, ew.sigmoid(x))
     return g if form.outer * form.inner > 0 else ew.neg(g)
+
+
+# --------------------------------------------------------------------------
+# the softmax family written out by hand
+
+
+class SoftmaxForm(NamedTuple):
+    """A formula equal to ``op(x)``: ``op`` a ``Softmax`` or ``LogSoftmax``
+    over its axes."""
+
+    x: Variable
+    op: object
+
+
+def softmax_form(node: Apply) -> SoftmaxForm | None:
+    """The softmax or log-softmax that ``node``'s output is, written out by
+    hand, or None:
+
+    - ``exp(u) / sum(exp(u), axis, keepdims=True)``: ``softmax(u, axis)``;
+    - ``u - log(sum(exp(u), axis, keepdims=True))`` (or ``u -
+      logsumexp(u, axis, keepdims=True)``): ``log_softmax(u, axis)``;
+    - ``exp`` of a log-softmax (written out or not): ``softmax``.
+
+    Where ``u`` is ``x - c`` with ``c`` of length 1 along those axes (the
+    maximum taken out first, as careful code does), the form is of ``x``:
+    the shift changes neither function.  Only float formulas whose every
+    step keeps the dtype.
+    """
+    if len(node.outputs) != 1 or not _float(node.outputs[0]):
+        return None
+    out = node.outputs[0]
+    if is_elemwise(node, ps.true_divide):
+        form = _divided_form(*node.inputs)
+    elif is_elemwise(node, ps.sub):
+        form = _log_softmax_form(*node.inputs)
+    elif is_elemwise(node, ps.exp):
+        inner = node.inputs[0]
+        form = _log_softmax_of(inner)
+        form = None if form is None else SoftmaxForm(form.x, nnet.Softmax(form.op.axis))
+    else:
+        return None
+    if form is None or form.x.type.dtype != out.type.dtype or form.x.ndim != out.ndim:
+        return None
+    return form
+
+
+def _kept_reduction(var: Variable, fn_name: str) -> tuple | None:
+    """``(input, axis)`` when ``var`` is ``fn_name``'s reduction with keepdims."""
+    node = var.owner
+    if node is None or type(node.op) is not Reduce or node.op.fn_name != fn_name \
+            or not node.op.keepdims:
+        return None
+    return node.inputs[0], tuple(sorted(node.op.axis))
+
+
+def _unshifted(u: Variable, axis: tuple) -> Variable:
+    """``x`` when ``u`` is ``x - c`` with ``c`` of static length 1 along
+    ``axis`` (constant along it), else ``u``."""
+    sub = elemwise_node(u, ps.sub)
+    if sub is None:
+        return u
+    x, c = sub.inputs
+    if c.ndim != x.ndim or x.type.dtype != u.type.dtype or x.ndim != u.ndim:
+        return u
+    if all(c.type.shape[a] == 1 for a in axis):
+        return x
+    return u
+
+
+def _same_value(a: Variable, b: Variable, depth: int = 4) -> bool:
+    """Whether ``a`` and ``b`` are one variable, or the same op's same output
+    of the same values (``depth`` nodes deep): an expression written twice,
+    as in ``exp(x - m) / exp(x - m).sum(...)``, before rewrites merge it."""
+    if a is b:
+        return True
+    if isinstance(a, Constant) and isinstance(b, Constant):
+        return a.type == b.type and np.array_equal(a.data, b.data)
+    na, nb = a.owner, b.owner
+    if depth == 0 or na is None or nb is None or na.op != nb.op \
+            or na.outputs.index(a) != nb.outputs.index(b) or len(na.inputs) != len(nb.inputs):
+        return False
+    return all(_same_value(i, j, depth - 1) for i, j in zip(na.inputs, nb.inputs))
+
+
+def _same_exp(a: Variable, b: Variable) -> Variable | None:
+    """``u`` when ``a`` and ``b`` are both ``exp(u)`` (one node, or the same
+    expression written twice)."""
+    ua, ub = _exp_argument(a), _exp_argument(b)
+    return ua if ua is not None and ub is not None and _same_value(ua, ub) else None
+
+
+def _divided_form(numerator: Variable, denominator: Variable) -> SoftmaxForm | None:
+    kept = _kept_reduction(denominator, "sum")
+    if kept is None:
+        return None
+    summed, axis = kept
+    u = _same_exp(numerator, summed)
+    if u is None or not axis:
+        return None
+    return SoftmaxForm(_unshifted(u, axis), nnet.Softmax(axis))
+
+
+def _log_softmax_form(u: Variable, total: Variable) -> SoftmaxForm | None:
+    """``u - log(sum(exp(u)))`` (or ``u - logsumexp(u)``), both with keepdims."""
+    node = total.owner
+    if node is None:
+        return None
+    if isinstance(node.op, nnet.LogSumExp):
+        if not node.op.keepdims or node.inputs[0] is not u:
+            return None
+        axis = tuple(sorted(node.op.axis))
+    elif is_elemwise(node, ps.log):
+        kept = _kept_reduction(node.inputs[0], "sum")
+        if kept is None or _exp_argument(kept[0]) is not u:
+            return None
+        axis = kept[1]
+    else:
+        return None
+    if not axis:
+        return None
+    return SoftmaxForm(_unshifted(u, axis), nnet.LogSoftmax(axis))
+
+
+def _log_softmax_of(var: Variable) -> SoftmaxForm | None:
+    """The log-softmax ``var`` is: the op itself, or written out."""
+    node = var.owner
+    if node is None:
+        return None
+    if isinstance(node.op, nnet.LogSoftmax):
+        return SoftmaxForm(node.inputs[0], node.op)
+    if is_elemwise(node, ps.sub):
+        return _log_softmax_form(*node.inputs)
+    return None
 
 
 def variables_between(start: Variable, end: Variable) -> list[Variable]:

@@ -11,7 +11,7 @@ import scipy.special
 import tenure as tn
 from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.elemwise import Elemwise
-from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp
+from tenure.symbolic.ops.nnet import LogSoftmax, LogSumExp, Softmax
 
 UNSTABLE = tn.Mode(exclude=["stabilize"])
 NONE = tn.Mode(rewrites="none")
@@ -217,12 +217,70 @@ def test_not_on_other_constants_or_shapes():
     assert not _fired("log1p", [x32], tn.log(np.ones(1) + x32), v.astype("float32"))
 
 
+#: softmax and log-softmax written out by hand: (build, the op it is, axis,
+#: whether the form as written breaks where exp overflows)
+BY_HAND = [
+    (lambda x: tn.exp(x) / tn.exp(x).sum(axis=1, keepdims=True), Softmax, 1, True),
+    (lambda x: tn.exp(x - x.max(axis=1, keepdims=True))
+     / tn.exp(x - x.max(axis=1, keepdims=True)).sum(axis=1, keepdims=True), Softmax, 1, False),
+    (lambda x: tn.exp(x - tn.log(tn.exp(x).sum(axis=0, keepdims=True))), Softmax, 0, True),
+    (lambda x: tn.exp(tn.log_softmax(x, axis=1)), Softmax, 1, False),
+    (lambda x: x - tn.log(tn.exp(x).sum(axis=1, keepdims=True)), LogSoftmax, 1, True),
+    (lambda x: x - tn.logsumexp(x, axis=1, keepdims=True), LogSoftmax, 1, False),
+    (lambda x: (x - x.max(axis=(0, 1), keepdims=True))
+     - tn.log(tn.exp(x - x.max(axis=(0, 1), keepdims=True)).sum(axis=1, keepdims=True)),
+     LogSoftmax, 1, False),
+]
+
+
+@pytest.mark.parametrize("k", range(len(BY_HAND)))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_softmax_written_out_by_hand_becomes_the_op(k, dtype):
+    """Rewritten, each form is the op, to the bit; where exp overflows (x of
+    100 in float32, 1000 in float64) the naive forms as written give NaN,
+    infinities or zeros for nonzero values."""
+    build, op, axis, naive = BY_HAND[k]
+    x = tn.matrix("x", dtype=dtype)
+    big = 100.0 if dtype == "float32" else 1000.0
+    value = np.array([[0.0, big, -big], [1.0, 2.0, big]], dtype=dtype)
+    f = tn.function([x], build(x), mode=PLAIN)
+    assert "softmax_by_hand" in f.rewrites_applied and has(f, op)
+    assert not has(f, scalar_op=ps.exp)
+    reference = tn.function([x], op((axis,))(x), mode=PLAIN)
+    expected = call(reference, value)
+    np.testing.assert_array_equal(call(f, value), expected)
+    as_written = call(tn.function([x], build(x), mode=UNSTABLE), value)
+    broken = ~np.isfinite(as_written) | ((as_written == 0) & (expected != 0))
+    assert np.any(broken) == naive, as_written
+
+
+@pytest.mark.parametrize("build, fires", [
+    # summed over another axis than the exp's row: not a softmax
+    (lambda x: tn.exp(x) / tn.exp(x.T).sum(axis=0, keepdims=True).T, False),
+    # without keepdims the division broadcasts the sums along the wrong axis
+    (lambda x: tn.exp(x) / tn.exp(x).sum(axis=0), False),
+    # two different exponents
+    (lambda x: tn.exp(x) / tn.exp(2 * x).sum(axis=1, keepdims=True), False),
+    # a shift that varies along the softmax's axis is kept: the softmax of x - c
+    (lambda x: tn.exp(x - x.max(axis=0, keepdims=True))
+     / tn.exp(x - x.max(axis=0, keepdims=True)).sum(axis=1, keepdims=True), True),
+])
+def test_look_alikes_of_softmax_keep_their_values(build, fires):
+    x = tn.matrix("x")
+    value = np.array([[0.5, -1.0, 2.0], [1.0, 0.0, -0.5], [0.25, 0.75, 1.5]])
+    f = tn.function([x], build(x), mode=PLAIN)
+    assert ("softmax_by_hand" in f.rewrites_applied) == fires == has(f, Softmax)
+    np.testing.assert_allclose(f(value), tn.function([x], build(x), mode=NONE)(value),
+                               rtol=1e-12)
+
+
 @pytest.mark.parametrize("name, build", [
     ("log_softmax", lambda x: tn.log(tn.softmax(x))),
     ("log1p", lambda x: tn.log(1 + x)),
     ("expm1", lambda x: tn.exp(x) - 1),
     ("logsumexp", lambda x: tn.log(tn.sum(tn.exp(x)))),
     ("log_sigmoid", lambda x: tn.log(tn.sigmoid(x))),
+    ("softmax_by_hand", lambda x: tn.exp(x) / tn.exp(x).sum(keepdims=True)),
 ])
 @pytest.mark.parametrize("exclude", ["name", "tag", "phase"])
 def test_excluding_leaves_the_formula(name, build, exclude):

@@ -72,6 +72,11 @@ def broadcast_symbolic_shapes(static_out: tuple, input_shapes: list[tuple],
 #: the elements a NumPy ufunc loop buffers at a time (its ``bufsize``)
 UFUNC_BUFSIZE = 8192
 
+#: bytes of the iterator NumPy allocates beside the buffers of a buffered
+#: ufunc call (NumPy 2.x: 1,104, measured with tracemalloc for two and
+#: three operands of one or two dimensions)
+UFUNC_ITERATOR_BYTES = 1104
+
 
 def broadcast_buffer_bytes(out_shape: tuple, input_shapes, itemsize: int) -> int:
     """Bytes a NumPy ufunc call allocates for the inputs it broadcasts.
@@ -79,8 +84,9 @@ def broadcast_buffer_bytes(out_shape: tuple, input_shapes, itemsize: int) -> int
     When an input is stretched along some axis (a row vector added to every
     row) and the operands share no contiguous inner run of at least the
     ufunc buffer size, NumPy copies that input through a buffer of up to
-    ``bufsize`` elements (measured with tracemalloc).  Single elements (0-d
-    inputs, Python numbers, arrays of size 1) need none.
+    ``bufsize`` elements, beside the iterator that holds the buffers
+    (measured with tracemalloc).  Single elements (0-d inputs, Python
+    numbers, arrays of size 1) need none.
     """
     ndim = len(out_shape)
     size = 1
@@ -100,7 +106,7 @@ def broadcast_buffer_bytes(out_shape: tuple, input_shapes, itemsize: int) -> int
         inner *= out_shape[axis]
     if inner >= UFUNC_BUFSIZE:
         return 0
-    return len(stretched) * min(size, UFUNC_BUFSIZE) * itemsize
+    return len(stretched) * min(size, UFUNC_BUFSIZE) * itemsize + UFUNC_ITERATOR_BYTES
 
 
 def _probe(var):
