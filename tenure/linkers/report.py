@@ -12,11 +12,11 @@ buffers alive at each step (:class:`~tenure.rewrites.sizes.SizeModel`, not
 an observed run) plus the temporaries the step's op makes
 (``Op.workspace_bytes``), plus, from the commit point on, the copies of
 shared storage that a call in backup mode keeps to undo a failure (see
-:mod:`tenure.linkers.commit`).  The measured peak is :mod:`tracemalloc`'s during
-further calls (the smallest of :data:`MEASURED_CALLS`: other threads'
-allocations count too, and only ever add) -- for a function computing on a device (a thunk with a
-``runtime``: the cuda linker) the device memory it allocated above what it
-held when the call began (:meth:`~tenure.linkers.cuda.runtime.CupyRuntime.track`:
+:mod:`tenure.linkers.commit`).  The measured peak is :mod:`tracemalloc`'s
+during further calls (the smallest of :data:`MEASURED_CALLS`: other
+threads' allocations count too, and only ever add) -- for a function
+computing on a device (a thunk with a ``runtime``: the cuda linker) the
+device memory it allocated above what it held when the call began (:meth:`~tenure.linkers.cuda.runtime.CupyRuntime.track`:
 CuPy's memory pool, or the emulated device's count).
 """
 
