@@ -5,8 +5,7 @@ subclass runs as its nearest registered base does (its entry's
 :meth:`CEntry.has_c_code` still decides per node).  Each op family registers
 its op classes in its own module, one :func:`register_c_op` line per class
 (:mod:`.elemwise`, :mod:`.reduce`, :mod:`.blas`, :mod:`.nnet`, :mod:`.conv`,
-:mod:`.pool`, :mod:`.views`, :mod:`.subtensor`, :mod:`.random`, :mod:`.shape`,
-:mod:`.creation`); :mod:`.module`
+:mod:`.pool`, :mod:`.views`, :mod:`.subtensor`, :mod:`.random`); :mod:`.module`
 asks the table (:func:`entry_for`) for every node of a schedule.  A node
 without an entry, or whose entry says it has no C code, runs its op's
 ``perform`` from the C loop (a ``"py"`` step).
@@ -94,7 +93,7 @@ COMPILED = "compiled"
 #: the modules that register the built-in entries (imported on first lookup,
 #: so that the table is complete whoever asks first)
 _BUILTIN_FAMILIES = ("elemwise", "reduce", "blas", "tensordot", "nnet", "conv", "pool",
-                     "views", "subtensor", "random", "shape", "creation")
+                     "views", "subtensor", "random")
 
 
 @dataclass(frozen=True)
