@@ -184,10 +184,15 @@ def main(argv=None) -> int:
     return 0
 
 
+def is_page(path: str) -> bool:
+    """Whether ``path`` names the interactive page (else a matplotlib picture)."""
+    return path.lower().endswith((".html", ".htm"))
+
+
 def picture_problem(path: str) -> str | None:
     """Why the picture could not be drawn to ``path`` after training (so the
     demo says it before training), or None."""
-    if path.lower().endswith((".html", ".htm")):
+    if is_page(path):
         return None
     try:
         picture_format(path)
@@ -199,7 +204,7 @@ def picture_problem(path: str) -> str | None:
 
 def draw_step_memory(train, X, y, path: str) -> None:
     """The memory timeline of one training step on this batch, to ``path``."""
-    if path.lower().endswith((".html", ".htm")):
+    if is_page(path):
         tn.memory_html(train, [X, y], path, title="tenure demo: one training step")
     else:
         tn.plot_memory(train, [X, y], path, labels=["tenure demo: one training step"])

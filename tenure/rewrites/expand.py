@@ -28,8 +28,8 @@ def expandable(node) -> bool:
 
 def expand_ops(fgraph: FunctionGraph) -> bool:
     """Replace every node of ``fgraph`` whose op has an expansion by it,
-    until none is left (an expansion may hold expandable nodes: a gradient's
-    expansion is the gradient of another's).  Returns whether any was."""
+    until none is left (today's expansions hold none, but an op may expand
+    into another that expands).  Returns whether any was."""
     changed = False
     while True:
         nodes = [node for node in fgraph.toposort() if expandable(node)]

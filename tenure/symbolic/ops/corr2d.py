@@ -48,8 +48,8 @@ from tenure.symbolic.ops.shape import (as_dim, dim_add, dim_floordiv, dim_mul, d
 from tenure.symbolic.types import TensorType
 from tenure.symbolic.variable import TensorConstant, as_tensor_variable
 
-__all__ = ["Corr2d", "Corr2dGradFilters", "Corr2dGradInputs", "output_length",
-           "window_patches"]
+__all__ = ["Corr2d", "Corr2dGradFilters", "Corr2dGradInputs", "output_buffer",
+           "output_length", "window_patches"]
 
 
 def output_length(length, before: int, after: int, k: int, stride: int, dilation: int):
@@ -215,9 +215,15 @@ class _Corr2dFamily(Op):
                 + self.columns_bytes(x_shape, y_shape, itemsize))
 
 
-def _fits(buffer, shape, dtype) -> bool:
-    return (isinstance(buffer, np.ndarray) and buffer.shape == tuple(shape)
-            and buffer.dtype == dtype and buffer.flags.c_contiguous and buffer.flags.writeable)
+def output_buffer(cell: list, shape, dtype) -> np.ndarray:
+    """The buffer a perform writes its output into: ``cell``'s, left from an
+    earlier call, when it fits -- C-contiguous too, since the image loops
+    reshape it into views -- else a new one."""
+    buffer = cell[0]
+    if (isinstance(buffer, np.ndarray) and buffer.shape == tuple(shape)
+            and buffer.dtype == dtype and buffer.flags.c_contiguous and buffer.flags.writeable):
+        return buffer
+    return np.empty(shape, dtype)
 
 
 def _operands(values, dtype) -> list:
@@ -273,7 +279,7 @@ class Corr2d(_Corr2dFamily):
         out_hw = tuple(int(v) for v in self.out_lengths(*x.shape[2:]))
         shape = (x.shape[0], w.shape[0], *out_hw)
         cell = output_storage[0]
-        out = cell[0] if _fits(cell[0], shape, dtype) else np.empty(shape, dtype)
+        out = output_buffer(cell, shape, dtype)
         filters = self._grouped_filters(w)
         groups, per_group = self.groups, x.shape[1] // self.groups
         padded = self._padded_buffer(x.shape, dtype)
@@ -353,7 +359,7 @@ class Corr2dGradInputs(_Corr2dFamily):
         x_shape = (g.shape[0], w.shape[1] * self.groups, int(inputs[2]), int(inputs[3]))
         self._check_gradient(x_shape, w.shape, g.shape)
         cell = output_storage[0]
-        out = cell[0] if _fits(cell[0], x_shape, dtype) else np.empty(x_shape, dtype)
+        out = output_buffer(cell, x_shape, dtype)
         filters = self._grouped_filters(w)
         groups, per_group = self.groups, w.shape[1]
         out_hw = g.shape[2:]
@@ -446,7 +452,7 @@ class Corr2dGradFilters(_Corr2dFamily):
                              f"of groups ({self.groups})")
         self._check_gradient(x.shape, w_shape, g.shape)
         cell = output_storage[0]
-        out = cell[0] if _fits(cell[0], w_shape, dtype) else np.empty(w_shape, dtype)
+        out = output_buffer(cell, w_shape, dtype)
         out.fill(0)
         sums = self._grouped_filters(out)
         groups, per_group = self.groups, w_shape[1]

@@ -30,7 +30,7 @@ import numpy as np
 from tenure.symbolic.grad import grad
 from tenure.symbolic.graph import Apply, Op
 from tenure.symbolic.ops.composed import pad as pad_array
-from tenure.symbolic.ops.corr2d import output_length, window_patches
+from tenure.symbolic.ops.corr2d import output_buffer, output_length, window_patches
 from tenure.symbolic.ops.elemwise import UFUNC_BUFSIZE, eq, true_divide
 from tenure.symbolic.ops.reduce import max as reduce_max
 from tenure.symbolic.ops.reduce import sum as reduce_sum
@@ -133,11 +133,6 @@ class _MaxPoolFamily(Op):
         return (padded + arrays * outputs + buffered * min(outputs, UFUNC_BUFSIZE)) * itemsize
 
 
-def _fits(buffer, shape, dtype) -> bool:
-    return (isinstance(buffer, np.ndarray) and buffer.shape == tuple(shape)
-            and buffer.dtype == dtype and buffer.flags.c_contiguous and buffer.flags.writeable)
-
-
 class MaxPool2d(_MaxPoolFamily):
     """``y = MaxPool2d(x)``: see the module doc."""
 
@@ -164,7 +159,7 @@ class MaxPool2d(_MaxPoolFamily):
         out_hw = self._check(x.shape)
         shape = (*x.shape[:-2], *out_hw)
         cell = output_storage[0]
-        out = cell[0] if _fits(cell[0], shape, x.dtype) else np.empty(shape, x.dtype)
+        out = output_buffer(cell, shape, x.dtype)
         planes, results = self._planes(x), self._planes(out)
         block = self._plane_block(x.shape)
         padded = self._padded_planes(block, x.shape, x.dtype, lowest(x.dtype))
@@ -226,7 +221,7 @@ class MaxPool2dGrad(_MaxPoolFamily):
         gy = np.ascontiguousarray(inputs[1], dtype=dtype)
         out_hw = self._check_gradient(x.shape, gy.shape)
         cell = output_storage[0]
-        out = cell[0] if _fits(cell[0], x.shape, dtype) else np.empty(x.shape, dtype)
+        out = output_buffer(cell, x.shape, dtype)
         planes, grads, results = self._planes(x), self._planes(gy), self._planes(out)
         block = self._plane_block(x.shape)
         padded = self._padded_planes(block, x.shape, dtype, lowest(dtype))

@@ -12,7 +12,8 @@ from scipy import signal
 import tenure as tn
 from tenure.linkers.c import compiler
 from tenure.linkers.table import LINKERS
-from tenure.symbolic.ops.maxpool import MaxPool2d, composed_max_pool
+from tenure.symbolic.ops.corr2d import Corr2dGradInputs
+from tenure.symbolic.ops.maxpool import MaxPool2d, MaxPool2dGrad, composed_max_pool
 from tenure.testing import verify_grad
 
 RNG = np.random.default_rng(35)
@@ -224,18 +225,40 @@ def test_second_order_gradients_stay_in_the_family(mode):
 
 
 def test_the_c_kernels_read_any_strides(cc_or_skip):
-    """Transposed and reversed views (negative strides) go in as they are."""
+    """Transposed and reversed views (negative strides) go into the
+    correlation's and the max pool's kernels as they are."""
     x, w = tn.tensor4("x", dtype="float32"), tn.tensor("w", shape=(3, 2, 2, 3), dtype="float32")
     xt, wr = x.dimshuffle(0, 1, 3, 2), w[:, :, ::-1, :]
     y = tn.nnet.conv2d(xt, wr, padding=(1, 0))
-    outs = [y, *tn.grad(tn.sum(y * y), [x, w])]
+    pooled = tn.nnet.pool_2d(xt[:, :, ::-1, ::2], (2, 2), stride=(1, 1))
+    outs = [y, pooled, *tn.grad(tn.sum(y * y) + tn.sum(pooled ** 2), [x, w])]
     c = tn.function([x, w], outs, mode=tn.Mode(linker="c"))
-    assert any("Corr2dGradFilters" in str(n.op) for n in c.fgraph.toposort())
+    names = {type(n.op).__name__ for n in c.fgraph.toposort()}
+    assert {"Corr2dGradFilters", "MaxPool2d", "MaxPool2dGrad"} <= names
     py = tn.function([x, w], outs, mode=tn.Mode(linker="py"))
     xv = RNG.normal(size=(2, 2, 6, 5)).astype("float32")
     wv = RNG.normal(size=(3, 2, 2, 3)).astype("float32")
     for got, want in zip(c(xv, wv), py(xv, wv)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("linker", ["py", "c"])
+def test_a_gradient_of_the_wrong_shape_is_refused_naming_both_shapes(linker):
+    """The gradient ops run on their own (a graph built by hand) check the
+    output's gradient against the output's shape, and say both."""
+    if linker == "c" and compiler.find_compiler() is None:
+        pytest.skip("no working C compiler")
+    mode = tn.Mode(linker=linker, rewrites="none")
+    x, gy = tn.tensor4("x", dtype="float32"), tn.tensor4("gy", dtype="float32")
+    pool = MaxPool2dGrad((2, 2), (2, 2), ((0, 0), (0, 0)))
+    f = tn.function([x, gy], pool(x, gy), mode=mode)
+    with pytest.raises(ValueError, match=r"\(1, 1, 3, 2\).*\(1, 1, 2, 2\)"):
+        f(np.ones((1, 1, 4, 4), "float32"), np.ones((1, 1, 3, 2), "float32"))
+    w, g = tn.tensor4("w", dtype="float32"), tn.tensor4("g", dtype="float32")
+    grad_inputs = Corr2dGradInputs((2, 2), (1, 1), (1, 1), ((0, 0), (0, 0)), 1)
+    f = tn.function([w, g], grad_inputs(w, g, 4, 4), mode=mode)
+    with pytest.raises(ValueError, match=r"\(1, 1, 2, 3\).*\(1, 1, 3, 3\)"):
+        f(np.ones((1, 1, 2, 2), "float32"), np.ones((1, 1, 2, 3), "float32"))
 
 
 def test_channels_and_gradient_shapes_are_checked_in_every_kernel(mode):
