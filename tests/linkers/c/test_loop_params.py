@@ -23,8 +23,12 @@ C = tn.Mode(linker="c")
 
 
 @pytest.fixture(autouse=True)
-def _compiler(cc):
-    """Every test here compiles."""
+def _compiler(cache_with_the_runtime):
+    """Every test here compiles, into a cache of its own: what a compile
+    adds is counted there, where no other test (on another xdist worker)
+    adds entries meanwhile."""
+    with tn.config.change_flags(compiledir=str(cache_with_the_runtime)):
+        yield
 
 
 def _keys(f) -> set[str]:
