@@ -19,7 +19,7 @@ from tenure.symbolic.ops import *  # noqa: F401,F403
 from tenure.symbolic.grad import DisconnectedInputError, grad, stop_gradient  # noqa: F401
 from tenure.function import (  # noqa: F401
     Function, In, MissingInputError, Mode, Out, ReentrantCallError, ReplacedInputError,
-    UnusedInputError, function)
+    OutputKeyError, UnusedInputError, function, function_dump)
 from tenure.printing import debugprint  # noqa: F401
 from tenure import random  # noqa: F401  (tn.random.RandomStream)
 from tenure.loops import scan, until  # noqa: F401

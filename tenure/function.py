@@ -11,6 +11,9 @@ never imports this one).
 
 from __future__ import annotations
 
+import os
+import pickle
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,7 +32,8 @@ from tenure.symbolic.inner_graph import register_inner_compiler
 from tenure.symbolic.variable import register_eval_compiler
 
 __all__ = ["Function", "In", "LINKERS", "MissingInputError", "Mode", "Out", "ReentrantCallError",
-           "ReplacedInputError", "UnusedInputError", "function"]
+           "OutputKeyError", "ReplacedInputError", "UnusedInputError", "function",
+           "function_dump"]
 
 # Pickles made before the split name these here.
 _Spec = FunctionSpec
@@ -37,7 +41,7 @@ _restore_function = restore_function
 
 
 def function(inputs: Sequence = (), outputs=None, updates=None, givens=None, mode=None,
-             allow_input_downcast: bool = False, on_unused_input: str = "raise",
+             allow_input_downcast: bool | None = None, on_unused_input: str = "raise",
              name: str | None = None, no_default_updates=False,
              trust_input: bool = False, profile: bool = False,
              rebuild_strict: bool = True) -> Function:
@@ -45,10 +49,14 @@ def function(inputs: Sequence = (), outputs=None, updates=None, givens=None, mod
 
     ``inputs``: variables or :class:`In` specs.  ``outputs``: a variable or
     :class:`Out` (the call returns one value), a list of them (returns a
-    list), or ``None``.  ``updates``: ``(shared, expression)`` pairs, all
-    computed from the values before the call and assigned together after it.
+    list), a dict of them by string keys (returns a dict; ``f.outputs`` are
+    in the keys' sorted order, as in PyTensor), or ``None``.  ``updates``:
+    ``(shared, expression)`` pairs, all computed from the values before the
+    call and assigned together after it.
     ``givens``: ``{variable: replacement}`` substituted into the graph.
-    ``allow_input_downcast``: accept arguments that need a lossy cast.
+    ``allow_input_downcast``: True, accept arguments that need a lossy cast;
+    False, none; None (the default, as in PyTensor), none but a lone float
+    for a ``config.floatX`` input, taken rounded (see :meth:`TensorType.filter`).
     ``on_unused_input``: ``"raise"``, ``"warn"`` or ``"ignore"``.
     ``no_default_updates``: the shared variables the graph reads that have a
     ``default_update`` (and no explicit update) are updated with it, unless
@@ -80,6 +88,9 @@ def function(inputs: Sequence = (), outputs=None, updates=None, givens=None, mod
             # (PyTensor's class for it; a ValueError, as tenure raised before)
             raise UnusedInputError(f"function(): input {spec.variable} is given twice")
         seen.add(spec.variable)
+    output_keys = None
+    if isinstance(outputs, dict):
+        output_keys, outputs = sorted_output_keys(outputs)
     single = isinstance(outputs, (Variable, Out))
     if outputs is None:
         out_items = []
@@ -88,8 +99,8 @@ def function(inputs: Sequence = (), outputs=None, updates=None, givens=None, mod
     elif isinstance(outputs, (list, tuple)):
         out_items = list(outputs)
     else:
-        raise TypeError(f"function(): outputs must be a variable, Out, a list or None, got "
-                        f"{type(outputs).__name__}")
+        raise TypeError(f"function(): outputs must be a variable, Out, a list, a dict or "
+                        f"None, got {type(outputs).__name__}")
     out_specs = [as_out(item, i) for i, item in enumerate(out_items)]
     givens = with_rebuild_strict(givens, rebuild_strict)
     all_updates = with_default_updates(check_updates(updates), out_specs, in_specs, givens,
@@ -98,9 +109,59 @@ def function(inputs: Sequence = (), outputs=None, updates=None, givens=None, mod
     if profile:
         check_profiled_linker(mode.linker)   # before compiling anything
     f = Function(in_specs, out_specs, single, all_updates, givens, mode,
-                 allow_input_downcast, on_unused_input, name, profile=bool(profile))
+                 allow_input_downcast, on_unused_input, name, profile=bool(profile),
+                 output_keys=output_keys, location=caller_location())
     f.trust_input = bool(trust_input)
     return f
+
+
+#: tenure's own files: the caller of ``function`` is the first frame outside them
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def caller_location() -> str:
+    """``file:line`` of the code outside tenure that is compiling a function
+    (PyTensor's default name: which function a profile or a debugger shows)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+    return "<unknown>" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+class OutputKeyError(TypeError, AssertionError):
+    """A key of ``function(outputs={...})`` that is not a string: a TypeError,
+    and the AssertionError PyTensor raises (its tests expect it)."""
+
+
+def sorted_output_keys(outputs: dict) -> tuple[tuple, list]:
+    """``function(outputs={key: variable})``'s keys and outputs, sorted by
+    key (PyTensor's order: ``f.outputs`` follows it)."""
+    bad = [key for key in outputs if not isinstance(key, str)]
+    if bad:
+        raise OutputKeyError(f"function(): the keys of a dict of outputs must be strings (a "
+                             f"call returns them as a dict), got {bad[0]!r}")
+    keys = tuple(sorted(outputs))
+    return keys, [outputs[key] for key in keys]
+
+
+def function_dump(filename, inputs: Sequence = (), outputs=None, updates=None, givens=None,
+                  mode=None, allow_input_downcast: bool | None = None,
+                  on_unused_input: str = "raise", name: str | None = None,
+                  no_default_updates=False, trust_input: bool = False, profile: bool = False,
+                  rebuild_strict: bool = True) -> None:
+    """Pickle the arguments of a :func:`function` call to ``filename``
+    instead of compiling them (PyTensor's ``function_dump``), so that a
+    problem can be sent and reproduced: ``function(**pickle.load(file))``
+    compiles the same function.  The symbolic graph and the shared
+    variables it reads go into the file with their values.  Loading a
+    pickle executes code: never load one from a source you do not trust."""
+    arguments = dict(inputs=inputs, outputs=outputs, updates=updates, givens=givens, mode=mode,
+                     allow_input_downcast=allow_input_downcast,
+                     on_unused_input=on_unused_input, name=name,
+                     no_default_updates=no_default_updates, trust_input=trust_input,
+                     profile=profile, rebuild_strict=rebuild_strict)
+    with open(filename, "wb") as file:
+        pickle.dump(arguments, file, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _compile_for_eval(inputs: list, output: Variable) -> Function:

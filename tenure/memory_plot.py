@@ -134,7 +134,7 @@ def _titles(functions, timelines, labels) -> list[str]:
     titles = []
     for item, timeline in zip(items, timelines):
         if isinstance(item, Function):
-            titles.append(f"{item.name or 'function'} ({item.mode})")
+            titles.append(f"{item.given_name or 'function'} ({item.mode})")
         else:
             titles.append(timeline.title)
     return titles

@@ -187,6 +187,8 @@ def _on_the_emulated_device(request, monkeypatch):
             return results   # a step's results stay on the device, as the loop needs
         if isinstance(results, list):
             return [_to_host(r) for r in results]
+        if isinstance(results, dict):
+            return {key: _to_host(r) for key, r in results.items()}
         return _to_host(results)
 
     monkeypatch.setattr(tn.Function, "__call__", call_with_host_results)

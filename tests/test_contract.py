@@ -123,21 +123,32 @@ class TestSharedStorageIsUnique:
         f()
         np.testing.assert_array_equal(a.get_value(), np.ones(3))
 
-    def test_a_borrowed_constant_output_is_a_writable_copy(self, mode):
-        """Out(constant, borrow=True) -- PyTensor's test_borrow_output, for a
-        constant -- lends a buffer the caller may write into (a copy: the
-        constant is not the function's to lend), and every call gives the
-        constant again; a borrowed view of one too."""
+    def test_a_borrowed_constant_output_is_the_functions_writable_copy(self, mode):
+        """Out(constant, borrow=True) -- PyTensor's test_constant_output --
+        lends a buffer the caller may write into: the function's own copy
+        (the constant is not the function's to lend), the same one every
+        call, so what the caller wrote stays in it, as PyTensor's output
+        storage keeps it.  A borrowed view of a constant too; an output not
+        borrowed is the constant's value every call; the constant is never
+        written.  (The dask linker makes every result anew.)"""
         x, values = tn.vector("x"), np.arange(4.0)
         c = tn.constant(values)
         f = tn.function([x], [Out(c, borrow=True), Out(c[1:], borrow=True),
-                              Out(x + 1, borrow=True)], mode=mode)
-        for _ in range(2):
-            whole, tail, _ = f(np.ones(4))
-            np.testing.assert_array_equal(whole, values)
-            np.testing.assert_array_equal(tail, values[1:])
-            whole[:] = -1
-            tail[:] = -1
+                              Out(x + 1, borrow=True), c], mode=mode)
+        whole, tail, _, owned = f(np.ones(4))
+        for result in (whole, tail, owned):
+            assert (result).flags.writeable
+        np.testing.assert_array_equal((whole), values)
+        np.testing.assert_array_equal((tail), values[1:])
+        whole[:] = -1
+        tail[:] = -2
+        owned[:] = -3
+        whole2, tail2, _, owned2 = f(np.ones(4))
+        np.testing.assert_array_equal((owned2), values)
+        if mode.linker not in ("dask", "cuda"):   # (the suites copy device results)
+            assert whole2 is whole and tail2 is tail
+            np.testing.assert_array_equal((whole2), [-1] * 4)
+            np.testing.assert_array_equal((tail2), [-2] * 3)
         np.testing.assert_array_equal(c.data, values)
 
 

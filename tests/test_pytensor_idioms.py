@@ -10,6 +10,8 @@ linker in every run (conftest.SUITES["c"]), where each new graph compiles.
 """
 
 import copy
+import pickle
+import sys
 
 import numpy as np
 import pytest
@@ -248,7 +250,6 @@ class TestInStrictAndAllowDowncast:
         """PyTensor's In(strict=True) (its test_in_strict): an argument of
         exactly the input's dtype, or nothing -- not a list, not a Python
         number, not even a safe cast; other inputs convert as before."""
-        import pickle
         x, y = tn.vector("x", dtype="float32"), tn.vector("y")
         f = tn.function([In(x, strict=True), y], x.sum() + y.sum(), mode=mode)
         assert f(np.ones(2, "float32"), [1.0, 2.0]) == 5.0
@@ -276,6 +277,52 @@ class TestInStrictAndAllowDowncast:
             g(np.ones(2), np.ones(2))
         with pytest.raises(TypeError, match="allow_downcast must be None, True or False"):
             In(x, allow_downcast="yes")
+
+    @pytest.mark.parametrize("floatx", ["float64", "float32"])
+    def test_python_floats_for_float32_inputs(self, mode, floatx):
+        """PyTensor's rule for Python floats (its test_pfunc.py
+        test_allow_downcast_floatX): a float that float32 holds exactly is
+        taken; one it does not, only with allow_downcast=True -- or, when no
+        one said (None), into a floatX input."""
+        a, b, c = (tn.scalar(name, dtype="float32") for name in "abc")
+        with tn.config.change_flags(floatX=floatx):
+            f = tn.function([In(a, allow_downcast=True), In(b, allow_downcast=False),
+                             In(c, allow_downcast=None)], a + b + c, mode=mode)
+            assert to_host(f(0.5, 0.25, 0)) == 0.75        # exact: taken everywhere
+            assert to_host(f(0.1, 0, 0)) == np.float32(0.1)
+            with pytest.raises(TypeError, match=r"input 'b': 0.1 cannot be stored exactly as "
+                                                r"float32 \(0.1 would be 0.10000000149011612\)"):
+                f(0, 0.1, 0)
+            if floatx == "float32":
+                assert to_host(f(0, 0, 0.1)) == np.float32(0.1)
+                v = tn.vector("v", dtype="float32")      # a list is not a lone float
+                with pytest.raises(TypeError, match="input 'v': \\[0.1\\] cannot be stored"):
+                    tn.function([v], v * 1, mode=mode)([0.1])
+            else:
+                with pytest.raises(TypeError, match="input 'c': 0.1 cannot be stored exactly.*"
+                                                    "pass allow_input_downcast=True"):
+                    f(0, 0, 0.1)
+            g = tn.function([c], c * 2, allow_input_downcast=True, mode=mode)
+            assert to_host(g(0.1)) == np.float32(0.2)
+
+    def test_python_ints_for_small_int_inputs(self, mode):
+        """PyTensor's rule for Python ints (its test_pfunc.py
+        test_allow_input_downcast_int): in range they are taken; out of
+        range they are refused unless allow_input_downcast=True, which wraps
+        them as NumPy's cast of an array does.  The error is the TypeError
+        PyTensor's test expects, and NumPy 2's OverflowError too."""
+        b, c = tn.vector("b", dtype="int8"), tn.scalar("c", dtype="int8")
+        f = tn.function([b, c], b + c, mode=mode)
+        np.testing.assert_array_equal(to_host(f([6], 1)), [7])
+        for args, name in ((([312], 1), "b"), (([6], 806), "c")):
+            for error in (TypeError, OverflowError):
+                with pytest.raises(error, match=f"input '{name}': .* does not fit in int8"):
+                    f(*args)
+        assert to_host(f([6], 2.0)) == 8              # a whole float: nothing lost
+        with pytest.raises(TypeError, match=r"input 'c': 2.5 cannot be stored exactly"):
+            f([6], 2.5)
+        g = tn.function([b, c], b + c, allow_input_downcast=True, mode=mode)
+        np.testing.assert_array_equal(to_host(g([312], 1)), [57])   # 312 wraps to 56
 
 
 class TestStatefulInputs:
@@ -343,11 +390,10 @@ class TestStatefulInputs:
         assert f(3.0) == 15.0 and f(3.0, 1.0) == 3.0 and f["y"] == 5.0
         with pytest.raises(KeyError, match="'x' has no value of its own"):
             f["x"]
-        with pytest.raises(KeyError, match="no input named 'z'"):
+        with pytest.raises(KeyError, match="no input 'z'"):
             f["z"] = 1.0
 
     def test_copies_and_pickles_keep_the_values_now(self, mode):
-        import pickle
         f = self.accumulator(mode)
         f(3.0)
         g, h = f.copy(), pickle.loads(pickle.dumps(f))
@@ -357,14 +403,140 @@ class TestStatefulInputs:
 
     def test_refusals(self):
         x = tn.scalar("x")
-        with pytest.raises(ValueError, match="needs value= to start from"):
-            In(x, update=x + 1)
-        with pytest.raises(ValueError, match="implicit=True .* needs value="):
-            In(x, implicit=True)
+        # PyTensor's test_in_update_wrong_dtype: a wrong update type at In()
         with pytest.raises(TypeError, match=r"In\(x, update=\): the new value of x has type "
                                             r"float64\(\?,\)"):
-            tn.function([In(x, value=1.0, update=tn.vector("v"))], x)
+            In(x, value=1.0, update=tn.vector("v"))
+        # a missing value= at function(), after the shared-input refusal (its
+        # test_in_shared_variable: In(shared, update=...) builds, function() refuses)
+        spec = In(x, update=x + 1)
+        with pytest.raises(ValueError, match=r"inputs\[0\]: In\(x, update=\) makes a stateful "
+                                             r"input, which needs value= to start from"):
+            tn.function([spec], x)
+        # ... and after a missing input (its test_missing_inputs)
+        with pytest.raises(tn.MissingInputError, match="s .* is needed"):
+            tn.function([In(x, update=tn.scalar("s") + x)], x)
+        w = tn.shared(1.0, name="w")
+        with pytest.raises(TypeError, match=r"^Cannot use a shared variable \(w\) as explicit "
+                                            r"input \(inputs\[0\]\)"):
+            tn.function([In(w, update=w + 1)])
+        with pytest.raises(ValueError, match="implicit=True .* needs value="):
+            In(x, implicit=True)
         assert "update=" in repr(In(x, value=1.0, update=x + 1, implicit=True))
+
+
+class TestSharedContainers:
+    """``f.container[x]`` and ``In(y, value=cell)``: two functions sharing a
+    value (PyTensor's test_types.py test_shared_state0/1/2,
+    test_shared_state_not_implicit and test_deepcopy_shared_container)."""
+
+    def pair(self, mode, g_update=True, **g_kwargs):
+        """f: s += a x after each call; g: s -= a x (or no update), on f's s."""
+        a, x, s = tn.scalar("a"), tn.scalar("x"), tn.scalar("s")
+        f = tn.function([x, In(a, value=1.0), In(s, value=0.0, update=s + a * x)],
+                        s + a * x, mode=mode)
+        g = tn.function([x, In(a, value=1.0),
+                         In(s, value=f.container[s], update=s - a * x if g_update else None,
+                            **g_kwargs)], s + a * x, mode=mode)
+        return f, g, s
+
+    def test_an_update_in_one_is_the_value_in_the_other(self, mode):
+        f, g, s = self.pair(mode)
+        assert to_host(f(1, 2)) == 2.0 and f[s] == 2.0 and g[s] == 2.0
+        assert to_host(g(1, 2)) == 4.0 and f[s] == 0.0 and g[s] == 0.0
+        f, g, s = self.pair(mode, g_update=False)
+        f(1, 2)
+        f(1, 2)
+        assert to_host(g(1, 2)) == 6.0          # reads f's value, has no update
+        assert f[s] == 4.0 and g[s] == 4.0
+
+    def test_a_taken_cell_is_implicit_unless_said(self, mode):
+        x, s = tn.scalar("x"), tn.scalar("s")
+        inc = tn.function([x, In(s, update=s + x, value=10.0)], [], mode=mode)
+        dec = tn.function([x, In(s, update=s - x, value=inc.container[s], implicit=False)],
+                          [], mode=mode)
+        assert dec[s] is inc[s] and dec.container["s"] is inc.container[s]
+        inc[s] = 2
+        assert dec[s] == 2
+        dec(1)
+        assert inc[s] == 1
+        dec(1, 0)                                # passing s sets it first, then the update
+        assert inc[s] == -1 and dec[s] == -1
+        g = tn.function([x, In(s, value=inc.container[s])], x + s, mode=mode)
+        with pytest.raises(TypeError, match="got 2"):
+            g(1.0, 5.0)                          # implicit by default: one argument
+        assert to_host(g(1.0)) == 0.0
+
+    def test_deep_copies_and_pickles_keep_the_sharing(self, mode):
+        a, x = tn.scalar("a"), tn.scalar("x")
+        h = tn.function([In(a, value=0.0)], a, mode=mode)
+        f = tn.function([x, In(a, value=h.container[a], implicit=True)], x + a, mode=mode)
+        memo = {}
+        ac = copy.deepcopy(a, memo)
+        hc = copy.deepcopy(h, memo)
+        fc = copy.deepcopy(f, memo)
+        h[a] = 1
+        hc[ac] = 2
+        assert f[a] == 1 and fc[ac] == 2
+        h2, f2 = pickle.loads(pickle.dumps((h, f)))
+        h2["a"] = 5.0
+        assert to_host(f2(1.0)) == 6.0 and to_host(f(1.0)) == 2.0
+
+    def test_the_keys_and_refusals(self, mode):
+        x, y = tn.scalar("x"), tn.scalar("y")
+        w = tn.shared(np.float64(3.0), name="w")
+        spec = In(y, value=2.0)
+        f = tn.function([x, spec], x * y + w, mode=mode)
+        cell = f.container[y]
+        assert f.container["y"] is cell and f.container[spec] is cell
+        assert f.container[w] is w.container
+        with pytest.raises(KeyError, match="'x' has no value of its own"):
+            f.container[x]
+        v = tn.vector("v")
+        with pytest.raises(TypeError, match=r"value of input v \(In\(value=\) a container\): "
+                                            r"expected 1 dimension"):
+            tn.function([In(v, value=cell)], v * 2, mode=mode)
+        h = tn.scalar("h", dtype="float32")
+        cell32 = tn.function([In(h, value=1.0)], h, mode=mode).container[h]
+        with pytest.raises(TypeError, match=r"value of input x \(In\(value=\) a container\): "
+                                            r"expected dtype float64, got float32.*the "
+                                            r"functions sharing a container need one type"):
+            tn.function([In(x, value=cell32)], x * 2, mode=mode)   # even a safe cast
+
+
+class TestDictOutputs:
+    """``function(outputs={key: variable})`` returns a dict (PyTensor's
+    test_types.py test_output_dictionary, test_input_named_variables,
+    test_output_order_sorted, test_composing_function,
+    test_key_string_requirement and test_output_keys)."""
+
+    def test_a_dict_in_a_dict_out(self, mode):
+        x, y = tn.scalar("x"), tn.scalar("y")
+        f = tn.function([x, y], outputs={"b": x * y, "a": x + y, "1": x - y}, mode=mode)
+        assert f(2, 4) == {"1": -2.0, "a": 6.0, "b": 8.0}
+        assert f(2, y=4) == f(x=2, y=4) == f(2, 4)
+        assert [str(o.variable) for o in f.outputs] == [str(x - y), str(x + y), str(x * y)]
+        a, b = tn.scalar("a"), tn.scalar("b")
+        f = tn.function([x, y], outputs={"a": x + y, "b": x * y}, mode=mode)
+        g = tn.function([a, b], [a + b, a * b], mode=mode)
+        assert [float(r) for r in g(**f(5, 7))] == [47.0, 420.0]   # composes by the names
+
+    def test_copies_and_pickles_return_dicts(self, mode):
+        v = tn.vector("v")
+        f = tn.function([v], {"vec": v ** 2, "sum": Out(v.sum(), borrow=True)}, mode=mode)
+        for g in (f, copy.deepcopy(f), pickle.loads(pickle.dumps(f)), f.copy()):
+            out = g([2.0, 3.0, 4.0])
+            assert sorted(out) == ["sum", "vec"]
+            np.testing.assert_array_equal(to_host(out["vec"]), [4.0, 9.0, 16.0])
+            assert to_host(out["sum"]) == 9.0
+
+    def test_keys_must_be_strings(self, mode):
+        x = tn.scalar("x")
+        for outputs in ({1.0: x}, {1.0: x, "a": x ** 2}, {(1, "b"): x, 1.0: x ** 2}):
+            for error in (TypeError, AssertionError, tn.OutputKeyError):
+                with pytest.raises(error, match="the keys of a dict of outputs must be "
+                                                "strings"):
+                    tn.function([x], outputs=outputs, mode=mode)
 
 
 class TestGenericShared:
@@ -388,7 +560,6 @@ class TestRebuildStrict:
         givens has the type of what it replaces; with False the graph is
         rebuilt through it (here float32 throughout), in copies and pickles
         too, and an update must still have its variable's type."""
-        import pickle
         x, y = tn.vector("x"), tn.vector("y", dtype="float32")
         with pytest.raises(TypeError, match="pass rebuild_strict=False"):
             tn.function([y], x * 2, givens={x: y}, mode=mode)
@@ -410,6 +581,44 @@ class TestRebuildStrict:
             tn.function([y], x * 2, givens={x: y}, rebuild_strict="no", mode=mode)
 
 
+class TestFunctionName:
+    def test_a_function_is_named_where_it_was_compiled(self, mode):
+        """PyTensor's test_function_name: without name=, ``f.name`` is the
+        file and line that compiled it; reports and errors still name a
+        function only by a name given (its given_name)."""
+        x = tn.vector("x")
+        line = sys._getframe().f_lineno + 1
+        f = tn.function([x], x + 1.0, mode=mode)
+        assert f.name == f"{__file__}:{line}" and f.given_name is None
+        assert repr(f).startswith("<Function (x)")
+        with pytest.raises(TypeError, match=r"^function takes 1 argument"):
+            f(1, 2)
+        g = tn.function([x], x + 1.0, mode=mode, name="step")
+        assert g.name == g.given_name == "step" and g.copy().name == "step copy"
+        for h in (f.copy(), pickle.loads(pickle.dumps(f))):
+            assert h.name == f.name and h.given_name is None
+        assert x.sum().eval({x: np.ones(2)}) == 2.0   # eval compiles too (named here)
+
+
+class TestFunctionDump:
+    def test_the_arguments_compile_again_from_the_file(self, mode, tmp_path):
+        """PyTensor's test_function_dump: function_dump pickles a call's
+        arguments; function(**loaded) compiles the same function, with the
+        shared variables' values and the updates."""
+        v = tn.vector("v")
+        w = tn.shared(np.arange(3.0), name="w")
+        path = tmp_path / "dump.pkl"
+        tn.function_dump(path, [v], v + w, updates=[(w, w * 2)], mode=mode, name="step")
+        with open(path, "rb") as file:
+            loaded = pickle.load(file)
+        assert loaded["name"] == "step" and loaded["mode"].linker == mode.linker
+        f = tn.function(**loaded)
+        np.testing.assert_array_equal(to_host(f([1.0, 1.0, 1.0])), [1.0, 2.0, 3.0])
+        np.testing.assert_array_equal(to_host(f([1.0, 1.0, 1.0])), [1.0, 3.0, 5.0])
+        assert f.name == "step"
+        np.testing.assert_array_equal(w.get_value(), np.arange(3.0))   # the original's own
+
+
 class TestRefusals:
     def test_the_error_classes_pytensor_users_catch(self, mode):
         """PyTensor's test_missing_inputs, test_givens_input_var and
@@ -426,6 +635,11 @@ class TestRefusals:
         with pytest.raises(tn.UnusedInputError) as unused:
             tn.function([x, x], x * 2, mode=mode)
         assert isinstance(unused.value, ValueError)
+        # an unused input is named before a missing one (its test_missing_inputs)
+        with pytest.raises(tn.UnusedInputError, match="input x .* is not used"):
+            tn.function([x], [y * 2], mode=mode)
+        with pytest.raises(tn.MissingInputError, match="y .* is needed"):
+            tn.function([x], [y * 2], mode=mode, on_unused_input="ignore")
 
     def test_unordered_inputs(self, mode):
         x, y = tn.scalar("x"), tn.scalar("y")
@@ -443,6 +657,16 @@ class TestRefusals:
         w = tn.shared(np.zeros(2), name="w")
         with pytest.raises(TypeError, match="updates: expected a list .* got a set"):
             tn.function([], [], updates={(w, w + 1)}, mode=mode)
+
+    def test_an_update_pair_as_a_set(self, mode):
+        """PyTensor's test_pfunc.py test_errors: a pair written as a set
+        ({w, x}) has no order, so it is refused whatever order it iterates in."""
+        a = tn.scalar("a", dtype="int64")
+        w = tn.shared(1, name="w")
+        for pair in ({w, a}, frozenset([w, a]), {w: a}):
+            with pytest.raises(TypeError, match=r"updates: expected \(shared variable, "
+                                                r"expression\) pairs, got a .*no order"):
+                tn.function([a], a + w, updates=[pair], mode=mode)
 
     def test_update_of_static_length_one_for_a_variable_of_any_length(self, mode):
         w = tn.shared(np.zeros((2, 2)), name="w")

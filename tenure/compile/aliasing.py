@@ -29,12 +29,15 @@ class Hazards:
     defaults: list[int] = field(default_factory=list)   # explicit inputs, checked when defaulted
     shared: list[int] = field(default_factory=list)     # shared variables
     constant: bool = False                              # a constant's data
+    #: a constant's data through a borrowed output: lent as the function's own
+    #: writable copy, made once (see :func:`copy_where_needed`)
+    lent_constant: bool = False
     outputs: list[int] = field(default_factory=list)    # other outputs
     updates: list[int] = field(default_factory=list)    # other update values
 
     def __bool__(self):
         return bool(self.inputs or self.defaults or self.shared or self.constant
-                    or self.outputs or self.updates)
+                    or self.lent_constant or self.outputs or self.updates)
 
 
 @dataclass
@@ -94,10 +97,12 @@ def analyse_aliasing(fgraph: FunctionGraph, inputs: list[In], outputs: list[Out]
                     h.shared.append(j)
             elif not outputs[k].borrow:
                 h.shared.append(j)
+        elif isinstance(root, Constant) and not is_update and outputs[k].borrow:
+            # The caller may write into what it borrows, and the constant
+            # (read-only on the host, the graph's own on a device) is not the
+            # function's to lend: it lends its own copy.
+            h.lent_constant = True
         elif isinstance(root, Constant):
-            # Even a borrowed output gets a copy: the caller may write into
-            # what it borrows, and the constant (read-only on the host,
-            # the graph's own on a device) is not the function's to lend.
             h.constant = True
         if is_update:
             h.updates = [u for u in range(k) if upd_roots[u] is root]
@@ -119,8 +124,13 @@ def analyse_aliasing(fgraph: FunctionGraph, inputs: list[In], outputs: list[Out]
 
 
 def copy_where_needed(aliasing: Aliasing, update_shared_index: list[int], outputs, updates,
-                      values, shared_values, from_default) -> None:
-    """Copy each result that aliases memory the contract keeps it from aliasing."""
+                      values, shared_values, from_default, lent_constants: dict) -> None:
+    """Copy each result that aliases memory the contract keeps it from aliasing.
+
+    A borrowed output of a constant is the function's own writable copy in
+    ``lent_constants`` (output index: array), made on the first call and lent
+    by every call: as in PyTensor, it is the output's buffer, so what a
+    caller writes into it stays there."""
     # What each shared variable holds after this call: an update value whose
     # buffer was another shared variable's is fine if that one moves to a new
     # buffer (a swap), and must be copied if it keeps it.
@@ -142,9 +152,13 @@ def copy_where_needed(aliasing: Aliasing, update_shared_index: list[int], output
         if h and clashes(updates[k], h, final_shared):
             updates[k] = final_shared[update_shared_index[k]] = updates[k].copy()
     for k, h in enumerate(aliasing.output_hazards):
-        # An output must not alias shared storage from before or after the call.
-        if h and (clashes(outputs[k], h, shared_values)
-                  or any(np.may_share_memory(outputs[k], final_shared[j]) for j in h.shared)):
+        if h.lent_constant:
+            if k not in lent_constants:
+                lent_constants[k] = outputs[k].copy()
+            outputs[k] = lent_constants[k]
+        elif h and (clashes(outputs[k], h, shared_values)
+                    or any(np.may_share_memory(outputs[k], final_shared[j]) for j in h.shared)):
+            # An output must not alias shared storage from before or after the call.
             outputs[k] = outputs[k].copy()
 
 

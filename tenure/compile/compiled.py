@@ -23,7 +23,7 @@ from tenure.compile.aliasing import (
     separate_destroyed_inputs)
 from tenure.compile.calls import call_locks, holding, reentered_error, run_transaction
 from tenure.compile.fast_call import make_fast_call
-from tenure.compile.io import In, Out
+from tenure.compile.io import In, Out, check_stateful_values
 from tenure.compile.mode import Mode, check_budget_can_free
 from tenure.compile.prepare import (
     apply_swap, build_graph, check_storage, check_swap, check_updates, stateful_update)
@@ -42,7 +42,7 @@ from tenure.rewrites.remat import MemoryBudget
 from tenure.symbolic.device import writeable
 from tenure.symbolic.graph import Variable
 from tenure.symbolic.inner_graph import OpWithInnerGraphs
-from tenure.symbolic.shared import SharedVariable, register_lender
+from tenure.symbolic.shared import Container, SharedVariable, register_lender
 from tenure.symbolic.types import is_same_memory
 
 
@@ -59,8 +59,13 @@ class FunctionSpec(NamedTuple):
     updates: list           # explicit and default updates, checked
     givens: object
     mode: Mode
-    allow_input_downcast: bool
+    allow_input_downcast: bool | None
     name: str | None
+    #: the keys of ``function(outputs={key: variable})``, in the outputs'
+    #: order (sorted); None: the outputs were a variable or a list
+    output_keys: tuple | None = None
+    #: where it was compiled (``file:line``): its ``name`` when none was given
+    location: str | None = None
 
 
 class Function:
@@ -85,17 +90,24 @@ class Function:
 
     def __init__(self, inputs: list[In], outputs: list[Out], single_output: bool,
                  updates: list[tuple[SharedVariable, Variable]], givens, mode: Mode,
-                 allow_input_downcast: bool, on_unused_input: str, name: str | None,
-                 profile: bool = False):
+                 allow_input_downcast: bool | None, on_unused_input: str, name: str | None,
+                 profile: bool = False, output_keys: tuple | None = None,
+                 cells: dict | None = None, location: str | None = None):
         self._spec = FunctionSpec(list(inputs), list(outputs), single_output, list(updates),
-                                  givens, mode, allow_input_downcast, name)
+                                  givens, mode, allow_input_downcast, name, output_keys,
+                                  location)
         self.inputs = inputs
         self.outputs = outputs
-        self.name = name
+        #: the name given (reports and errors name the function by it), else,
+        #: as in PyTensor, where it was compiled (``location``: file:line)
+        self.name = name if name is not None else location
+        self.given_name = name
         self.mode = mode
         self.trust_input = False
         self.allow_input_downcast = allow_input_downcast
         self._single = single_output
+        #: (see FunctionSpec.output_keys: a call returns a dict of them)
+        self._output_keys = output_keys
         self._call_signature = CallSignature(inputs)
         self._gate = self._gate_rules()
         #: the stateful inputs (``In(update=)``), whose new values the graph
@@ -107,11 +119,23 @@ class Function:
         self._n_out = len(outputs)
         self.fgraph, self.shared_vars, self.update_shared_index = build_graph(
             inputs, outputs, updates, givens, on_unused_input)
+        check_stateful_values(inputs)
         self._containers = [v.container for v in self.shared_vars]
         self._update_containers = [var.container for var, _ in updates]
+        #: each input's value cell (Theano's container: ``f.container[x]``),
+        #: None for an input without a value; filled once the gate is known.
+        #: ``cells``: ones to take as they are (a pickle's or a deep copy's)
+        self._cells = [new_cell(spec) for spec in inputs]
+        taken = dict(cells or {})
+        for i, cell in taken.items():
+            self._cells[i] = cell
         #: ``_lock`` is held for the whole of every call (one call at a time
-        #: uses the compiled storage); then the shared variables' locks
-        self._lock, self._shared_locks = call_locks(self._containers)
+        #: uses the compiled storage); then the locks of the shared variables'
+        #: containers and of the cells another function may also write (a
+        #: stateful input's, or one taken from another function)
+        self._lock, self._shared_locks = call_locks(
+            self._containers + [cell for spec, cell in zip(inputs, self._cells)
+                                if spec.update is not None or isinstance(spec.value, Container)])
         self._locks = (self._lock,) + self._shared_locks
         self._guard_and_rewrite()
         self._take_aliasing(analyse_aliasing(self.fgraph, inputs, outputs,
@@ -121,8 +145,11 @@ class Function:
         mark_update_steps(self.fgraph, self._n_out, [var for var, _ in updates])
         self._thunk = mode.make_thunk(self.fgraph, self._kept_outputs(), inputs, self._n_out)
         self._adopt_thunk()
-        self._defaults = [None if spec.value is None else self._own_default(spec)
-                          for spec in inputs]
+        for i, (spec, cell) in enumerate(zip(inputs, self._cells)):
+            if isinstance(spec.value, Container):
+                self._check_taken_cell(spec)
+            elif cell is not None and i not in taken:
+                cell.value = self._own_default(spec)
         check_storage(self.shared_vars, self._thunk.runtime, mode.linker)
         #: the :class:`~tenure.linkers.profile.Profile` its calls accumulate
         #: into (``function(profile=True)``), or None
@@ -158,6 +185,8 @@ class Function:
         self._output_hazards = aliasing.output_hazards
         self._any_hazard = aliasing.any_hazard
         self._writable_inputs = aliasing.writable_inputs
+        #: the borrowed outputs of constants: the copies this function lends
+        self._lent_constants = {}
 
     def _kept_outputs(self) -> set[int]:
         """The borrowed outputs whose buffer the thunk may keep for the next call."""
@@ -188,9 +217,10 @@ class Function:
             # shared variable must copy them rather than adopt them.
             register_lender(self)
 
-    def _allow_downcast(self, spec: In) -> bool:
+    def _allow_downcast(self, spec: In) -> bool | None:
         """Whether an argument for ``spec`` may be cast with loss: the input's
-        own ``allow_downcast``, else the function's ``allow_input_downcast``."""
+        own ``allow_downcast``, else the function's ``allow_input_downcast``
+        (None: neither said, PyTensor's default rules)."""
         return self.allow_input_downcast if spec.allow_downcast is None else spec.allow_downcast
 
     def _gate_rules(self) -> list[tuple[bool, dict]]:
@@ -213,6 +243,16 @@ class Function:
         allow, keywords = self._gate[i]
         return self._filter(spec.variable.type, value, allow, f"input {self._input_label(i)}",
                             **keywords)
+
+    def _check_taken_cell(self, spec: In) -> None:
+        """A TypeError unless the value in the cell ``In(x, value=cell)`` took
+        (another function's ``f.container[...]``) is already of this
+        input's type: the functions share the cell, so it cannot be cast."""
+        what = f"value of input {spec.name} (In(value=) a container)"
+        try:
+            self._filter(spec.variable.type, spec.value.value, False, what, strict=True)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{exc}; the functions sharing a container need one type") from None
 
     def _own_default(self, spec: In, given=_SPEC_VALUE):
         """The default value of ``spec`` (or ``given`` for it), as the
@@ -237,6 +277,8 @@ class Function:
             return None
         if self._stateful or any(spec.implicit for spec in self.inputs):
             return None   # the C caller binds every input positionally and keeps no state
+        if self._output_keys is not None:
+            return None   # the C caller returns a list; the Python path makes the dict
         return make_fast_call(
             self._thunk, fallback=fallback or self._call, lock=self._lock,
             shared_locks=self._shared_locks,
@@ -268,7 +310,7 @@ class Function:
     # -- calling ----------------------------------------------------------------
     def _bind(self, args, kwargs) -> tuple[list, list[bool]]:
         """Arguments in input order; also which ones came from a default value."""
-        return self._call_signature.bind(args, kwargs, self._defaults, self._label)
+        return self._call_signature.bind(args, kwargs, self._cells, self._label)
 
     def __call__(self, *args, **kwargs):
         fast = self._fast_call
@@ -319,48 +361,67 @@ class Function:
         outputs, updates = results[:self._n_out], results[self._n_out:]
         if self._any_hazard:
             copy_where_needed(self._aliasing, self.update_shared_index, outputs, updates,
-                              values, shared_values, from_default)
+                              values, shared_values, from_default, self._lent_constants)
         for container, value in zip(self._update_containers, updates):
             container.value = value
         if self._stateful:
             # The stateful inputs' new values (fresh arrays: Out(borrow=False))
             # become their values for the next call.
             for i, value in zip(self._stateful, outputs[self._n_user_out:]):
-                self._defaults[i] = value
+                self._cells[i].value = value
             outputs = outputs[:self._n_user_out]
         if self._single:
             return outputs[0]
+        if self._output_keys is not None:
+            return dict(zip(self._output_keys, outputs))
         return outputs
 
     # -- inputs' values (Theano's containers) ------------------------------------------
-    def __getitem__(self, name: str):
-        """The value input ``name`` takes when a call does not pass it (its
-        ``In(value=)``, or a stateful input's value now)."""
-        return self._defaults[self._input_with_value(name)]
+    def __getitem__(self, key):
+        """The value input ``key`` (its name, variable or In) takes when a
+        call does not pass it (its ``In(value=)``, or a stateful input's
+        value now)."""
+        return self._cells[self._input_with_value(key)].value
 
-    def __setitem__(self, name: str, value) -> None:
-        """Set the value input ``name`` takes when a call does not pass it
-        (through the input's gate: its dtype, ``strict`` and ``allow_downcast``)."""
-        i = self._input_with_value(name)
+    def __setitem__(self, key, value) -> None:
+        """Set the value input ``key`` (its name, variable or In) takes when
+        a call does not pass it (through the input's gate: its dtype,
+        ``strict`` and ``allow_downcast``)."""
+        i = self._input_with_value(key)
         own = self._own_default(self.inputs[i], value)
-        with self._lock:
-            self._defaults[i] = own
+        cell = self._cells[i]
+        with self._lock, cell.lock:
+            cell.value = own
+
+    @property
+    def container(self) -> "InputContainers":
+        """``f.container[key]``: the cell holding input ``key``'s value (its
+        name, variable or In), Theano's container: ``In(y, value=cell)`` in
+        another function shares it, so that a stateful input's update in
+        one is the value in both.  A shared variable gives its own."""
+        return InputContainers(self)
 
     @property
     def value(self) -> "InputValues":
         """``f.value[name]``: the same as ``f[name]`` (PyTensor's spelling)."""
         return InputValues(self)
 
-    def _input_with_value(self, name: str) -> int:
-        matches = [i for i, spec in enumerate(self.inputs) if spec.name == name]
+    def _input_with_value(self, key) -> int:
+        """The position of the input ``key`` names (a name, the input's
+        variable or its In), which must have a value."""
+        if isinstance(key, str):
+            matches = [i for i, spec in enumerate(self.inputs) if spec.name == key]
+        else:
+            matches = [i for i, spec in enumerate(self.inputs)
+                       if key is spec or key is spec.variable]
+        name = key if isinstance(key, str) else str(key)
         if not matches:
             names = [spec.name for spec in self.inputs if spec.name is not None]
-            raise KeyError(f"{self._label()} has no input named {name!r} (its inputs: "
-                           f"{names})")
+            raise KeyError(f"{self._label()} has no input {name!r} (its inputs: {names})")
         if len(matches) > 1:
             raise KeyError(f"{self._label()}: several inputs are named {name!r}")
         (i,) = matches
-        if self._defaults[i] is None:
+        if self._cells[i] is None:
             raise KeyError(f"{self._label()}: input {name!r} has no value of its own: it is "
                            f"passed in each call (In({name}, value=...) gives it one)")
         return i
@@ -410,11 +471,12 @@ class Function:
             givens = None   # applied by apply_swap
         outputs = [o if o.variable is v else Out(v, borrow=o.borrow)
                    for o, v in zip(spec.outputs, out_vars)]
-        if name is None and self.name:
-            name = self.name + " copy"
+        if name is None and self.given_name:
+            name = self.given_name + " copy"
         copied = Function(list(spec.inputs), outputs, spec.single_output,
                           check_updates(updates), givens, spec.mode,
-                          spec.allow_input_downcast, "ignore", name)
+                          spec.allow_input_downcast, "ignore", name,
+                          output_keys=spec.output_keys, location=spec.location)
         copied.trust_input = self.trust_input
         copied._take_values(self._values_now())   # the values now, as Theano's copy has
         return copied
@@ -425,18 +487,21 @@ class Function:
     def __reduce__(self):
         # The symbolic specs, the mode and the flags: never the compiled state
         # (thunks, C modules, buffers, locks), which loading builds again.
-        return (restore_function, (self._spec, self.trust_input, self._values_now()))
+        # The cells themselves: functions pickled (or deep-copied with one
+        # memo) together keep sharing the cells they shared.
+        cells = {i: cell for i, cell in enumerate(self._cells) if cell is not None}
+        return (restore_function, (self._spec, self.trust_input, cells))
 
     def _values_now(self) -> dict:
         """The inputs' values now (their ``In(value=)``, or what ``f[name] =``
         or a stateful input's update made them), by position."""
-        return {i: value for i, value in enumerate(self._defaults) if value is not None}
+        return {i: cell.value for i, cell in enumerate(self._cells) if cell is not None}
 
     def _take_values(self, values: dict) -> None:
         """Take ``values`` (:meth:`_values_now` of a function compiled from
         the same spec) as the inputs' values, as copies."""
         for i, value in values.items():
-            self._defaults[i] = value.copy()
+            self._cells[i].value = value.copy()
 
     # -- buffers and reports ------------------------------------------------------
     def dprint(self, **kwargs):
@@ -492,11 +557,11 @@ class Function:
         input_kinds += ["shared variable"] * len(self._containers)
         output_kinds = ["lent output" if spec.borrow else "output" for spec in self.outputs]
         output_kinds += [""] * (len(self.fgraph.outputs) - len(output_kinds))
-        return report.timeline(input_kinds, output_kinds, self.name or "")
+        return report.timeline(input_kinds, output_kinds, self.given_name or "")
 
     # -- naming -------------------------------------------------------------
     def _label(self) -> str:
-        return f"function {self.name!r}" if self.name else "function"
+        return f"function {self.given_name!r}" if self.given_name else "function"
 
     def _input_label(self, i: int) -> str:
         return self._call_signature.input_label(i)
@@ -505,7 +570,7 @@ class Function:
         return self._call_signature.text
 
     def __repr__(self):
-        return f"<Function {self.name or ''}{self._signature()} mode={self.mode}>"
+        return f"<Function {self.given_name or ''}{self._signature()} mode={self.mode}>"
 
 
 def bind_inner_modes(fgraph, mode: Mode) -> None:
@@ -528,12 +593,41 @@ def restore_function(spec: FunctionSpec, trust_input: bool, values: dict | None 
     """A pickled :class:`Function`, compiled again, with its inputs' values
     (see :meth:`Function.__reduce__`; pickles from before they were kept
     have none)."""
+    values = values or {}
+    # Cells as they are (what a pickle or a deep copy made of the function's:
+    # shared cells stay shared); arrays, from pickles made before cells were
+    # kept, as values.
+    cells = {i: v for i, v in values.items() if isinstance(v, Container)}
     f = Function(list(spec.inputs), list(spec.outputs), spec.single_output, list(spec.updates),
-                 spec.givens, spec.mode, spec.allow_input_downcast, "ignore", spec.name)
+                 spec.givens, spec.mode, spec.allow_input_downcast, "ignore", spec.name,
+                 output_keys=spec.output_keys, cells=cells, location=spec.location)
     f.trust_input = trust_input
-    if values:
-        f._take_values(values)
+    f._take_values({i: v for i, v in values.items() if i not in cells})
     return f
+
+
+def new_cell(spec: In) -> Container | None:
+    """The cell of ``spec``'s value: the container it was given
+    (``In(x, value=f.container[y])``, shared with that function), a new one
+    for a value (filled by the function, through its gate), or None."""
+    if isinstance(spec.value, Container):
+        return spec.value
+    return None if spec.value is None else Container(None)
+
+
+class InputContainers:
+    """``f.container``: the cells of the inputs' values by name, variable or
+    In (Theano's containers); a shared variable's container by the
+    variable."""
+
+    def __init__(self, function: Function):
+        self._function = function
+
+    def __getitem__(self, key) -> Container:
+        f = self._function
+        if isinstance(key, SharedVariable) and key in f.shared_vars:
+            return key.container
+        return f._cells[f._input_with_value(key)]
 
 
 class InputValues:
@@ -551,5 +645,5 @@ class InputValues:
 
     def __repr__(self):
         f = self._function
-        return repr({spec.name: value for spec, value in zip(f.inputs, f._defaults)
-                     if value is not None})
+        return repr({spec.name: cell.value for spec, cell in zip(f.inputs, f._cells)
+                     if cell is not None})

@@ -8,8 +8,9 @@ items of ``function(inputs, outputs)`` into specs, refusing what cannot be one.
 
 from __future__ import annotations
 
+from tenure.compile.updates import check_update
 from tenure.symbolic.graph import Constant, Variable
-from tenure.symbolic.shared import SharedVariable
+from tenure.symbolic.shared import Container, SharedVariable
 
 
 class In:
@@ -34,8 +35,12 @@ class In:
     a call that passes the argument sets it first.  ``f[name]`` and
     ``f.value[name]`` read and write it (and any input's ``value``).
     ``implicit=True``: the argument cannot be passed (it takes no position
-    among the arguments); the value is the function's alone.  Default
-    (None): False, as in PyTensor for a value that is not a container.
+    among the arguments); the value is the function's alone.
+
+    ``value`` may be another function's cell, ``g.container[y]`` (Theano's
+    container): the two functions then share the value, so that a stateful
+    input's update in one is the value in the other.  ``implicit`` defaults
+    (None) to True for such a value, False for any other, as in PyTensor.
     """
 
     #: (the class's: pickles of functions from before these existed load)
@@ -65,9 +70,8 @@ class In:
         if strict and allow_downcast:
             raise ValueError(f"In({variable}): strict=True refuses every cast, "
                              "allow_downcast=True allows lossy ones: choose one")
-        if update is not None and value is None:
-            raise ValueError(f"In({variable}): update= makes a stateful input, which needs "
-                             f"value= to start from (the value before the first call)")
+        if update is not None:   # (its value= is checked by function(), as PyTensor does)
+            update = check_update(variable, update, f"In({variable}, update=): the new value of")
         if implicit not in (None, True, False):
             raise TypeError(f"In({variable}): implicit must be None, True or False, got "
                             f"{implicit!r}")
@@ -75,7 +79,9 @@ class In:
             raise ValueError(f"In({variable}): implicit=True means the argument cannot be "
                              f"passed, so the input needs value=")
         self.update = update
-        self.implicit = bool(implicit)
+        # (as in PyTensor: a value taken from another function's container
+        # is that function's state, not an argument, unless said otherwise)
+        self.implicit = isinstance(value, Container) if implicit is None else bool(implicit)
         self.strict = bool(strict)
         self.allow_downcast = allow_downcast
         self.variable = variable
@@ -123,11 +129,24 @@ def as_in(item, i: int) -> In:
                         f"{type(item).__name__}")
     var = spec.variable
     if isinstance(var, SharedVariable):
-        raise TypeError(f"inputs[{i}]: {var} is a shared variable; shared variables are "
-                        "implicit inputs (leave it out, or use givens to replace it)")
+        # (the words PyTensor's message starts with, which its users match)
+        raise TypeError(f"Cannot use a shared variable ({var}) as explicit input (inputs[{i}]): "
+                        "shared variables are implicit inputs (leave it out, or use givens "
+                        "to replace it)")
     if isinstance(var, Constant):
         raise TypeError(f"inputs[{i}]: {var} is a constant and cannot be an input")
     return spec
+
+
+def check_stateful_values(inputs: list[In]) -> None:
+    """A ValueError for a stateful input without a value to start from.
+    (Checked after the graph's missing and unused inputs, as PyTensor's
+    users expect those errors first.)"""
+    for i, spec in enumerate(inputs):
+        if spec.update is not None and spec.value is None:
+            raise ValueError(f"inputs[{i}]: In({spec.variable}, update=) makes a stateful "
+                             f"input, which needs value= to start from (the value before the "
+                             f"first call)")
 
 
 def as_out(item, i: int) -> Out:

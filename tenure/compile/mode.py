@@ -207,15 +207,21 @@ def check_solver(solver):
     return solver
 
 
+#: PyTensor's (and Theano's) mode names, as the rewrite presets they mean
+PYTENSOR_MODE_NAMES = {"FAST_RUN": "default", "FAST_COMPILE": "fast_compile"}
+
+
 def as_mode(mode) -> Mode:
     """``function(mode=...)`` as a Mode: None (the default), a Mode, a
-    rewrite preset or a linker name."""
+    rewrite preset (or PyTensor's name for one: ``"FAST_RUN"``,
+    ``"FAST_COMPILE"``) or a linker name."""
     if mode is None:
         return Mode()
     if isinstance(mode, Mode):
         return mode
     if isinstance(mode, str):
-        if mode in Mode.PRESETS:
-            return Mode(rewrites=mode)
+        preset = PYTENSOR_MODE_NAMES.get(mode, mode)
+        if preset in Mode.PRESETS:
+            return Mode(rewrites=preset)
         return Mode(linker=mode)
     raise TypeError(f"mode: expected a Mode, a linker name or None, got {type(mode).__name__}")

@@ -50,7 +50,8 @@ class CallSignature:
     def bind(self, args, kwargs, defaults: list, label: Callable[[], str]
              ) -> tuple[list, list[bool]]:
         """Arguments in input order; also which ones came from a default value
-        (``defaults[i]``, None where input ``i`` has none).  ``label()``
+        (``defaults[i].value``: the input's value cell, None where input ``i``
+        has none).  ``label()``
         names the function in errors."""
         n = len(self.inputs)
         if len(args) > len(self._explicit):
@@ -83,6 +84,6 @@ class CallSignature:
                 if defaults[i] is None:
                     raise TypeError(f"{label()} is missing a value for input "
                                     f"{self.input_label(i)}; expected {self.text}")
-                values[i] = defaults[i]
+                values[i] = defaults[i].value
                 from_default[i] = True
         return values, from_default

@@ -297,7 +297,7 @@ def profile_function(function) -> Profile:
                                  f"{type(thunk).__name__}, which cannot be profiled")
     compiled_c = isinstance(thunk, CThunk) and thunk._run is not None
     kinds = thunk.graph.kinds if compiled_c else ["py"] * len(thunk.plan.steps)
-    profile = Profile(linker="c" if compiled_c else "py", name=function.name or "")
+    profile = Profile(linker="c" if compiled_c else "py", name=function.given_name or "")
     active = _Active()
     records = {}
     for index, (step, kind) in enumerate(zip(thunk.plan.steps, kinds)):

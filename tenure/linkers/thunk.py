@@ -57,7 +57,7 @@ class Thunk(abc.ABC):
 
     # -- the input gate -----------------------------------------------------------
     @staticmethod
-    def filter_input(type_, value, allow_downcast: bool, what: str, strict: bool = False,
+    def filter_input(type_, value, allow_downcast: bool | None, what: str, strict: bool = False,
                      downcast_hint: str = DOWNCAST_HINT):
         """``value`` checked and converted for an input of ``type_`` (``what``
         names it in errors; ``strict``: no conversion at all;

@@ -272,7 +272,7 @@ class SharedVariable(TensorMethods, Variable):
         if isinstance(value, Variable):
             raise TypeError(f"{what}: expected a value, got symbolic variable {value} "
                             "(use updates= to assign an expression)")
-        allow = bool(self.allow_downcast)
+        allow = self.allow_downcast
         found = runtime_of(value)
         if found is not None:
             if found is not self.runtime:
@@ -281,12 +281,8 @@ class SharedVariable(TensorMethods, Variable):
                                 f"({type(value).__name__}) for a shared variable in {where}")
             return self.type.filter_device_array(value, strict=strict, allow_downcast=allow,
                                                  what=what, downcast_hint=self._downcast_hint())
-        arr = self.type.filter(value, strict=strict, allow_downcast=allow, what=what,
-                               downcast_hint=self._downcast_hint())
-        if (self.allow_downcast is False and not isinstance(value, np.ndarray)
-                and not is_foreign_array(value)):
-            _check_exact(arr, value, what)
-        return arr
+        return self.type.filter(value, strict=strict, allow_downcast=allow, what=what,
+                                downcast_hint=self._downcast_hint())
 
     def _downcast_hint(self) -> str:
         """How to have a lossy cast of a new value (``set_value`` takes no
@@ -349,17 +345,6 @@ class GenericSharedVariable(SharedVariable):
 
     def __str__(self) -> str:
         return self.name if self.name is not None else "<shared generic>"
-
-
-def _check_exact(arr: np.ndarray, value, what: str) -> None:
-    """With ``allow_downcast=False`` a Python value must convert exactly (Python
-    floats are otherwise accepted into any float dtype, rounded)."""
-    natural = np.asarray(value)
-    if natural.dtype.kind in "fc" and natural.dtype != arr.dtype \
-            and not np.array_equal(arr, natural, equal_nan=True):
-        raise TypeError(f"{what}: {value!r} cannot be stored exactly as {arr.dtype} (it "
-                        f"would be {arr!r}) and this shared variable has "
-                        "allow_downcast=False; cast the value yourself")
 
 
 def shared(value, name: str | None = None, borrow: bool = False,

@@ -138,18 +138,23 @@ class TensorType:
         return TensorConstant(self, value, name=name)
 
     # -- values -------------------------------------------------------------
-    def filter(self, value, strict: bool = False, allow_downcast: bool = False,
+    def filter(self, value, strict: bool = False, allow_downcast: bool | None = None,
                what: str = "value", downcast_hint: str = DOWNCAST_HINT) -> np.ndarray:
         """Convert ``value`` to an ndarray of this type or raise.
 
-        The input gate of every function.  Lists and Python scalars convert
-        (as NumPy would, weakly typed); arrays are accepted when their dtype
-        casts *safely* to this dtype, or any numeric cast when
-        ``allow_downcast`` (NumPy's C cast: out-of-range integers wrap,
-        floats round, for arrays and Python numbers alike).  ndim and static
-        lengths must match.  With ``strict`` the value must already be an
-        array of exactly this dtype (an ndarray, or another library's array,
-        which needs no conversion either).
+        The input gate of every function, with PyTensor's rules.  Arrays are
+        accepted when their dtype casts *safely* to this dtype, or with any
+        numeric cast when ``allow_downcast`` (NumPy's C cast: out-of-range
+        integers wrap, floats round).  Lists and Python scalars convert when
+        nothing is lost (``f(0.5)`` into float32, ``f(2.0)`` into int64), else
+        only with ``allow_downcast``; with ``allow_downcast`` None (the
+        default: no one said), a lone float into a ``config.floatX`` input is
+        taken rounded too.  A Python int out of the dtype's range is a
+        :class:`ValueOutOfRange`, unless ``allow_downcast`` (then it wraps,
+        as in an array).  ndim and static lengths must match.  With
+        ``strict`` the value must already be an array of exactly this dtype
+        (an ndarray, or another library's array, which needs no conversion
+        either).
 
         Array types: a masked array (``np.ma.MaskedArray``) is refused with a
         TypeError (its mask would be ignored; pass ``.filled(...)`` or
@@ -191,7 +196,8 @@ class TensorType:
         self.check_shape(arr, what)
         return arr
 
-    def filter_device_array(self, value, strict: bool = False, allow_downcast: bool = False,
+    def filter_device_array(self, value, strict: bool = False,
+                            allow_downcast: bool | None = None,
                             what: str = "value", downcast_hint: str = DOWNCAST_HINT):
         """A device array (CuPy's, or the emulated device's) as an array of
         this type on the same device: ``value`` itself, or cast on the device
@@ -228,58 +234,65 @@ class TensorType:
                 raise ValueError(f"{what}: expected static shape {_shape_str(self.shape)}, "
                                  f"got shape {tuple(arr.shape)} (axis {axis}: {got} != {want})")
 
-    def _convert_python_value(self, value, allow_downcast: bool, what: str,
+    def _convert_python_value(self, value, allow_downcast: bool | None, what: str,
                               downcast_hint: str = DOWNCAST_HINT) -> np.ndarray:
-        """Python scalars, lists and NumPy scalars into an array of this dtype."""
+        """Python scalars, lists and NumPy scalars into an array of this dtype,
+        by PyTensor's rules: with ``allow_downcast``, NumPy's C cast, as for an
+        array of these values (out-of-range ints wrap, floats round); else a
+        conversion that loses nothing, and a lossy one only for a lone float
+        into a ``config.floatX`` input with ``allow_downcast`` None (no one
+        said either way), PyTensor's exception for float literals.  An int
+        out of the dtype's range is then a :class:`ValueOutOfRange`."""
         target = self.numpy_dtype
-        if isinstance(value, np.generic):
-            # NumPy scalars are strongly typed, like arrays.
-            return self.filter(np.asarray(value), allow_downcast=allow_downcast, what=what,
-                               downcast_hint=downcast_hint)
+        natural = self._natural_array(value, what)
+        if natural.dtype == target:
+            return natural
+        if allow_downcast:
+            # the same cast as for an array, so f(300) and f(np.array(300)) agree
+            try:
+                with np.errstate(over="ignore", invalid="ignore"):   # (asked for)
+                    return natural.astype(target)
+            except (OverflowError, TypeError, ValueError) as exc:
+                # only ints that no NumPy integer dtype holds (object arrays)
+                raise ValueOutOfRange(f"{what}: {value!r} does not fit in {self.dtype} "
+                                      f"({exc})") from None
+        converted = self._cast_python_value(value, natural, what)
+        if (_float_literal_for_floatx(value, target, allow_downcast)
+                or _converts_exactly(natural, converted)):
+            return converted
+        given, stored = _first_loss(natural, converted)
+        raise TypeError(f"{what}: {_short_repr(value)} cannot be stored exactly as "
+                        f"{self.dtype} ({given!r} would be {stored!r}); cast it yourself, "
+                        f"or {downcast_hint}")
+
+    def _natural_array(self, value, what: str) -> np.ndarray:
+        """``value`` as NumPy reads it, refused unless it holds numbers (Python
+        ints beyond int64 come as an object array)."""
         try:
             natural = np.asarray(value)
         except (ValueError, TypeError) as exc:
             raise TypeError(f"{what}: expected an array-like of {self.dtype}, got "
                             f"{type(value).__name__} ({exc})") from None
-        if target.kind in "iu" and natural.dtype.kind in "fO" and _all_python_ints(value):
-            # NumPy turns ints beyond int64 into float64 or object arrays; they
-            # are still ints, to be range-checked against the target below.
-            natural = np.asarray(value, dtype=object)
-            same_kind_ints = True
-        else:
-            same_kind_ints = False
-        if (natural.dtype == object and not same_kind_ints) or natural.dtype.kind in "USV":
-            raise TypeError(f"{what}: expected numbers convertible to {self.dtype}, got "
-                            f"{type(value).__name__} holding {natural.dtype}")
-        if natural.dtype == target:
-            return natural
-        if allow_downcast:
-            # Any cast, and the same one as for an array of these values
-            # (NumPy's C cast: out-of-range ints wrap, floats round), so that
-            # f(300) and f(np.array(300)) agree.  Only ints no NumPy integer
-            # dtype holds (object arrays here) cannot be cast.
-            try:
-                return natural.astype(target)
-            except (OverflowError, TypeError, ValueError) as exc:
-                raise ValueError(f"{what}: {value!r} does not fit in {self.dtype} "
-                                 f"({exc})") from None
-        # Python numbers are weakly typed: like NumPy 2, a float fits any float
-        # dtype and an int any int dtype it is in range of; changing kind
-        # (float to int, complex to float, numbers to bool) is a downcast.
-        same_or_higher_kind = same_kind_ints or _kind_rank(natural.dtype) <= _kind_rank(target)
-        if not same_or_higher_kind:
-            raise TypeError(f"{what}: expected {self.dtype}, got {type(value).__name__} "
-                            f"holding {natural.dtype} values; converting would lose "
-                            f"information ({downcast_hint} to allow it)")
+        if ((natural.dtype == object and not _all_python_ints(value))
+                or natural.dtype.kind in "USVMm"):
+            raise NotNumeric(f"{what}: expected numbers convertible to {self.dtype}, got "
+                             f"{type(value).__name__} holding {natural.dtype}")
+        return natural
+
+    def _cast_python_value(self, value, natural: np.ndarray, what: str) -> np.ndarray:
+        """``value`` converted to this dtype as NumPy converts Python numbers
+        (floats round, overflow to inf and truncate into ints), to be
+        compared with ``natural``: an int out of range is a
+        :class:`ValueOutOfRange`, a complex into a real dtype a TypeError."""
         try:
-            with np.errstate(over="raise", invalid="raise"):
-                converted = np.asarray(value, dtype=target)
-        except (OverflowError, FloatingPointError, ValueError) as exc:
-            raise ValueError(f"{what}: {value!r} does not fit in {self.dtype} ({exc})") from None
-        if (target.kind in "iu" and not same_kind_ints
-                and not np.array_equal(converted, natural)):
-            raise ValueError(f"{what}: {value!r} does not fit in {self.dtype}")
-        return converted
+            with np.errstate(over="ignore", invalid="ignore"):
+                return np.asarray(value, dtype=self.numpy_dtype)
+        except OverflowError as exc:
+            raise ValueOutOfRange(f"{what}: {value!r} does not fit in {self.dtype} "
+                                  f"({exc})") from None
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{what}: expected {self.dtype}, got {type(value).__name__} "
+                            f"holding {natural.dtype} values ({exc})") from None
 
     def is_valid_value(self, value) -> bool:
         """Whether ``value`` is already an array of exactly this type (strict filter)."""
@@ -423,16 +436,53 @@ def _check_dlpack_device(value, label: str, what: str) -> None:
         "cupy.asnumpy(a), jax.device_get(a))")
 
 
+class ValueOutOfRange(OverflowError, ValueError, TypeError):
+    """A Python int outside the range of the input's integer dtype.  Each
+    class its callers catch: an OverflowError, as NumPy 2 raises; a
+    TypeError, as PyTensor raises for a value its type cannot store (its
+    tests expect it); a ValueError, as tenure raised before."""
+
+
+class NotNumeric(TypeError, ValueError):
+    """A value that holds no numbers (a string, a dict, any object) where an
+    array is expected: a TypeError, and the ValueError NumPy raises
+    converting a string to numbers (so PyTensor's users catch that)."""
+
+
+def _float_literal_for_floatx(value, target: np.dtype, allow_downcast: bool | None) -> bool:
+    """PyTensor's exception to exact conversion: with ``allow_downcast`` None, a
+    lone float (Python's or NumPy's) goes into an input of ``config.floatX``
+    rounded, so that ``f(0.1)`` works when floatX is float32."""
+    return (allow_downcast is None and isinstance(value, (float, np.floating))
+            and target == np.dtype(config.floatX))
+
+
+def _converts_exactly(natural: np.ndarray, converted: np.ndarray) -> bool:
+    """Whether ``converted`` holds the same numbers as ``natural`` (NaN as NaN)."""
+    if natural.dtype == object:   # Python ints beyond int64: compare them as Python does
+        return all(c == v for c, v in zip(converted.ravel().tolist(), natural.ravel()))
+    return bool(np.array_equal(natural, converted, equal_nan=natural.dtype.kind in "fc"))
+
+
+def _first_loss(natural: np.ndarray, converted: np.ndarray) -> tuple:
+    """The first value that does not survive the conversion, and what it becomes."""
+    for given, stored in zip(natural.ravel().tolist(), converted.ravel().tolist()):
+        if given != stored and not (given != given and stored != stored):   # (NaN is kept)
+            return given, stored
+    raise AssertionError("no value was lost")
+
+
+def _short_repr(value, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 5] + "(...)"
+
+
 def _all_python_ints(value) -> bool:
     try:
         items = np.asarray(value, dtype=object).ravel()
     except (TypeError, ValueError):
         return False
     return all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in items)
-
-
-def _kind_rank(dtype: np.dtype) -> int:
-    return {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}.get(dtype.kind, 4)
 
 
 def python_scalar_dtype(value) -> str:

@@ -134,6 +134,9 @@ class TestEngine:
         assert "mul_by_one" in tn.function([x], expr).rewrites_applied
         assert tn.function([x], expr, mode=tn.Mode(rewrites="none", include=["mul_by_one"])
                            ).rewrites_applied == ["mul_by_one"]
+        # PyTensor's names for the presets (its tests pass mode="FAST_RUN")
+        assert tn.function([x], expr, mode="FAST_COMPILE").rewrites_applied == []
+        assert "mul_by_one" in tn.function([x], expr, mode="FAST_RUN").rewrites_applied
 
     def test_rewrites_that_never_settle_are_stopped(self, monkeypatch):
         x = tn.vector("x")

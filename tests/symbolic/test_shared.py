@@ -137,23 +137,36 @@ class TestStrictAndAllowDowncast:
         with pytest.raises(TypeError, match="could lose information"):
             tn.shared(np.array([1.5, 2.5]), dtype="int32")
 
-    def test_allow_downcast_none_takes_python_floats_into_floatx(self):
+    def test_allow_downcast_none_takes_a_lone_float_into_floatx(self):
+        # PyTensor's SharedVariable.set_value, through TensorType.filter: with
+        # allow_downcast None a lone float goes into a floatX variable rounded;
+        # a list of floats must convert exactly.
         with tn.config.change_flags(floatX="float32"):
+            s = tn.shared(np.zeros((), dtype="float32"), name="s")
+            s.set_value(0.1)
+            assert s.get_value() == np.float32(0.1)
             w = tn.shared(np.zeros(2, dtype="float32"), name="w")
-            w.set_value([0.1, 0.2])  # rounded to float32, as PyTensor does for None
-            np.testing.assert_array_equal(w.get_value(),
-                                          np.array([0.1, 0.2], dtype="float32"))
-            w.set_value(0.1 * np.ones(2, dtype="float32"))
+            with pytest.raises(TypeError, match=r"set_value of w: \[0.1, 0.2\] cannot be "
+                                                r"stored exactly as float32 \(0.1 would be"):
+                w.set_value([0.1, 0.2])
+            w.set_value([0.5, 0.25])
+            np.testing.assert_array_equal(w.get_value(), [0.5, 0.25])
+        with pytest.raises(TypeError, match="cannot be stored exactly"):
+            s.set_value(0.1)     # float32 is not floatX (float64) here
 
     def test_allow_downcast_false_refuses_inexact_python_floats(self):
         w = tn.shared(np.zeros(2, dtype="float32"), name="w", allow_downcast=False)
         with pytest.raises(TypeError, match=r"set_value of w: \[0.1, 0.25\] cannot be stored "
-                                            r"exactly as float32.*allow_downcast=False"):
+                                            r"exactly as float32.*allow_downcast=True"):
             w.set_value([0.1, 0.25])
         np.testing.assert_array_equal(w.get_value(), np.zeros(2))
         w.set_value([0.5, 0.25])  # exact in float32: fine
         np.testing.assert_array_equal(w.get_value(), [0.5, 0.25])
         w.set_value(np.array([0.1, 0.2], dtype="float32"))  # arrays: the usual rules
+        s = tn.shared(np.zeros((), dtype="float32"), name="s", allow_downcast=False)
+        with tn.config.change_flags(floatX="float32"):
+            with pytest.raises(TypeError, match="cannot be stored exactly"):
+                s.set_value(0.1)   # False: not even floatX's exception
 
 
 class TestGeneric:

@@ -268,7 +268,7 @@ def _unsupported(node, inputs, cells):
     raise UnsupportedOnDevice(f"{node} cannot run on the device")
 
 
-def filter_device_input(runtime, type_, value, allow_downcast: bool, what: str,
+def filter_device_input(runtime, type_, value, allow_downcast: bool | None, what: str,
                         strict: bool = False, downcast_hint: str = DOWNCAST_HINT):
     """The input gate on the device: a device array of ``runtime`` checked
     (and cast on the device when allowed), another device's array refused, a

@@ -190,7 +190,7 @@ class DaskThunk(Thunk):
 
     # -- the input gate for lazy arguments -------------------------------------------
     @staticmethod
-    def filter_input(type_, value, allow_downcast: bool, what: str, strict: bool = False,
+    def filter_input(type_, value, allow_downcast: bool | None, what: str, strict: bool = False,
                      downcast_hint: str = DOWNCAST_HINT):
         """``value`` for an input of ``type_``: a Dask array is checked and cast
         lazily (the rules of :meth:`TensorType.filter`; ``strict``: of the
