@@ -53,6 +53,9 @@ reshape_chain         shape_ops   reshape of a reshape -> one reshape
 useless_reshape       shape_ops   a reshape to ``x``'s own shape -> ``x``
 useless_alloc         shape_ops   alloc/broadcast_to ``x``'s static shape -> ``x``
 useless_sum_to        shape_ops   sum_to ``x``'s static shape -> ``x``
+sum_to_leading_axes   shape_ops   ``sum_to`` over added leading axes -> a sum first
+sum_to_static_ones    shape_ops   ``sum_to`` onto static length-1 axes -> a keepdims
+                                  sum first
 reduce_of_reduce      reduce      ``sum(sum(x, a), b)`` -> one sum (and prod, ...)
 shape_lift            shape       ``shape(f(y))`` -> built from ``y``'s shape
 shape_index_lift      shape       ``shape(f(y))[i]`` -> built from ``y``'s shape
@@ -60,7 +63,9 @@ make_vector_index     shape       ``make_vector(a, b, ...)[i]`` -> the i-th item
 make_vector_of_shape  shape       ``make_vector(shape(y)[0], ...)`` -> ``shape(y)``
 ====================  ==========  ===============================================
 
-The ``shape`` rewrites live in :mod:`tenure.rewrites.shape_lift`.
+The ``shape`` rewrites live in :mod:`tenure.rewrites.shape_lift`.  (An alloc
+that elementwise ops read broadcast instead goes in the fuse phase:
+:mod:`tenure.rewrites.broadcast`.)
 """
 
 from __future__ import annotations
@@ -553,6 +558,33 @@ def sum_to_leading_axes(fgraph, node):
         return None
     partial = reduce_sum(g, axis=tuple(range(lead)))
     if not same_dtype(partial, node.outputs[0]):
+        return None
+    return SumTo()(partial, *dims)
+
+
+@register_node_rewrite("canonicalize", tags=("shape_ops",))
+def sum_to_static_ones(fgraph, node):
+    """``sum_to(g, *dims)`` where a target length is statically 1 and ``g``'s
+    is not known to be: that axis is summed whatever the lengths (a sum
+    over one element is that element), so by a keepdims reduction --
+    compiled code on the C and CUDA linkers, fused there with the
+    elementwise op that makes ``g`` -- before ``sum_to`` looks at the rest:
+    the gradient of a row statistic (``x - x.mean(axis=1, keepdims=True)``)
+    is a row sum.  ``g`` must have no extra leading axes
+    (:func:`sum_to_leading_axes` takes those first).  Floats only, as
+    there."""
+    if not isinstance(node.op, SumTo):
+        return None
+    g, *dims = node.inputs
+    out = node.outputs[0]
+    if g.ndim != len(dims) or out.type.numpy_dtype.kind != "f":
+        return None
+    axes = tuple(axis for axis, (want, have) in enumerate(zip(out.type.shape, g.type.shape))
+                 if want == 1 and have != 1)
+    if not axes:
+        return None
+    partial = reduce_sum(g, axis=axes, keepdims=True)
+    if not same_dtype(partial, out):
         return None
     return SumTo()(partial, *dims)
 

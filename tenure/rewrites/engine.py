@@ -85,8 +85,8 @@ def registered_rewrites() -> dict[str, Rewrite]:
 
 def _load_rewrite_modules() -> None:
     # The modules register their rewrites when imported.
-    from tenure.rewrites import (canonicalize, fusion, increments, inplace,  # noqa: F401
-                                 remat, shape_lift, specialize, stabilize)
+    from tenure.rewrites import (broadcast, canonicalize, fusion, increments,  # noqa: F401
+                                 inplace, remat, shape_lift, specialize, stabilize)
     from tenure.rewrites import random_inplace  # noqa: F401
     from tenure.rewrites import dask_specialize  # noqa: F401
     from tenure.rewrites import scan_checkpoint, scan_memory  # noqa: F401

@@ -173,6 +173,13 @@ def _sum_to_leading_axes():
             lambda f: any(n.inputs[0].ndim > n.outputs[0].ndim for n in nodes(f, SumTo)))
 
 
+def _sum_to_static_ones():
+    m = tn.matrix("m")
+    return ([m], SumTo()(tn.exp(m), m.shape[0], 1), [M23],
+            lambda f: any(n.outputs[0].type.shape[1] == 1 and n.inputs[0].type.shape[1] != 1
+                          for n in nodes(f, SumTo)))
+
+
 def _dimshuffle_chain():
     m = tn.matrix("m")
     return ([m], tn.expand_dims(tn.exp(m).T, 0), [M23],
@@ -248,6 +255,7 @@ CASES = {
     "useless_alloc": _useless_alloc,
     "useless_sum_to": _useless_sum_to,
     "sum_to_leading_axes": _sum_to_leading_axes,
+    "sum_to_static_ones": _sum_to_static_ones,
     "dimshuffle_chain": _dimshuffle_chain,
     "useless_dimshuffle": _useless_dimshuffle,
     "reshape_chain": _reshape_chain,
@@ -260,7 +268,7 @@ CASES = {
 }
 
 #: rewrites whose result may differ from the original in the last bits (documented)
-NOT_BITWISE = {"exp_of_log", "reduce_of_reduce", "sum_to_leading_axes"}
+NOT_BITWISE = {"exp_of_log", "reduce_of_reduce", "sum_to_leading_axes", "sum_to_static_ones"}
 
 
 def test_every_canonicalize_rewrite_has_a_case():
@@ -436,7 +444,10 @@ def test_useless_alloc_and_sum_to_need_static_proof():
     assert not _fires("useless_alloc", [m], tn.broadcast_to(m, (2, 3)), one_row)
     t = tn.tensor("t", shape=(2, 3))
     assert not _fires("useless_alloc", [t], tn.broadcast_to(t, (4, 2, 3)), M23)
-    assert not _fires("useless_sum_to", [t], SumTo()(t, 1, 3), M23)
+    summed = tn.function([t], SumTo()(t, 1, 3), mode=tn.Mode(exclude=["sum_to_static_ones"]))
+    assert "useless_sum_to" not in summed.rewrites_applied
+    # (sum_to_static_ones makes it a keepdims sum, after which the sum_to is useless)
+    assert _fires("useless_sum_to", [t], SumTo()(t, 1, 3), M23)
     # a broadcast whose dims are only known at run time stays
     n = tn.scalar("n", dtype="int64")
     assert not _fires("useless_alloc", [t, n], tn.broadcast_to(t, (n, 3)), M23, np.array(2))

@@ -61,11 +61,14 @@ def gradient_with_sum_to(rng):
 
 
 def alloc_broadcast(rng):
-    """An ``alloc`` read by two elementwise ops that ``x`` gives its shape."""
-    x, c = tn.matrix("x"), tn.scalar("c")
-    a = tn.alloc(c, x.shape[0], x.shape[1])
-    return ([x, c], [x + a, tn.exp(x) * a], [(10, 5), None],
-            [rng.standard_normal((37, 23)), np.array(2.5)])
+    """An ``alloc`` read by two elementwise ops that ``x`` gives its shape.
+    The alloc takes ``y``'s lengths, which only a call shows to be ``x``'s
+    (with ``x``'s own, the fuse phase's ``alloc_read_as_broadcast`` drops it
+    when compiling)."""
+    x, y, c = tn.matrix("x"), tn.matrix("y"), tn.scalar("c")
+    a = tn.alloc(c, y.shape[0], y.shape[1])
+    return ([x, y, c], [x + a, tn.exp(x) * a], [(10, 5), (10, 5), None],
+            [rng.standard_normal((37, 23)), rng.standard_normal((37, 23)), np.array(2.5)])
 
 
 def chunked_reductions(rng):
