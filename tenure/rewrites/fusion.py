@@ -9,16 +9,21 @@ rewrites off).
     inputs, a producer is absorbed into the group when it is a non-inplace
     ``Elemwise`` and *every* reader of its result is already in the group (and
     the result is not a graph output).  A result with readers outside the group
-    is therefore never recomputed: it stays a separate node (itself the root of
-    another group) and enters the composite as an input.  The absorbed region
-    is convex, so fusing it never makes a cycle.  Python-number constants are
+    stays a separate node (itself the root of another group) and enters the
+    composite as an input -- unless recomputing it costs less than storing it
+    (:func:`recomputable`: one cheap arithmetic op reading one full-size value
+    that exists anyway, as ``x - x.mean(axis=1, keepdims=True)``): then the
+    group computes its own copy, and the node stays for the other readers
+    (or goes, when each of them takes a copy too).  The absorbed region is
+    convex (a copy reads only the producer's inputs), so fusing it never
+    makes a cycle.  Python-number constants are
     folded into the scalar graph as weak literals; a group reads at most
     :data:`MAX_INPUTS` distinct inputs.  Broadcasting needs no care: the
     composite broadcasts all its inputs to the output shape, which is the shape
     every step of the chain broadcasts to anyway.
 
 ``fuse_reduce``
-    ``sum``/``prod``/``max``/``min`` over at least one axis of an elementwise
+    ``sum``/``prod``/``max``/``min``/``mean`` over at least one axis of an elementwise
     result that nothing else reads becomes a :class:`FusedReduce`, which folds
     each block of the elementwise values into the reduction as it goes: the
     full intermediate is never allocated.
@@ -40,7 +45,7 @@ from tenure.symbolic.variable import TensorConstant
 MAX_INPUTS = 32
 
 #: the reductions that can absorb an elementwise tree
-FUSABLE_REDUCTIONS = ("sum", "prod", "max", "min")
+FUSABLE_REDUCTIONS = ("sum", "prod", "max", "min", "mean")
 
 
 def _is_fusable(node) -> bool:
@@ -50,6 +55,38 @@ def _is_fusable(node) -> bool:
 
 def _is_weak(var) -> bool:
     return isinstance(var, TensorConstant) and var.weak
+
+
+#: scalar ops cheap enough to compute again in each reader rather than store
+CHEAP_TO_RECOMPUTE = frozenset({"add", "sub", "mul", "neg"})
+
+
+def recomputable(fgraph, producer) -> bool:
+    """Whether a group may compute its own copy of ``producer``'s result
+    instead of reading it: one cheap arithmetic op (not a graph output)
+    whose inputs are, but for one, statically smaller than its result
+    (broadcast along an axis it spans), and whose one full-size input exists
+    anyway -- a graph input, a non-elementwise result, or an elementwise
+    one read elsewhere too -- so the copy reads what the stored result
+    would have cost to write and read back, and stores nothing.  Values are
+    the same bits: the same op on the same inputs."""
+    if getattr(producer.op.scalar_op, "name", None) not in CHEAP_TO_RECOMPUTE:
+        return False
+    (result,) = producer.outputs
+    if any(client == OUTPUT for client, _ in fgraph.clients.get(result, ())):
+        return False
+    full = [v for v in producer.inputs if not _is_weak(v) and not _smaller(v, result)]
+    if len(full) != 1:
+        return False
+    owner = full[0].owner
+    return not (_is_fusable(owner) and len(fgraph.clients.get(full[0], ())) == 1)
+
+
+def _smaller(v, result) -> bool:
+    """Whether ``v`` is statically broadcast along an axis ``result`` spans."""
+    offset = result.ndim - v.ndim
+    return offset > 0 or any(
+        mine == 1 and theirs != 1 for mine, theirs in zip(v.type.shape, result.type.shape))
 
 
 def collect_group(fgraph, root: Apply, position: dict,
@@ -82,7 +119,8 @@ def collect_group(fgraph, root: Apply, position: dict,
         (result,) = producer.outputs
         clients = fgraph.clients.get(result, ())
         if not clients or any(client == OUTPUT or client not in group for client, _ in clients):
-            continue
+            if not (clients and recomputable(fgraph, producer)):
+                continue
         new = [v for v in producer.inputs if not _is_weak(v) and v not in external]
         if len(external) - 1 + len(set(new)) > max_inputs:
             continue
@@ -175,6 +213,8 @@ def fuse_reduce(fgraph) -> bool:
             continue
         if fgraph.clients.get(values) != [(node, 0)]:
             continue  # read elsewhere (or returned): the intermediate exists anyway
+        if op.fn_name == "mean" and values.type.dtype != node.outputs[0].type.dtype:
+            continue  # (NumPy's mean of ints converts blocks to floats: left whole)
         group = collect_group(fgraph, producer, position)
         composite, inputs = build_composite(group, producer, position)
         old = node.outputs[0]

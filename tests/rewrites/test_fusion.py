@@ -273,6 +273,53 @@ def test_shared_intermediate_with_two_clients_is_not_duplicated(mode):
     assert "Composite{exp(i0) * 2}" in str(exps[0].op)
 
 
+def _layer_norm(x, g, b):
+    mu = x.mean(axis=1, keepdims=True)
+    return (x - mu) / tn.sqrt(((x - mu) ** 2).mean(axis=1, keepdims=True) + 1e-5) * g + b
+
+
+def test_a_cheap_intermediate_is_recomputed_by_each_reader(mode):
+    """``x - mu`` read by the variance's reduction and by the output: each
+    computes its own copy (reading x, which exists anyway), so no full-size
+    intermediate is stored -- the layer norm is two reductions and one
+    elementwise pass."""
+    x, g, b = tn.matrix("x"), tn.vector("g"), tn.vector("b")
+    rng = np.random.default_rng(21)
+    args = [rng.normal(size=(6, 9)), rng.normal(size=9), rng.normal(size=9)]
+    with small_blocks():
+        f = _compare([x, g, b], _layer_norm(x, g, b), args, mode, rtol=1e-12)
+    full_size = [n for n in f.fgraph.apply_nodes
+                 if isinstance(n.op, Elemwise) and n.outputs[0].ndim == 2
+                 and n.outputs[0].type.shape[1] != 1]
+    assert len(full_size) == 1 and full_size[0].outputs[0] in f.fgraph.outputs
+    assert sum(isinstance(n.op, FusedReduce) for n in f.fgraph.apply_nodes) == 1
+
+
+def test_recomputing_stores_nothing_full_size(cc_or_skip):
+    """The C loops need the output alone (the NumPy performs, block
+    temporaries besides); unfused, x's deviations and their squares too."""
+    x, g, b = tn.matrix("x"), tn.vector("g"), tn.vector("b")
+    a = np.random.default_rng(22).normal(size=(256, 512))
+    args = [a, np.ones(512), np.zeros(512)]
+    for linker, bound in (("c", 1.1), ("py", 1.7)):
+        f = tn.function([x, g, b], _layer_norm(x, g, b), mode=tn.Mode(linker=linker))
+        unfused = tn.function([x, g, b], _layer_norm(x, g, b),
+                              mode=tn.Mode(linker=linker, **UNFUSED))
+        assert _peak(f, *args) <= bound * a.nbytes, linker
+        assert _peak(unfused, *args) >= 2 * a.nbytes, linker
+
+
+def test_what_is_not_recomputed(mode):
+    """An expensive op, an op with two full-size inputs, and a cheap op whose
+    full-size input would otherwise be fused into it are stored once."""
+    x, y, m = tn.matrix("x"), tn.matrix("y"), tn.matrix("m", shape=(None, 1))
+    rng = np.random.default_rng(23)
+    args = [rng.normal(size=(4, 5)), rng.normal(size=(4, 5)), rng.normal(size=(4, 1))]
+    for t in (tn.exp(x - m), x - y, tn.exp(x) - m):
+        f = _compare([x, y, m], [t.sum(axis=1), t * 3], args, mode, rtol=1e-12)
+        assert not any(isinstance(n.op, FusedReduce) for n in f.fgraph.apply_nodes), str(t)
+
+
 def test_intermediate_that_is_also_an_output(mode):
     x = tn.vector("x")
     t = tn.exp(x) * 2
@@ -448,7 +495,7 @@ def test_memory_fused_reduction_needs_no_intermediate():
 # Reductions absorbing elementwise trees
 
 
-@pytest.mark.parametrize("fn_name", ["sum", "prod", "max", "min"])
+@pytest.mark.parametrize("fn_name", ["sum", "prod", "max", "min", "mean"])
 @pytest.mark.parametrize("axis, keepdims", [(None, False), (0, False), (1, True), ((0, 2), False),
                                             (2, False), ((1, 2), True)])
 @pytest.mark.parametrize("block", [None, 3, 5, 12, 40])
@@ -494,9 +541,29 @@ def test_reduction_not_fused_when_intermediate_is_needed(mode):
     assert not any(isinstance(n.op, FusedReduce) for n in f.fgraph.apply_nodes)
     f = _compare([x], [t.sum(), t.max()], [np.linspace(0, 1, 7)], mode)
     assert not any(isinstance(n.op, FusedReduce) for n in f.fgraph.apply_nodes)
-    # mean, var and reductions of plain inputs are left alone
-    f = _compare([x], [t.mean(), x.sum(), tn.var(t * 3)], [np.linspace(0, 1, 7)], mode)
+    # a mean of a result needed too, and reductions of plain inputs, are left alone
+    f = _compare([x], [t.mean(), t, x.sum(), x.mean()], [np.linspace(0, 1, 7)], mode)
     assert not any(isinstance(n.op, FusedReduce) for n in f.fgraph.apply_nodes)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+def test_a_mean_absorbs_its_elementwise_tree(dtype, mode):
+    """mean(exp(x) ...) is a FusedReduce: the sum, then the count divided in
+    double precision and rounded to the output dtype, as NumPy's mean (the
+    variance of a layer norm, mean((x - mu) ** 2), reads x's deviations once).
+    A mean of ints (a float result) is left whole."""
+    x = tn.matrix("x", dtype=dtype)
+    values = (x - x.mean(axis=1, keepdims=True)) ** 2 if dtype != "int32" else x * 3
+    outs = [values.mean(axis=1, keepdims=True), (x * 2).mean(), (x + 1).mean(axis=0)]
+    rng = np.random.default_rng(14)
+    data = (rng.normal(size=(300, 200)) * 10).astype(dtype)
+    with small_blocks():
+        f = _compare([x], outs, [data], mode, rtol=1e-5 if dtype == "float32" else 1e-12)
+    fused = [n for n in f.fgraph.apply_nodes if isinstance(n.op, FusedReduce)]
+    if dtype == "int32":
+        assert not fused
+    else:
+        assert len(fused) == 3 and {n.op.fn_name for n in fused} == {"mean"}
 
 
 def test_fused_reduction_empty_and_errors(mode):

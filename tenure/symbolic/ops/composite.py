@@ -432,13 +432,16 @@ def _full_block_shape(shape: tuple, block_size: int) -> tuple:
 # FusedReduce
 
 
-_COMBINE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
-_PARTIAL = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
+_COMBINE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum,
+            "mean": np.add}
+_PARTIAL = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "mean": np.sum}
 
 
 class FusedReduce(Op):
-    """``fn_name`` (sum, prod, max or min) over ``axis`` of ``Elemwise(composite)``
-    of the inputs, computed block by block without the elementwise intermediate.
+    """``fn_name`` (sum, prod, max, min or mean) over ``axis`` of
+    ``Elemwise(composite)`` of the inputs, computed block by block without
+    the elementwise intermediate (a mean sums, then divides the sum by the
+    count in double precision, rounding to the output dtype, as NumPy does).
 
     Types are exactly those of ``Reduce(fn_name, axis, keepdims)(Elemwise(composite)(*inputs))``;
     values equal it up to the order of floating-point accumulation.
@@ -494,7 +497,7 @@ class FusedReduce(Op):
             acc = np.empty(keep_shape, out_dtype)
         combine = _COMBINE[self.fn_name]
         partial_fn = _PARTIAL[self.fn_name]
-        kwargs = {"dtype": out_dtype} if self.fn_name in ("sum", "prod") else {}
+        kwargs = {"dtype": out_dtype} if self.fn_name in ("sum", "prod", "mean") else {}
         views = [np.broadcast_to(a, shape) for a in inputs]
         full_shape = _full_block_shape(shape, BLOCK_SIZE)
         buffers = _BlockBuffers(full_shape)
@@ -516,6 +519,10 @@ class FusedReduce(Op):
                 np.copyto(target, partial, casting="unsafe")
             else:
                 combine(target, partial, out=target, casting="unsafe")
+        if self.fn_name == "mean":
+            # NumPy's mean: the sum divided by the count (an intp) in float64
+            count = np.intp(math.prod(shape[a] for a in axes))
+            np.true_divide(acc, count, out=acc, casting="unsafe")
         cell[0] = buffer if buffer is not None else acc.reshape(out_shape)
 
     def workspace_bytes(self, node, input_shapes, output_shapes):
