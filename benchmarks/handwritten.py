@@ -13,16 +13,16 @@ themselves instead of calling a built-in op.
 
 Each is float32 and checked against a float64 NumPy reference like every
 workload (see :mod:`workloads`); PyTorch runs eager and through
-``torch.compile`` (the variant "torch.compile").  :mod:`workloads` adds these
-to its table.
+``torch.compile`` (the variant "torch.compile").  This module adds them to
+:data:`workloads.WORKLOADS` (which imports it).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from workloads import (LR, TORCH_COMPILE, Built, _Clock, _jax, _jax_built, _jax_sgd, _np,
-                       _softmax64, _tenure_mode, _tenure_sgd, _torch_sgd, _torch_wrap,
+from workloads import (LR, TORCH_COMPILE, WORKLOADS, Built, _Clock, _jax, _jax_built, _jax_sgd,
+                       _np, _softmax64, _tenure_mode, _tenure_sgd, _torch_sgd, _torch_wrap,
                        pytensor_mode)
 
 #: rows and columns of the row-wise workloads (``--quick``: smaller)
@@ -386,3 +386,4 @@ class GeluMlpByHand:
 
 
 HANDWRITTEN = (SoftmaxGradByHand, LayerNormByHand, LayerNormGradByHand, GeluMlpByHand)
+WORKLOADS.update({w.name: w for w in HANDWRITTEN})
