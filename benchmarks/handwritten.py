@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads import (LR, TORCH_COMPILE, WORKLOADS, Built, _Clock, _jax, _jax_built, _jax_sgd,
-                       _np, _softmax64, _tenure_mode, _tenure_sgd, _torch_sgd, _torch_wrap,
+from workloads import (LR, TORCH_COMPILE, WORKLOADS, Built, SoftmaxGrad, _Clock, _jax, _jax_built,
+                       _jax_sgd, _np, _tenure_mode, _tenure_sgd, _torch_sgd, _torch_wrap,
                        pytensor_mode)
 
 #: rows and columns of the row-wise workloads (``--quick``: smaller)
@@ -42,22 +42,15 @@ def _torch_softmax_by_hand(x):
 
 
 class SoftmaxGradByHand:
+    """``softmax_grad``'s gradient, its data and reference, with the softmax
+    written out."""
     name = "softmax_grad_by_hand"
     title = "grad of sum(exp(x-log(sum(exp(x),1)))*w) wrt x, float32"
     gradient = True
     variants = (None, TORCH_COMPILE)
-    sizes = _ROWS
-
-    @staticmethod
-    def data(rows, cols, rng):
-        return {"x": rng.standard_normal((rows, cols), dtype=np.float32),
-                "w": rng.standard_normal((rows, cols), dtype=np.float32)}
-
-    @staticmethod
-    def reference(d):
-        s = _softmax64(d["x"])
-        w = d["w"].astype(np.float64)
-        return [s * (w - (s * w).sum(axis=1, keepdims=True))]
+    sizes = SoftmaxGrad.sizes
+    data = staticmethod(SoftmaxGrad.data)
+    reference = staticmethod(SoftmaxGrad.reference)
 
     @staticmethod
     def tenure(d, linker):
@@ -126,13 +119,6 @@ def _torch_mean(x, axis):
     return x.mean(dim=axis, keepdim=True)
 
 
-def _layer_norm_data(rows, cols, rng):
-    return {"x": rng.standard_normal((rows, cols), dtype=np.float32),
-            "g": rng.standard_normal(cols, dtype=np.float32),
-            "b": rng.standard_normal(cols, dtype=np.float32),
-            "w": rng.standard_normal((rows, cols), dtype=np.float32)}
-
-
 def _layer_norm64(d):
     """``(y, xhat, inv)`` in float64: the output, the normalised rows and
     1 / sqrt(var + eps) per row."""
@@ -143,16 +129,23 @@ def _layer_norm64(d):
     return xhat * d["g"].astype(np.float64) + d["b"].astype(np.float64), xhat, inv
 
 
-class LayerNormByHand:
-    name = "layer_norm_by_hand"
-    title = "(x-mean)/sqrt(var+eps)*g+b over rows, written out, float32"
-    gradient = False
+class _LayerNormRows:
+    """What the two layer norm workloads share: their sizes, data and variants."""
     variants = (None, TORCH_COMPILE)
     sizes = _ROWS
 
     @staticmethod
     def data(rows, cols, rng):
-        return _layer_norm_data(rows, cols, rng)
+        return {"x": rng.standard_normal((rows, cols), dtype=np.float32),
+                "g": rng.standard_normal(cols, dtype=np.float32),
+                "b": rng.standard_normal(cols, dtype=np.float32),
+                "w": rng.standard_normal((rows, cols), dtype=np.float32)}
+
+
+class LayerNormByHand(_LayerNormRows):
+    name = "layer_norm_by_hand"
+    title = "(x-mean)/sqrt(var+eps)*g+b over rows, written out, float32"
+    gradient = False
 
     @staticmethod
     def reference(d):
@@ -210,16 +203,10 @@ class LayerNormByHand:
         return _jax_built(forward, [jnp.asarray(d[k]) for k in "xgb"])
 
 
-class LayerNormGradByHand:
+class LayerNormGradByHand(_LayerNormRows):
     name = "layer_norm_grad_by_hand"
     title = "grads of sum(layer_norm(x)*w) wrt x, g, b, written out, float32"
     gradient = True
-    variants = (None, TORCH_COMPILE)
-    sizes = _ROWS
-
-    @staticmethod
-    def data(rows, cols, rng):
-        return _layer_norm_data(rows, cols, rng)
 
     @staticmethod
     def reference(d):
