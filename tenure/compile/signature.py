@@ -50,9 +50,8 @@ class CallSignature:
     def bind(self, args, kwargs, defaults: list, label: Callable[[], str]
              ) -> tuple[list, list[bool]]:
         """Arguments in input order; also which ones came from a default value
-        (``defaults[i].value``: the input's value cell, None where input ``i``
-        has none).  ``label()``
-        names the function in errors."""
+        (``defaults[i]``: input ``i``'s value cell, whose ``value`` it takes,
+        or None where it has none).  ``label()`` names the function in errors."""
         n = len(self.inputs)
         if len(args) > len(self._explicit):
             raise TypeError(f"{label()} takes {len(self._explicit)} argument(s) {self.text}, "
