@@ -48,6 +48,15 @@ class TestDimKey:
         assert dim_key(s, 0) == n0 and dim_key(s, 1) == ("static", 1)
         assert scalar_key(tn.constant(np.int64(3))) == ("static", 3)
 
+    def test_a_deep_diamond_is_walked_once(self):
+        """Each elementwise step reads the previous one twice: 2**40 paths,
+        one walk of 80 nodes (the memo), still to x's length."""
+        x = tn.matrix("x")
+        y = x
+        for _ in range(40):
+            y = y * 2.0 + y * 3.0
+        assert dim_key(y, 0) == dim_key(x, 0) == scalar_key(x.shape[0])
+
     def test_what_it_cannot_tell(self):
         x, y = tn.matrix("x"), tn.matrix("y")
         assert dim_key(x + y, 0) is None        # either may be 1 at run time
