@@ -137,18 +137,18 @@ class TestSharedStorageIsUnique:
                               Out(x + 1, borrow=True), c], mode=mode)
         whole, tail, _, owned = f(np.ones(4))
         for result in (whole, tail, owned):
-            assert (result).flags.writeable
-        np.testing.assert_array_equal((whole), values)
-        np.testing.assert_array_equal((tail), values[1:])
+            assert result.flags.writeable
+        np.testing.assert_array_equal(whole, values)
+        np.testing.assert_array_equal(tail, values[1:])
         whole[:] = -1
         tail[:] = -2
         owned[:] = -3
         whole2, tail2, _, owned2 = f(np.ones(4))
-        np.testing.assert_array_equal((owned2), values)
+        np.testing.assert_array_equal(owned2, values)
         if mode.linker not in ("dask", "cuda"):   # (the suites copy device results)
             assert whole2 is whole and tail2 is tail
-            np.testing.assert_array_equal((whole2), [-1] * 4)
-            np.testing.assert_array_equal((tail2), [-2] * 3)
+            np.testing.assert_array_equal(whole2, [-1] * 4)
+            np.testing.assert_array_equal(tail2, [-2] * 3)
         np.testing.assert_array_equal(c.data, values)
 
 
