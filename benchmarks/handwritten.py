@@ -19,6 +19,8 @@ workload (see :mod:`workloads`); PyTorch runs eager and through
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 
 from workloads import (LR, TORCH_COMPILE, WORKLOADS, Built, SoftmaxGrad, _Clock, _jax, _jax_built,
@@ -30,71 +32,21 @@ _ROWS = {"full": {"rows": 2048, "cols": 4096}, "quick": {"rows": 512, "cols": 10
 EPS = 1e-5
 
 
-def _by_hand_softmax(lib, x, axis=1):
-    """``exp(x - log(sum(exp(x))))`` in the namespace ``lib`` (``sum`` and
-    ``keepdims`` spelled as NumPy does; PyTorch's are adapted by the caller)."""
-    return lib.exp(x - lib.log(lib.sum(lib.exp(x), axis=axis, keepdims=True)))
-
-
-def _torch_softmax_by_hand(x):
-    import torch
-    return torch.exp(x - torch.log(torch.sum(torch.exp(x), dim=1, keepdim=True)))
-
-
-class SoftmaxGradByHand:
-    """``softmax_grad``'s gradient, its data and reference, with the softmax
-    written out."""
+class SoftmaxGradByHand(SoftmaxGrad):
+    """``softmax_grad`` (its data, reference and builders) with the softmax
+    written out, ``exp(x - log(sum(exp(x), 1)))``, in every system."""
     name = "softmax_grad_by_hand"
     title = "grad of sum(exp(x-log(sum(exp(x),1)))*w) wrt x, float32"
-    gradient = True
     variants = (None, TORCH_COMPILE)
-    sizes = SoftmaxGrad.sizes
-    data = staticmethod(SoftmaxGrad.data)
-    reference = staticmethod(SoftmaxGrad.reference)
 
     @staticmethod
-    def tenure(d, linker):
-        import tenure as tn
-        clock = _Clock()
-        with clock:
-            x, w = tn.matrix("x", dtype="float32"), tn.matrix("w", dtype="float32")
-            g = tn.grad(tn.sum(_by_hand_softmax(tn, x) * w), x)
-            f = tn.function([tn.In(x, borrow=True), tn.In(w, borrow=True)], tn.Out(g, borrow=True),
-                            mode=_tenure_mode(linker))
-        xv, wv = d["x"], d["w"]
-        return Built(lambda: f(xv, wv), lambda r: [_np(r)], clock.s)
-
-    @staticmethod
-    def pytensor(d, variant):
-        import pytensor
-        import pytensor.tensor as pt
-        clock = _Clock()
-        with clock:
-            x, w = pt.matrix("x", dtype="float32"), pt.matrix("w", dtype="float32")
-            g = pytensor.grad(pt.sum(_by_hand_softmax(pt, x) * w), x)
-            f = pytensor.function([pytensor.In(x, borrow=True), pytensor.In(w, borrow=True)],
-                                  pytensor.Out(g, borrow=True), mode=pytensor_mode(variant))
-        xv, wv = d["x"], d["w"]
-        return Built(lambda: f(xv, wv), lambda r: [_np(r)], clock.s)
-
-    @staticmethod
-    def torch(d, variant=None):
-        import torch
-        w = torch.from_numpy(d["w"])
-        x = torch.from_numpy(d["x"]).requires_grad_()
-        loss = _torch_wrap(variant)(lambda x, w: torch.sum(_torch_softmax_by_hand(x) * w))
-
-        def step():
-            (g,) = torch.autograd.grad(loss(x, w), x)
-            return g
-        return Built(step, lambda r: [_np(r)])
-
-    @staticmethod
-    def jax(d):
-        jax = _jax()
-        import jax.numpy as jnp
-        grad = jax.grad(lambda x, w: jnp.sum(_by_hand_softmax(jnp, x) * w))
-        return _jax_built(jax.jit(grad), [jnp.asarray(d["x"]), jnp.asarray(d["w"])])
+    def softmax(system: str, x):
+        if system == "torch":
+            import torch
+            return torch.exp(x - torch.log(torch.sum(torch.exp(x), dim=1, keepdim=True)))
+        lib = importlib.import_module({"tenure": "tenure", "pytensor": "pytensor.tensor",
+                                       "jax": "jax.numpy"}[system])
+        return lib.exp(x - lib.log(lib.sum(lib.exp(x), axis=1, keepdims=True)))
 
 
 # ============================================================================

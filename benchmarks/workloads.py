@@ -300,6 +300,8 @@ class SoftmaxInfer:
 
 
 class SoftmaxGrad:
+    """The gradient of ``sum(softmax(x) * w)``, the softmax each system's
+    own (:meth:`softmax`: the hook ``softmax_grad_by_hand`` overrides)."""
     name = "softmax_grad"
     title = "grad of sum(softmax(x)*w) wrt x, float32"
     gradient = True
@@ -317,49 +319,65 @@ class SoftmaxGrad:
         return [s * (w - (s * w).sum(axis=1, keepdims=True))]
 
     @staticmethod
-    def tenure(d, linker):
+    def softmax(system: str, x):
+        """The softmax over axis 1 of ``x``, a variable or array of ``system``
+        (tenure, pytensor, torch or jax)."""
+        if system == "tenure":
+            import tenure as tn
+            return tn.softmax(x, axis=1)
+        if system == "pytensor":
+            from pytensor.tensor.special import softmax
+            return softmax(x, axis=1)
+        if system == "torch":
+            import torch
+            return torch.softmax(x, dim=1)
+        import jax
+        return jax.nn.softmax(x, axis=1)
+
+    @classmethod
+    def tenure(cls, d, linker):
         import tenure as tn
         clock = _Clock()
         with clock:
             x = tn.matrix("x", dtype="float32")
             w = tn.matrix("w", dtype="float32")
-            g = tn.grad(tn.sum(tn.softmax(x, axis=1) * w), x)
+            g = tn.grad(tn.sum(cls.softmax("tenure", x) * w), x)
             f = tn.function([tn.In(x, borrow=True), tn.In(w, borrow=True)], tn.Out(g, borrow=True),
                             mode=_tenure_mode(linker))
         xv, wv = d["x"], d["w"]
         return Built(lambda: f(xv, wv), lambda r: [_np(r)], clock.s)
 
-    @staticmethod
-    def pytensor(d, variant):
+    @classmethod
+    def pytensor(cls, d, variant):
         import pytensor
         import pytensor.tensor as pt
-        from pytensor.tensor.special import softmax
         clock = _Clock()
         with clock:
             x = pt.matrix("x", dtype="float32")
             w = pt.matrix("w", dtype="float32")
-            g = pytensor.grad(pt.sum(softmax(x, axis=1) * w), x)
+            g = pytensor.grad(pt.sum(cls.softmax("pytensor", x) * w), x)
             f = pytensor.function([pytensor.In(x, borrow=True), pytensor.In(w, borrow=True)],
                                   pytensor.Out(g, borrow=True), mode=pytensor_mode(variant))
         xv, wv = d["x"], d["w"]
         return Built(lambda: f(xv, wv), lambda r: [_np(r)], clock.s)
 
-    @staticmethod
-    def torch(d):
+    @classmethod
+    def torch(cls, d, variant=None):
         import torch
         w = torch.from_numpy(d["w"])
         x = torch.from_numpy(d["x"]).requires_grad_()
+        loss = _torch_wrap(variant)(lambda x, w: torch.sum(cls.softmax("torch", x) * w))
 
         def step():
-            (g,) = torch.autograd.grad(torch.sum(torch.softmax(x, dim=1) * w), x)
+            (g,) = torch.autograd.grad(loss(x, w), x)
             return g
         return Built(step, lambda r: [_np(r)])
 
-    @staticmethod
-    def jax(d):
+    @classmethod
+    def jax(cls, d):
         jax = _jax()
         import jax.numpy as jnp
-        grad = jax.grad(lambda x, w: jnp.sum(jax.nn.softmax(x, axis=1) * w))
+        grad = jax.grad(lambda x, w: jnp.sum(cls.softmax("jax", x) * w))
         return _jax_built(jax.jit(grad), [jnp.asarray(d["x"]), jnp.asarray(d["w"])])
 
 

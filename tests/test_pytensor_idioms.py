@@ -12,6 +12,7 @@ linker in every run (conftest.SUITES["c"]), where each new graph compiles.
 import copy
 import pickle
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -466,6 +467,24 @@ class TestSharedContainers:
         with pytest.raises(TypeError, match="got 2"):
             g(1.0, 5.0)                          # implicit by default: one argument
         assert to_host(g(1.0)) == 0.0
+
+    def test_a_call_holds_the_cells_it_shares(self, mode):
+        """Either function's call holds the shared cell's lock for the whole
+        call, as a call holds a shared variable's: while another thread holds
+        it, a call waits (an update read before and written after another
+        function's would be lost)."""
+        x, s = tn.scalar("x"), tn.scalar("s")
+        inc = tn.function([x, In(s, update=s + x, value=0.0)], [], mode=mode)
+        dec = tn.function([x, In(s, update=s - x, value=inc.container[s])], [], mode=mode)
+        for f, step in ((dec, -1.0), (inc, 1.0)):
+            before = float(to_host(inc[s]))
+            done = threading.Event()
+            worker = threading.Thread(target=lambda: (f(1.0), done.set()))
+            with inc.container[s].lock:
+                worker.start()
+                assert not done.wait(0.3)      # the call waits for the cell
+            worker.join(10)
+            assert done.is_set() and float(to_host(inc[s])) == before + step
 
     def test_deep_copies_and_pickles_keep_the_sharing(self, mode):
         a, x = tn.scalar("a"), tn.scalar("x")

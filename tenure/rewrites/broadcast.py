@@ -169,7 +169,7 @@ def alloc_read_as_broadcast(fgraph, node):
         if not any(j != i and not _is_alloc(u) and has_shape(u, dims, memo)
                    for j, u in enumerate(node.inputs)):
             continue   # (an alloc that may go too cannot be what gives the shape)
-        inputs[i] = _with_ndim(value, x.ndim)
+        inputs[i] = broadcastable(value, x.ndim)
         changed = True
     if not changed:
         return None
@@ -177,8 +177,9 @@ def alloc_read_as_broadcast(fgraph, node):
     return out if _no_less_static(out, node.outputs[0]) else None
 
 
-def _with_ndim(value: Variable, ndim: int) -> Variable:
-    """``value`` with leading length-1 axes up to ``ndim`` (as broadcasting reads it)."""
+def broadcastable(value: Variable, ndim: int) -> Variable:
+    """``value`` with leading length-1 axes up to ``ndim`` (as broadcasting
+    reads it; also the Dask linker's call-time spread of an alloc)."""
     if value.ndim == ndim:
         return value
     pad = ndim - value.ndim

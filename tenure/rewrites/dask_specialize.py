@@ -64,13 +64,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from tenure.rewrites.broadcast import broadcastable
 from tenure.rewrites.engine import (Query, register_graph_rewrite, register_node_rewrite,
                                     registered_rewrites, rewrite_graph)
 from tenure.symbolic.fgraph import Feature, FunctionGraph
 from tenure.symbolic.ops.creation import Alloc
 from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.reduce import SumTo
-from tenure.symbolic.ops.shape import DimShuffle
 
 __all__ = ["CALL", "DASK", "LOWERING", "PARTIAL_REDUCTIONS", "REGIONS", "SPREAD_ALLOC",
            "SUM_TO_IDENTITY", "CallShapes", "call_shapes", "copy_graph", "fusion_rewrites",
@@ -187,14 +187,6 @@ def spreadable_allocs(fgraph, shapes: dict) -> dict:
                                                for reader, _ in fgraph.clients[out]):
             found[out] = out.owner.inputs[0]
     return found
-
-
-def broadcastable(value, ndim: int):
-    """``value`` with leading length-1 axes up to ``ndim`` (as broadcasting reads it)."""
-    if value.ndim == ndim:
-        return value
-    pad = ndim - value.ndim
-    return DimShuffle(value.ndim, ("x",) * pad + tuple(range(value.ndim)))(value)
 
 
 @register_graph_rewrite("specialize", name=SPREAD_ALLOC, tags=(DASK, CALL), default=False)
