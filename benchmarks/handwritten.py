@@ -24,8 +24,8 @@ import importlib
 import numpy as np
 
 from workloads import (LR, TORCH_COMPILE, WORKLOADS, Built, SoftmaxGrad, _Clock, _jax, _jax_built,
-                       _jax_sgd, _np, _tenure_mode, _tenure_sgd, _torch_sgd, _torch_wrap,
-                       pytensor_mode)
+                       _jax_sgd, _np, _pytensor_sgd, _tenure_mode, _tenure_sgd, _torch_sgd,
+                       _torch_wrap, pytensor_mode)
 
 #: rows and columns of the row-wise workloads (``--quick``: smaller)
 _ROWS = {"full": {"rows": 2048, "cols": 4096}, "quick": {"rows": 512, "cols": 1024}}
@@ -287,22 +287,9 @@ class GeluMlpByHand:
 
     @staticmethod
     def pytensor(d, variant):
-        import pytensor
         import pytensor.tensor as pt
-        clock = _Clock()
-        with clock:
-            params = [pytensor.shared(p, borrow=True) for p in d["params"]]
-            x, t = pt.matrix("x", dtype="float32"), pt.matrix("t", dtype="float32")
-            loss = _mse(pt.mean, _block(pt.tanh, x, params, np.float32), t)
-            grads = pytensor.grad(loss, params)
-            lr = np.float32(LR)  # a Python float would upcast float32 to float64 in PyTensor
-            f = pytensor.function([pytensor.In(x, borrow=True), pytensor.In(t, borrow=True)],
-                                  loss, updates=[(p, p - lr * g) for p, g in zip(params, grads)],
-                                  mode=pytensor_mode(variant))
-        xv, tv = d["x"], d["t"]
-        return Built(lambda: f(xv, tv),
-                     lambda r: [_np(r)] + [_np(p.get_value(borrow=True)) for p in params],
-                     clock.s)
+        return _pytensor_sgd(d, variant, lambda x, t, params: _mse(
+            pt.mean, _block(pt.tanh, x, params, np.float32), t))
 
     @staticmethod
     def torch(d, variant=None):

@@ -530,23 +530,9 @@ class MlpTrain:
 
     @staticmethod
     def pytensor(d, variant):
-        import pytensor
         import pytensor.tensor as pt
-        clock = _Clock()
-        with clock:
-            params = [pytensor.shared(p, borrow=True) for p in d["params"]]
-            x = pt.matrix("x", dtype="float32")
-            t = pt.matrix("t", dtype="float32")
-            loss = pt.mean((symbolic_mlp(_pt_relu, x, params) - t) ** 2)
-            grads = pytensor.grad(loss, params)
-            lr = np.float32(LR)  # a Python float would upcast float32 to float64 in PyTensor
-            f = pytensor.function([pytensor.In(x, borrow=True), pytensor.In(t, borrow=True)],
-                                  loss, updates=[(p, p - lr * g) for p, g in zip(params, grads)],
-                                  mode=pytensor_mode(variant))
-        xv, tv = d["x"], d["t"]
-        return Built(lambda: f(xv, tv),
-                     lambda r: [_np(r)] + [_np(p.get_value(borrow=True)) for p in params],
-                     clock.s)
+        return _pytensor_sgd(d, variant, lambda x, t, params: pt.mean(
+            (symbolic_mlp(_pt_relu, x, params) - t) ** 2))
 
     @staticmethod
     def torch(d):
@@ -730,6 +716,27 @@ def _tenure_sgd(d, linker, x_ndim: int, loss_fn, **mode_options) -> Built:
         f = tn.function([tn.In(x, borrow=True), tn.In(t, borrow=True)], loss,
                         updates=[(p, p - LR * g) for p, g in zip(params, grads)],
                         mode=_tenure_mode(linker, **mode_options))
+    xv, tv = d["x"], d["t"]
+    return Built(lambda: f(xv, tv),
+                 lambda r: [_np(r)] + [_np(p.get_value(borrow=True)) for p in params], clock.s)
+
+
+def _pytensor_sgd(d, variant, loss_fn) -> Built:
+    """One SGD step of PyTensor (``variant``: its mode), as :func:`_tenure_sgd`
+    builds tenure's: borrowed float32 matrices ``x`` and ``t``, the
+    parameters shared variables over ``d["params"]``."""
+    import pytensor
+    import pytensor.tensor as pt
+    clock = _Clock()
+    with clock:
+        params = [pytensor.shared(p, borrow=True) for p in d["params"]]
+        x, t = pt.matrix("x", dtype="float32"), pt.matrix("t", dtype="float32")
+        loss = loss_fn(x, t, params)
+        grads = pytensor.grad(loss, params)
+        lr = np.float32(LR)  # a Python float would upcast float32 to float64 in PyTensor
+        f = pytensor.function([pytensor.In(x, borrow=True), pytensor.In(t, borrow=True)],
+                              loss, updates=[(p, p - lr * g) for p, g in zip(params, grads)],
+                              mode=pytensor_mode(variant))
     xv, tv = d["x"], d["t"]
     return Built(lambda: f(xv, tv),
                  lambda r: [_np(r)] + [_np(p.get_value(borrow=True)) for p in params], clock.s)
