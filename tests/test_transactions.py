@@ -264,8 +264,10 @@ def test_a_budgeted_training_step_takes_no_backup_copy(mode):
     rng = np.random.default_rng(0)
     W = tn.shared(rng.standard_normal((64, 256)), name="W")
     V = tn.shared(rng.standard_normal((256, 4)), name="V")
+    b = tn.shared(rng.standard_normal(256), name="b")
     x, t = tn.matrix("x"), tn.matrix("t")
-    loss = ((tn.relu(x @ W) @ V - t) ** 2).mean()
+    # (the bias, which may broadcast, keeps the gradient's sum_to and its shapes)
+    loss = ((tn.relu(x @ W + b) @ V - t) ** 2).mean()
     gW, gV = tn.grad(loss, [W, V])
     f = tn.function([x, t], loss, updates=[(W, W - 0.01 * gW), (V, V - 0.01 * gV)],
                     mode=tn.Mode(linker=mode.linker, activation_memory_budget=0.0))

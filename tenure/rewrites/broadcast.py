@@ -14,23 +14,50 @@ copy.  Whether it has that shape is proved at compile time by
 :func:`dim_key`: which length, as a symbol, each axis of a variable has --
 without building any shape graph.
 
+The gradient of an elementwise op sums each input's gradient down to the
+input's shape (``sum_to(g, *shape(h))``), which does nothing when ``h`` was
+not broadcast -- but the ``sum_to`` stands between the elementwise ops of
+the gradient, so they cannot fuse, and it runs as a step of its own.  Where
+:func:`has_shape` proves that ``g`` has the target shape, it goes.
+
 ========================  ==========  ==============================================
 name                      tags        what
 ========================  ==========  ==============================================
 alloc_read_as_broadcast   shape_ops   ``f(alloc(v, *dims), u)`` -> ``f(v, u)`` where
                                       ``u`` provably has the shape ``dims``
 ========================  ==========  ==============================================
+
+(The ``sum_to`` that does nothing goes by canonicalize's ``useless_sum_to``,
+with the proof made here.)
+
+How a length is proved (:class:`Lengths`): each axis gets a key naming its
+length as a symbol.  A broadcast of several unknown lengths is a key of its
+own, the set of the lengths it broadcasts (broadcasting is associative,
+commutative and idempotent where it succeeds, so the set says it all); the
+``where(d == 1, e, d)`` that shape inference builds for such a length has
+the same key.  A matrix product's result has its operands' outer lengths,
+and it tells one equality more: its operands' inner lengths agree, or the
+call fails.  The product runs in every call that gets as far as returning
+anything (tenure's calls change nothing when a step fails), so its equality
+holds wherever a result is seen -- unless the graph has a lazy ``ifelse``,
+whose branches may not run: then products tell no equalities.
 """
 
 from __future__ import annotations
 
 from tenure.rewrites.engine import register_node_rewrite
 from tenure.symbolic.graph import Constant, Variable
+from tenure.symbolic.ops import scalar as ps
+from tenure.symbolic.ops.blas import Dot, MatMul
+from tenure.symbolic.ops.composite import FusedReduce
 from tenure.symbolic.ops.creation import Alloc, ExpandTo
 from tenure.symbolic.ops.elemwise import Elemwise
+from tenure.symbolic.ops.gemm import Gemm
+from tenure.symbolic.ops.ifelse import IfElse, LazyIfElse
 from tenure.symbolic.ops.indexing import Subtensor
 from tenure.symbolic.ops.reduce import Reduce, SumTo
 from tenure.symbolic.ops.shape import DimShuffle, Shape
+from tenure.symbolic.patterns import is_elemwise, is_filled_with
 
 #: ops whose output's length on each axis is the value of a dim input
 _SIZED_BY_DIMS = (Alloc, ExpandTo, SumTo)
@@ -52,9 +79,12 @@ def dim_key(var: Variable, axis: int, memo: dict | None = None):
     It follows: the dim inputs of ``alloc``, ``expand_to`` and ``sum_to``
     (``shape(x)[k]`` is axis ``k`` of ``x``); elementwise ops (the one
     length every input that is not statically 1 there has: NumPy
-    broadcasting then gives that length); reductions on kept axes; and
-    DimShuffles.  ``memo`` (shared by the calls of one question) makes the
-    walk linear in the graph's size: an elementwise op asks each input."""
+    broadcasting then gives that length; where they differ, the key of
+    their broadcast, see :func:`_joined`); reductions on kept axes, fused
+    with their elementwise producer or not; DimShuffles; and products of two
+    matrices (their outer lengths).  ``memo`` (shared by the calls of one
+    question) makes the walk linear in the graph's size: an elementwise op
+    asks each input."""
     return _key(var, axis, _MAX_DEPTH, {} if memo is None else memo)
 
 
@@ -74,8 +104,13 @@ def _key(var: Variable, axis: int, depth: int, memo: dict):
         key = _broadcast_key(node.inputs, var.ndim, axis, depth - 1, memo)
     elif isinstance(op, Reduce) and op.keepdims and axis not in op.axis:
         key = _key(node.inputs[0], axis, depth - 1, memo)
+    elif isinstance(op, FusedReduce) and op.keepdims and axis not in op.axis:
+        key = _broadcast_key(node.inputs, var.ndim, axis, depth - 1, memo)
     elif isinstance(op, DimShuffle) and op.new_order[axis] != "x":
         key = _key(node.inputs[0], op.new_order[axis], depth - 1, memo)
+    elif _is_matrix_product(node):
+        a, b = node.inputs
+        key = _key(a, 0, depth - 1, memo) if axis == 0 else _key(b, 1, depth - 1, memo)
     else:
         key = ("axis", var, axis)
     memo[(var, axis)] = key
@@ -91,9 +126,34 @@ def _broadcast_key(inputs, ndim: int, axis: int, depth: int, memo: dict):
         if axis < offset or x.type.shape[axis - offset] == 1:
             continue    # broadcast along the axis: says nothing of its length
         keys.add(_key(x, axis - offset, depth, memo))
-    if len(keys) != 1 or None in keys:
-        return None
-    return keys.pop()
+    return _joined(keys)
+
+
+def _joined(keys) -> tuple | None:
+    """The key of the broadcast of lengths ``keys``: ``("bcast", members)``,
+    members flattened (a broadcast of broadcasts is one broadcast) and
+    without length 1 (which broadcasting takes away); the one key itself
+    when one is left; a static length other than 1 when there is one (the
+    broadcast has that length or fails).  None if a key is None."""
+    members = set()
+    for key in keys:
+        if key is None:
+            return None
+        members.update(key[1] if key[0] == "bcast" else (key,))
+    if len(members) > 1:
+        members.discard(("static", 1))
+    static = {k for k in members if k[0] == "static"}
+    if len(static) == 1 and len(members) > 1:
+        return static.pop()
+    if len(members) == 1:
+        return members.pop()
+    return ("bcast", frozenset(members))
+
+
+def _is_matrix_product(node) -> bool:
+    """A product of two matrices (``dot``, ``matmul``; ``gemm``'s ``x @ y``)."""
+    return (isinstance(node.op, (Dot, MatMul)) and len(node.inputs) == 2
+            and all(x.ndim == 2 for x in node.inputs))
 
 
 def scalar_key(d: Variable, memo: dict | None = None):
@@ -107,6 +167,9 @@ def _scalar_key(d: Variable, depth: int, memo: dict):
     if isinstance(d, Constant):
         return ("static", int(d.data))
     node = d.owner
+    broadcast = _broadcast_dim_operands(node)
+    if broadcast is not None:
+        return _joined(_scalar_key(x, depth - 1, memo) for x in broadcast)
     if (node is not None and isinstance(node.op, Subtensor) and len(node.op.pattern) == 1
             and node.op.pattern[0][0] == "int" and isinstance(node.op.pattern[0][1], int)):
         shape = node.inputs[0]
@@ -118,14 +181,106 @@ def _scalar_key(d: Variable, depth: int, memo: dict):
     return ("scalar", d)
 
 
-def has_shape(var: Variable, dims, memo: dict | None = None) -> bool:
-    """Whether ``var`` provably has the lengths the 0-d ints ``dims`` hold."""
-    memo = {} if memo is None else memo
+def _broadcast_dim_operands(node) -> tuple | None:
+    """``(d, e)`` when ``node`` is ``where(d == 1, e, d)``: the length that
+    broadcasting lengths ``d`` and ``e`` gives, as shape inference builds it
+    (:func:`tenure.symbolic.ops.elemwise.broadcast_symbolic_shapes`)."""
+    if node is None or not is_elemwise(node, ps.where):
+        return None
+    cond, e, d = node.inputs
+    test = cond.owner
+    if test is None or not is_elemwise(test, ps.equal):
+        return None
+    left, right = test.inputs
+    if left is d and is_filled_with(right, 1) or right is d and is_filled_with(left, 1):
+        return d, e
+    return None
+
+
+class Lengths:
+    """What a graph proves about lengths: :func:`dim_key` and
+    :func:`scalar_key` with one memo, and the equalities of lengths that its
+    matrix products tell (see the module doc), kept as a union-find of keys.
+    One per question about one graph: a rewrite changes what it knows."""
+
+    def __init__(self, fgraph=None):
+        self.memo: dict = {}
+        self._parent: dict = {}
+        self._broadcasts: list = []   # (members, root): a broadcast key known equal to root
+        lazy = fgraph is not None and any(isinstance(n.op, (IfElse, LazyIfElse))
+                                          for n in fgraph.apply_nodes)
+        if fgraph is not None and not lazy:
+            for node in fgraph.apply_nodes:
+                self._learn(node)
+
+    def _learn(self, node) -> None:
+        if isinstance(node.op, Gemm):
+            x, y = node.inputs[2:4]
+        elif _is_matrix_product(node):
+            x, y = node.inputs
+        else:
+            return
+        if x.ndim == 2 and y.ndim == 2:
+            self._union(dim_key(x, 1, self.memo), dim_key(y, 0, self.memo))
+
+    def _find(self, key):
+        while self._parent.get(key, key) != key:
+            key = self._parent[key]
+        return key
+
+    def _union(self, a, b) -> None:
+        if a is None or b is None:
+            return
+        a, b = self._find(a), self._find(b)
+        if a == b:
+            return
+        if a[0] == "bcast":   # a plain key is the better name of a class
+            a, b = b, a
+        self._parent[b] = a
+        for key in (a, b):
+            if key[0] == "bcast":
+                self._broadcasts.append((key[1], a))
+
+    def canonical(self, key):
+        """``key``'s name among the keys the graph proves equal to it."""
+        if key is None:
+            return None
+        if key[0] != "bcast":
+            return self._find(key)
+        members = {self._find(k) for k in key[1]}
+        # A broadcast of lengths known equal to a length r can stand as r in a
+        # larger broadcast: broadcasting is associative.  Each step takes
+        # members away, so the walk ends.
+        shrunk = True
+        while shrunk:
+            shrunk = False
+            for subset, root in self._broadcasts:
+                root = self._find(root)
+                replaced = (members - subset) | (set(root[1]) if root[0] == "bcast" else {root})
+                if subset <= members and len(replaced) < len(members):
+                    members, shrunk = replaced, True
+        joined = _joined(members)
+        return joined if joined is None or joined[0] == "bcast" else self._find(joined)
+
+    def of_axis(self, var: Variable, axis: int):
+        return self.canonical(dim_key(var, axis, self.memo))
+
+    def of_scalar(self, d: Variable):
+        return self.canonical(scalar_key(d, self.memo))
+
+
+def has_shape(var: Variable, dims, memo: dict | None = None,
+              lengths: Lengths | None = None) -> bool:
+    """Whether ``var`` provably has the lengths the 0-d ints ``dims`` hold
+    (``lengths``: what the graph proves besides, see :class:`Lengths`)."""
+    if lengths is None:
+        lengths = Lengths()
+        lengths.memo = {} if memo is None else memo
     if var.ndim != len(dims):
         return False
     for axis, d in enumerate(dims):
-        key = dim_key(var, axis, memo)
-        if key is None or key != scalar_key(d, memo):
+        key = lengths.of_axis(var, axis)
+        if key is None or key != lengths.of_scalar(d):
             return False
     return True
 
@@ -174,7 +329,7 @@ def alloc_read_as_broadcast(fgraph, node):
     if not changed:
         return None
     out = node.op(*inputs)
-    return out if _no_less_static(out, node.outputs[0]) else None
+    return out if no_less_static(out, node.outputs[0]) else None
 
 
 def broadcastable(value: Variable, ndim: int) -> Variable:
@@ -186,7 +341,7 @@ def broadcastable(value: Variable, ndim: int) -> Variable:
     return DimShuffle(value.ndim, ("x",) * pad + tuple(range(value.ndim)))(value)
 
 
-def _no_less_static(new: Variable, old: Variable) -> bool:
+def no_less_static(new: Variable, old: Variable) -> bool:
     """Whether ``new`` has ``old``'s ndim and knows every static length it does."""
     return new.ndim == old.ndim and all(
         o is None or n == o for n, o in zip(new.type.shape, old.type.shape))

@@ -52,7 +52,7 @@ useless_dimshuffle    shape_ops   a DimShuffle that changes nothing -> ``x``
 reshape_chain         shape_ops   reshape of a reshape -> one reshape
 useless_reshape       shape_ops   a reshape to ``x``'s own shape -> ``x``
 useless_alloc         shape_ops   alloc/broadcast_to ``x``'s static shape -> ``x``
-useless_sum_to        shape_ops   sum_to ``x``'s static shape -> ``x``
+useless_sum_to        shape_ops   sum_to a shape ``x`` provably has -> ``x``
 sum_to_leading_axes   shape_ops   ``sum_to`` over added leading axes -> a sum first
 sum_to_static_ones    shape_ops   ``sum_to`` onto static length-1 axes -> a keepdims
                                   sum first
@@ -74,6 +74,7 @@ import warnings
 
 import numpy as np
 
+from tenure.rewrites.broadcast import Lengths, has_shape, no_less_static
 from tenure.rewrites.engine import register_graph_rewrite, register_node_rewrite
 from tenure.symbolic.fgraph import FunctionGraph
 from tenure.symbolic.graph import Apply, Constant, Variable
@@ -526,20 +527,26 @@ def useless_alloc(fgraph, node):
     return value if same_dtype(node.outputs[0], value) else None
 
 
-@register_node_rewrite("canonicalize", tags=("shape_ops",))
-def useless_sum_to(fgraph, node):
-    """``sum_to(g, *dims)`` becomes ``g`` when the static shapes prove ``g``
-    already has the target shape (nothing is summed then)."""
-    if not isinstance(node.op, SumTo):
-        return None
-    g, *dims = node.inputs
-    if g.ndim != len(dims) or not _fully_static(g.type.shape):
-        return None
-    if not all(isinstance(d, Constant) for d in dims):
-        return None
-    if tuple(int(d.data) for d in dims) != g.type.shape:
-        return None
-    return g if same_dtype(node.outputs[0], g) else None
+@register_graph_rewrite("canonicalize", name="useless_sum_to", tags=("shape_ops",))
+def useless_sum_to(fgraph) -> bool:
+    """Every ``sum_to(g, *dims)`` becomes ``g`` where ``g`` provably has the
+    target shape (nothing is summed then, and nothing can fail): statically,
+    or by the lengths the graph states (:func:`.broadcast.has_shape`: the
+    gradient of ``tanh(x @ w + b) @ v`` sums nothing into the hidden layer
+    whatever the lengths, since the second product needs them to agree).
+    One walk for all of them, with one :class:`.broadcast.Lengths`."""
+    sums = [node for node in fgraph.apply_nodes if isinstance(node.op, SumTo)]
+    if not sums:
+        return False
+    lengths = Lengths(fgraph)
+    pairs = []
+    for node in sums:
+        g, *dims = node.inputs
+        out = node.outputs[0]
+        if (same_dtype(out, g) and no_less_static(g, out)
+                and has_shape(g, dims, lengths=lengths)):
+            pairs.append((out, g))
+    return bool(pairs) and fgraph.replace_all_validate(pairs, reason="useless_sum_to")
 
 
 @register_node_rewrite("canonicalize", tags=("shape_ops",))

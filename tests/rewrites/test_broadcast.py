@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import tenure as tn
-from tenure.rewrites.broadcast import broadcasts_to, dim_key, has_shape, scalar_key
+from tenure.rewrites.broadcast import Lengths, broadcasts_to, dim_key, has_shape, scalar_key
+from tenure.symbolic.fgraph import FunctionGraph
 from tenure.symbolic.ops.creation import Alloc
 from tenure.symbolic.ops.reduce import SumTo
 
@@ -41,7 +42,9 @@ class TestDimKey:
         row = x.mean(axis=1, keepdims=True)
         assert dim_key(tn.exp(x) - row, 0) == n0        # the row keeps x's axis 0
         assert dim_key(tn.exp(x) - v, 1) == dim_key(x, 1)   # v is statically 1 there
-        assert dim_key(tn.exp(x) - v, 0) is None        # v's axis 0 may be 1 at run time
+        # v's axis 0 may be 1 at run time: the broadcast of the two, not x's
+        both = dim_key(tn.exp(x) - v, 0)
+        assert both == ("bcast", frozenset({dim_key(x, 0), dim_key(v, 0)})) and both != n0
         assert dim_key(x.mean(axis=1, keepdims=True), 0) == n0
         assert dim_key(x.T, 0) == dim_key(x, 1)
         s = SumTo()(tn.exp(x), x.shape[0], 1)
@@ -57,9 +60,20 @@ class TestDimKey:
             y = y * 2.0 + y * 3.0
         assert dim_key(y, 0) == dim_key(x, 0) == scalar_key(x.shape[0])
 
+    def test_a_broadcast_length_is_the_set_of_what_it_broadcasts(self):
+        x, y, z = tn.matrix("x"), tn.matrix("y"), tn.matrix("z")
+        assert dim_key(x + y, 0) == dim_key(y * x, 0) == dim_key((x + y) * x, 0)
+        assert dim_key((x + y) * z, 0) == dim_key(x + (y + z), 0) != dim_key(x + y, 0)
+        # the length shape inference builds for it: where(d == 1, e, d)
+        assert scalar_key((x + y).shape[0]) == dim_key(x + y, 0)
+        assert has_shape(tn.exp(x + y), [(x + y).shape[0], (y - x).shape[1]])
+        # a static length other than 1 is what a broadcast with it gives
+        s = tn.matrix("s", shape=(4, None))
+        assert dim_key(x + s, 0) == ("static", 4)
+
     def test_what_it_cannot_tell(self):
         x, y = tn.matrix("x"), tn.matrix("y")
-        assert dim_key(x + y, 0) is None        # either may be 1 at run time
+        assert dim_key(x + y, 0) != dim_key(x, 0)        # either may be 1 at run time
         assert dim_key(x, 0) != dim_key(y, 0)
         assert not has_shape(x + y, [x.shape[0], x.shape[1]])
         assert has_shape(x * 2, [x.shape[0], x.shape[1]])
@@ -113,3 +127,71 @@ class TestAllocReadAsBroadcast:
         g = tn.function([x, c, d], a1 * a2 + x)    # x gives it: both go
         assert not allocs(g)
         np.testing.assert_array_equal(g(np.ones((2, 3)), 2.0, 3.0), np.full((2, 3), 7.0))
+
+
+def sum_tos(f):
+    return [n for n in f.fgraph.apply_nodes if isinstance(n.op, SumTo)]
+
+
+def mlp_grads(x, w1, b1, w2, t):
+    """The gradients of a one-hidden-layer tanh network's squared error."""
+    y = tn.tanh(x @ w1 + b1) @ w2
+    return tn.grad(tn.sum((y - t) ** 2), [w1, b1, w2])
+
+
+class TestUselessSumTo:
+    def test_a_product_proves_the_lengths_it_contracts_equal(self):
+        a, b, c = tn.matrix("a"), tn.matrix("b"), tn.vector("c")
+        h = a + c                       # h's axis 1: the broadcast of a's and c's
+        y = h @ b                       # ... equal to b's axis 0, or the call fails
+        fg = FunctionGraph([a, b, c], [y])
+        lengths = Lengths(fg)
+        assert lengths.of_axis(h, 1) == lengths.of_axis(b, 0) == dim_key(b, 0)
+        assert lengths.of_axis(h * b.T, 1) == dim_key(b, 0)    # (a + c) * b.T: one length
+        assert lengths.of_axis(a, 1) != dim_key(b, 0)          # a alone may be 1
+        assert Lengths().of_axis(h, 1) != dim_key(b, 0)        # no graph: no products
+
+    def test_a_lazy_ifelse_takes_the_products_equalities_away(self):
+        a, b, c = tn.matrix("a"), tn.matrix("b"), tn.vector("c")
+        h = a + c
+        fg = FunctionGraph([a, b, c], [tn.ifelse(tn.sum(a) > 0, h @ b, b)])
+        assert Lengths(fg).of_axis(h, 1) != dim_key(b, 0)
+
+    @pytest.mark.parametrize("linker", LINKERS)
+    def test_the_gradient_of_a_hidden_layer_fuses_without_sum_to(self, linker):
+        x, w1, w2, t = (tn.matrix(n) for n in ("x", "w1", "w2", "t"))
+        b1 = tn.vector("b1")
+        outs = mlp_grads(x, w1, b1, w2, t)
+        f = tn.function([x, w1, b1, w2, t], outs, mode=tn.Mode(linker=linker))
+        kept = tn.function([x, w1, b1, w2, t], outs,
+                           mode=tn.Mode(linker=linker, exclude=["useless_sum_to"]))
+        assert "useless_sum_to" in f.rewrites_applied
+        assert len(sum_tos(f)) < len(sum_tos(kept))
+        assert len(f.fgraph.apply_nodes) < len(kept.fgraph.apply_nodes)   # fused further
+
+    @pytest.mark.parametrize("linker", LINKERS)
+    @pytest.mark.parametrize("b1_len, w1_cols", [(4, 4), (1, 4), (4, 1)])
+    def test_broadcasts_at_run_time_are_still_summed(self, linker, b1_len, w1_cols):
+        """Lengths of 1 that the graph does not know of: the sums stay where
+        they may be needed, and the gradients are right."""
+        x, w1, w2, t = (tn.matrix(n) for n in ("x", "w1", "w2", "t"))
+        b1 = tn.vector("b1")
+        inputs = [x, w1, b1, w2, t]
+        f = tn.function(inputs, mlp_grads(*inputs), mode=tn.Mode(linker=linker))
+        ref = tn.function(inputs, mlp_grads(*inputs), mode=NONE)
+        rng = np.random.default_rng(1)
+        args = [rng.standard_normal(s) for s in
+                ((3, 5), (5, w1_cols), (b1_len,), (4, 2), (3, 2))]
+        for got, want in zip(f(*args), ref(*args)):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+    def test_a_mismatch_still_fails_with_the_products_error(self):
+        x, w1, w2, t = (tn.matrix(n) for n in ("x", "w1", "w2", "t"))
+        b1 = tn.vector("b1")
+        inputs = [x, w1, b1, w2, t]
+        f = tn.function(inputs, mlp_grads(*inputs))
+        rng = np.random.default_rng(1)
+        args = [rng.standard_normal(s) for s in ((3, 5), (5, 4), (4,), (6, 2), (3, 2))]
+        with pytest.raises(ValueError):
+            f(*args)
