@@ -49,7 +49,7 @@ from tenure.rewrites.engine import register_node_rewrite
 from tenure.symbolic.graph import Constant, Variable
 from tenure.symbolic.ops import scalar as ps
 from tenure.symbolic.ops.blas import Dot, MatMul
-from tenure.symbolic.ops.composite import FusedReduce
+from tenure.symbolic.ops.composite import Composite, FusedReduce
 from tenure.symbolic.ops.creation import Alloc, ExpandTo
 from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.gemm import Gemm
@@ -57,7 +57,7 @@ from tenure.symbolic.ops.ifelse import IfElse, LazyIfElse
 from tenure.symbolic.ops.indexing import Subtensor
 from tenure.symbolic.ops.reduce import Reduce, SumTo
 from tenure.symbolic.ops.shape import DimShuffle, Shape
-from tenure.symbolic.patterns import is_elemwise, is_filled_with
+from tenure.symbolic.patterns import is_filled_with
 
 #: ops whose output's length on each axis is the value of a dim input
 _SIZED_BY_DIMS = (Alloc, ExpandTo, SumTo)
@@ -135,7 +135,7 @@ def _joined(keys) -> tuple | None:
     without length 1 (which broadcasting takes away); the one key itself
     when one is left; a static length other than 1 when there is one (the
     broadcast has that length or fails).  None if a key is None."""
-    members = set()
+    members = set()   # (no members: nothing stretched the axis, which has length 1)
     for key in keys:
         if key is None:
             return None
@@ -145,8 +145,8 @@ def _joined(keys) -> tuple | None:
     static = {k for k in members if k[0] == "static"}
     if len(static) == 1 and len(members) > 1:
         return static.pop()
-    if len(members) == 1:
-        return members.pop()
+    if len(members) <= 1:
+        return members.pop() if members else ("static", 1)
     return ("bcast", frozenset(members))
 
 
@@ -166,10 +166,10 @@ def scalar_key(d: Variable, memo: dict | None = None):
 def _scalar_key(d: Variable, depth: int, memo: dict):
     if isinstance(d, Constant):
         return ("static", int(d.data))
+    broadcast = _broadcast_length(d, depth, memo)
+    if broadcast is not _NOT_A_BROADCAST:
+        return broadcast
     node = d.owner
-    broadcast = _broadcast_dim_operands(node)
-    if broadcast is not None:
-        return _joined(_scalar_key(x, depth - 1, memo) for x in broadcast)
     if (node is not None and isinstance(node.op, Subtensor) and len(node.op.pattern) == 1
             and node.op.pattern[0][0] == "int" and isinstance(node.op.pattern[0][1], int)):
         shape = node.inputs[0]
@@ -181,20 +181,50 @@ def _scalar_key(d: Variable, depth: int, memo: dict):
     return ("scalar", d)
 
 
-def _broadcast_dim_operands(node) -> tuple | None:
-    """``(d, e)`` when ``node`` is ``where(d == 1, e, d)``: the length that
-    broadcasting lengths ``d`` and ``e`` gives, as shape inference builds it
-    (:func:`tenure.symbolic.ops.elemwise.broadcast_symbolic_shapes`)."""
-    if node is None or not is_elemwise(node, ps.where):
-        return None
-    cond, e, d = node.inputs
+#: what :func:`_broadcast_length` says of a length that is not a broadcast
+_NOT_A_BROADCAST = ("not a broadcast",)
+
+
+def _broadcast_length(d: Variable, depth: int, memo: dict):
+    """The key of a length ``d`` computed as the broadcast of lengths, by
+    ``where(a == 1, b, a)`` as shape inference builds it
+    (:func:`tenure.symbolic.ops.elemwise.broadcast_symbolic_shapes`), as
+    elementwise nodes or fused into one Composite; else
+    :data:`_NOT_A_BROADCAST`."""
+    node = d.owner
+    if node is None or not isinstance(node.op, Elemwise):
+        return _NOT_A_BROADCAST
+    scalar_op = node.op.scalar_op
+    if isinstance(scalar_op, Composite):
+        steps = scalar_op.steps
+        return _composite_length(steps, ("t", len(steps) - 1), node.inputs, depth, memo)
+    if scalar_op != ps.where:
+        return _NOT_A_BROADCAST
+    cond, b, a = node.inputs
     test = cond.owner
-    if test is None or not is_elemwise(test, ps.equal):
-        return None
-    left, right = test.inputs
-    if left is d and is_filled_with(right, 1) or right is d and is_filled_with(left, 1):
-        return d, e
-    return None
+    if (test is None or not isinstance(test.op, Elemwise) or test.op.scalar_op != ps.equal
+            or not any(x is a and is_filled_with(one, 1)
+                       for x, one in (test.inputs, test.inputs[::-1]))):
+        return _NOT_A_BROADCAST
+    return _joined([_scalar_key(a, depth - 1, memo), _scalar_key(b, depth - 1, memo)])
+
+
+def _composite_length(steps, ref, inputs, depth: int, memo: dict):
+    """:func:`_broadcast_length` of reference ``ref`` of a Composite's steps."""
+    kind, value = ref
+    if kind == "i":
+        return _scalar_key(inputs[value], depth - 1, memo)
+    if kind != "t" or depth <= 0:
+        return _NOT_A_BROADCAST
+    op, refs = steps[value]
+    if op != ps.where or refs[0][0] != "t":
+        return _NOT_A_BROADCAST
+    cond, b, a = refs
+    test_op, test_refs = steps[cond[1]]
+    if test_op != ps.equal or test_refs not in ((a, ("c", 1)), (("c", 1), a)):
+        return _NOT_A_BROADCAST
+    keys = [_composite_length(steps, r, inputs, depth - 1, memo) for r in (a, b)]
+    return _NOT_A_BROADCAST if _NOT_A_BROADCAST in keys else _joined(keys)
 
 
 class Lengths:
@@ -305,10 +335,11 @@ def broadcasts_to(value: Variable, dims, memo: dict | None = None) -> bool:
 @register_node_rewrite("fuse", tags=("shape_ops", "fusion"))
 def alloc_read_as_broadcast(fgraph, node):
     """An elementwise op reading ``alloc(v, *dims)`` reads ``v`` instead
-    (broadcast inside its loop: no full-size copy) when another of its
-    inputs provably has the shape ``dims`` -- so its output keeps its shape
-    -- and ``v`` provably broadcasts to ``dims``, so no error the alloc
-    would raise is lost.  The alloc goes when nothing else reads it."""
+    (broadcast inside its loop: no full-size copy) when its other inputs
+    broadcast together provably have the shape ``dims`` -- so its output
+    keeps its shape -- and ``v`` provably broadcasts to ``dims``, so no
+    error the alloc would raise is lost.  The alloc goes when nothing else
+    reads it."""
     if not isinstance(node.op, Elemwise) or node.op.inplace_pattern:
         return None
     inputs = list(node.inputs)
@@ -321,15 +352,29 @@ def alloc_read_as_broadcast(fgraph, node):
         value, dims = owner.inputs[0], owner.inputs[1:]
         if value.type.dtype != x.type.dtype or not broadcasts_to(value, dims, memo):
             continue
-        if not any(j != i and not _is_alloc(u) and has_shape(u, dims, memo)
-                   for j, u in enumerate(node.inputs)):
-            continue   # (an alloc that may go too cannot be what gives the shape)
+        # (an alloc that may go too cannot be what gives the shape)
+        others = [u for j, u in enumerate(node.inputs) if j != i and not _is_alloc(u)]
+        if x.ndim != node.outputs[0].ndim or not _broadcast_has_shape(others, dims, memo):
+            continue
         inputs[i] = broadcastable(value, x.ndim)
         changed = True
     if not changed:
         return None
     out = node.op(*inputs)
     return out if no_less_static(out, node.outputs[0]) else None
+
+
+def _broadcast_has_shape(inputs, dims, memo: dict) -> bool:
+    """Whether ``inputs`` broadcast together provably have the lengths the
+    0-d ints ``dims`` hold."""
+    ndim = len(dims)
+    if not inputs or any(u.ndim > ndim for u in inputs):
+        return False
+    for axis, d in enumerate(dims):
+        key = _broadcast_key(inputs, ndim, axis, _MAX_DEPTH, memo)
+        if key is None or key != scalar_key(d, memo):
+            return False
+    return True
 
 
 def broadcastable(value: Variable, ndim: int) -> Variable:

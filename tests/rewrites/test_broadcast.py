@@ -9,6 +9,9 @@ import pytest
 import tenure as tn
 from tenure.rewrites.broadcast import Lengths, broadcasts_to, dim_key, has_shape, scalar_key
 from tenure.symbolic.fgraph import FunctionGraph
+from tenure.symbolic.ops import scalar as ps
+from tenure.symbolic.ops.composite import Composite
+from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.creation import Alloc
 from tenure.symbolic.ops.reduce import SumTo
 
@@ -67,6 +70,13 @@ class TestDimKey:
         # the length shape inference builds for it: where(d == 1, e, d)
         assert scalar_key((x + y).shape[0]) == dim_key(x + y, 0)
         assert has_shape(tn.exp(x + y), [(x + y).shape[0], (y - x).shape[1]])
+        # ... fused into one Composite, as the fuse phase leaves it
+        fused = Elemwise(Composite(2, [(ps.equal, (("i", 0), ("c", 1))),
+                                       (ps.where, (("t", 0), ("i", 1), ("i", 0)))]))
+        assert scalar_key(fused(x.shape[0], y.shape[0])) == dim_key(x + y, 0)
+        other = Elemwise(Composite(2, [(ps.equal, (("i", 0), ("c", 2))),
+                                       (ps.where, (("t", 0), ("i", 1), ("i", 0)))]))
+        assert scalar_key(other(x.shape[0], y.shape[0]))[0] == "scalar"   # not a broadcast
         # a static length other than 1 is what a broadcast with it gives
         s = tn.matrix("s", shape=(4, None))
         assert dim_key(x + s, 0) == ("static", 4)
@@ -168,6 +178,21 @@ class TestUselessSumTo:
         assert "useless_sum_to" in f.rewrites_applied
         assert len(sum_tos(f)) < len(sum_tos(kept))
         assert len(f.fgraph.apply_nodes) < len(kept.fgraph.apply_nodes)   # fused further
+
+    @pytest.mark.parametrize("linker", LINKERS)
+    def test_a_mean_squared_error_s_gradient_keeps_no_alloc(self, linker):
+        """The mean's gradient fills its scale to the error's shape; the
+        error ``x @ w + b - t`` provably has that shape (its lengths are
+        broadcasts, fused into Composites by then), so it is read broadcast."""
+        x, w, t = tn.matrix("x"), tn.matrix("w"), tn.matrix("t")
+        b = tn.vector("b")
+        g = tn.grad(tn.mean((x @ w + b - t) ** 2), w)
+        f = tn.function([x, w, b, t], g, mode=tn.Mode(linker=linker))
+        assert not allocs(f)
+        rng = np.random.default_rng(2)
+        args = [rng.standard_normal(s) for s in ((3, 5), (5, 4), (4,), (3, 4))]
+        np.testing.assert_allclose(f(*args), tn.function([x, w, b, t], g, mode=NONE)(*args),
+                                   rtol=1e-12)
 
     @pytest.mark.parametrize("linker", LINKERS)
     @pytest.mark.parametrize("b1_len, w1_cols", [(4, 4), (1, 4), (4, 1)])
