@@ -99,7 +99,7 @@ import numpy as np
 from tenure.linkers.c import blas, dispatch, elemwise
 from tenure.linkers.c import nnet as _nnet
 from tenure.linkers.c import reduce as _reduce
-from tenure.linkers.c import prelude, runtime, views
+from tenure.linkers.c import prelude, runtime, shapes, views
 from tenure.linkers.c.cgen import C_DTYPES, HEADERS, c_string, input_label
 from tenure.linkers.commit import CommitPoint
 from tenure.linkers.plan import Plan
@@ -109,7 +109,8 @@ __all__ = ["GraphModule", "graph_module", "shape_table", "step_kind", "step_modu
 
 
 def step_kind(node: Apply, context: dispatch.CContext | None = None) -> str:
-    """``"elemwise"``, ``"blas"``, ``"reduce"``, ``"nnet"``, ``"view"``, ``"subtensor"``
+    """``"elemwise"``, ``"blas"``, ``"reduce"``, ``"nnet"``, ``"view"``, ``"shape"``,
+    ``"subtensor"``
     (C code: the kind of the node's entry in :mod:`.dispatch`), or ``"py"``
     (its perform)."""
     entry = dispatch.entry_for(node, context)
@@ -127,9 +128,9 @@ class GraphModule:
     flags: tuple[str, ...]
     #: per step: "elemwise", "blas", "reduce", "nnet" (kernels writing an
     #: output buffer), "view" (a new array over its input's memory: shape ops,
-    #: basic indexing), "subtensor" (set/inc_subtensor into a copy of x, or x
-    #: itself in place), another registered family's kind (:mod:`.dispatch`),
-    #: or "py" (the op's perform)
+    #: basic indexing), "shape" (Shape, SumTo, ExpandTo), "subtensor"
+    #: (set/inc_subtensor into a copy of x, or x itself in place), another
+    #: registered family's kind (:mod:`.dispatch`), or "py" (the op's perform)
     kinds: list[str]
     #: step output slot -> offset of its entry in the shape table
     shape_offsets: dict[int, int] = field(default_factory=dict)
@@ -151,7 +152,7 @@ class GraphModule:
 
 
 #: the step kinds of the interpreter (src/interpret.c)
-PY, ELEMWISE, REDUCE, PRODUCT, GEMM, NNET, COMPILED, VIEW = range(8)
+PY, ELEMWISE, REDUCE, PRODUCT, GEMM, NNET, COMPILED, VIEW, SHAPE = range(9)
 
 
 # The description the interpreter reads (src/interpret.c parses these as the
@@ -241,6 +242,17 @@ class ViewParams(NamedTuple):
     order: tuple[int, ...]         # DimShuffle: per output axis, the input axis or -1
     drop: tuple[int, ...]          # DimShuffle: the axes dropped
     entries: tuple[int, ...]       # Subtensor: views.index_entries(pattern)
+
+
+class ShapeParams(NamedTuple):
+    kind: int                      # shapes.SHAPE, SUM_TO, EXPAND_TO
+    name: str                      # the op's name in errors
+    whats: tuple[str, ...]         # per input
+    in_type: int
+    in_nd: int
+    out_nd: int
+    summing: object                # SumTo: perform's sum (shapes.summing); else None
+    take: int                      # Alloc: the table entry of a buffer it may take, or -1
 
 
 class ScheduleStep(NamedTuple):
@@ -356,6 +368,18 @@ def _view_step(k: int, step, offsets: dict, label: str, loops: list) -> tuple:
                                   x.ndim, step.node.outputs[0].ndim, order, drop, entries)
 
 
+def _shape_step(k: int, step, offsets: dict, label: str, loops: list) -> tuple:
+    """A shape step: no kernel head (its output is a view, its own array, or
+    for an alloc the buffer the plan hands on)."""
+    node = step.node
+    x = node.inputs[0]
+    name = getattr(node.op, "what", str(node.op))   # (expand_to's errors name it so)
+    return SHAPE, None, ShapeParams(shapes.shape_kind(node), name, shapes.whats(node),
+                                    _typenum(x.dtype), x.ndim, node.outputs[0].ndim,
+                                    shapes.summing(node),
+                                    shapes.take(node, step.outputs[0], offsets))
+
+
 #: per built-in step of :mod:`.dispatch` (the interpreter's fixed enum):
 #: ``(k, step, offsets, label, loops) -> (code, head, params)`` of a step that
 #: is data; ``loops`` collects the loops it runs.  A new family is a compiled
@@ -367,6 +391,7 @@ _DESCRIBE = {
     "gemm": partial(_product_step, GEMM),
     "nnet": _nnet_step,
     "view": _view_step,
+    "shape": _shape_step,
 }
 assert set(_DESCRIBE) == set(dispatch.BUILTIN_STEPS)
 

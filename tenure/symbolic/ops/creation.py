@@ -94,6 +94,8 @@ class Alloc(Op):
 
     def perform(self, node, inputs, output_storage):
         value, dims = inputs[0], tuple(int(d) for d in inputs[1:])
+        if any(d < 0 for d in dims):   # (check_shapes' message, not np.empty's)
+            raise ValueError(f"alloc: negative dimensions are not allowed, got shape {dims}")
         out_dtype = node.outputs[0].type.numpy_dtype
         cell = output_storage[0]
         if not (isinstance(cell[0], np.ndarray) and cell[0].shape == dims

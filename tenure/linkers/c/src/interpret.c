@@ -12,7 +12,7 @@
  * Most steps are data here: elementwise nodes and reductions (their
  * description, with the loops a loop library hands out), products and Gemm
  * (the roles of their axes), softmax and its kin, views (DimShuffle, Reshape,
- * basic Subtensor).  A step whose C depends on the node in other ways
+ * basic Subtensor), shape bookkeeping (Shape, SumTo, ExpandTo).  A step whose C depends on the node in other ways
  * (set/inc_subtensor's region loops, outer products) is a function of a
  * small graph module, reached through that module's `steps` capsule; a step
  * without C code calls its perform.  So a graph made of data steps whose
@@ -31,8 +31,11 @@ enum {
     TN_STEP_GEMM = 4,        /* Gemm (tn_gemm) */
     TN_STEP_NN = 5,          /* softmax, log_softmax, logsumexp (tn_nn_run) */
     TN_STEP_COMPILED = 6,    /* a function of the graph module */
-    TN_STEP_VIEW = 7         /* DimShuffle, Reshape, basic Subtensor (src/views.c) */
+    TN_STEP_VIEW = 7,        /* DimShuffle, Reshape, basic Subtensor (src/views.c) */
+    TN_STEP_SHAPE = 8        /* Shape, SumTo, ExpandTo, Alloc (src/shapes.c) */
 };
+
+enum { TN_SHAPE_SHAPE = 0, TN_SHAPE_SUM_TO = 1, TN_SHAPE_EXPAND_TO = 2, TN_SHAPE_ALLOC = 3 };
 
 enum { TN_VIEW_DIMSHUFFLE = 0, TN_VIEW_RESHAPE = 1, TN_VIEW_SUBTENSOR = 2 };
 
@@ -72,6 +75,10 @@ typedef struct {
     int *order;                          /* DimShuffle: per output axis, the input axis or -1 */
     int *drop;                           /* DimShuffle: the axes dropped */
     Py_ssize_t *entries;                 /* Subtensor: TN_INDEX_WIDTH per entry */
+    /* shape steps (the input's typenum and ndim, output ndim: as views') */
+    int shape_kind;
+    PyObject *summing;                   /* SumTo: perform's sum (borrowed: the description's) */
+    Py_ssize_t take;                     /* Alloc: the table entry of a buffer it may take, or -1 */
     /* a perform: per output, the table entry of a buffer it may take (or -1),
      * its typenum and ndim */
     Py_ssize_t *takes;
@@ -442,6 +449,31 @@ static int tn_sc_view(tn_schedule *sc, tn_istep *st, PyObject *p)
     return 0;
 }
 
+static int tn_sc_shape(tn_schedule *sc, tn_istep *st, PyObject *p)
+{
+    PyObject *name, *whats;
+    if (!PyArg_ParseTuple(p, "iUO!iiiOn:Schedule shape step", &st->shape_kind, &name,
+                          &PyTuple_Type, &whats, &st->in_type, &st->view_nd, &st->out_nd,
+                          &st->summing, &st->take))
+        return -1;
+    if ((st->name = PyUnicode_AsUTF8(name)) == NULL
+            || (st->whats = tn_sc_strings(sc, whats, "whats", st->nin)) == NULL)
+        return -1;
+    if (st->nout != 1 || st->view_nd < 0 || st->view_nd > NPY_MAXDIMS || st->out_nd < 0
+            || st->out_nd > NPY_MAXDIMS || st->shape_kind < TN_SHAPE_SHAPE
+            || st->shape_kind > TN_SHAPE_ALLOC || st->take < -1
+            || (st->take >= 0 && st->take + 2 + st->out_nd > sc->table_size)
+            || (st->shape_kind == TN_SHAPE_SHAPE ? st->nin != 1 || st->out_nd != 1
+                                                 : st->nin != 1 + st->out_nd)
+            || (st->shape_kind == TN_SHAPE_SUM_TO && !PyCallable_Check(st->summing))) {
+        PyErr_Format(PyExc_ValueError, "Schedule: %s: shape step kind %d with %d input(s), "
+                     "input ndim %d, output ndim %d: out of range", st->name, st->shape_kind,
+                     st->nin, st->view_nd, st->out_nd);
+        return -1;
+    }
+    return 0;
+}
+
 static int tn_sc_slots_ok(const tn_schedule *sc, const Py_ssize_t *slots, Py_ssize_t n)
 {
     for (Py_ssize_t i = 0; i < n; i++)
@@ -496,6 +528,8 @@ static int tn_sc_step(tn_schedule *sc, tn_istep *st, PyObject *desc, PyObject *l
     }
     if (st->kind == TN_STEP_VIEW)
         return tn_sc_view(sc, st, params);
+    if (st->kind == TN_STEP_SHAPE)
+        return tn_sc_shape(sc, st, params);
     if (st->nout != 1 || tn_sc_kernel_head(sc, st, head) < 0) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "Schedule: a C kernel has one output");
@@ -792,6 +826,36 @@ static int tn_sc_view_step(const tn_istep *st, PyObject **S)
     return 0;
 }
 
+/* A shape step (src/shapes.c): its output into the slot. */
+static int tn_sc_shape_step(const tn_istep *st, PyObject **S, const npy_intp *planned,
+                            PyObject **aside)
+{
+    PyObject *in[st->nin], *r;
+    npy_intp dims[NPY_MAXDIMS];
+    PyArrayObject *a;
+    for (int i = 0; i < st->nin; i++)
+        in[i] = S[st->ins[i]];
+    a = tn_vw_as_array(in[0], st->in_type, st->view_nd, st->whats[0]);
+    if (a == NULL)
+        return -1;
+    if (st->shape_kind == TN_SHAPE_SHAPE)
+        r = tn_sh_shape(a);
+    else if (tn_sh_dims(in + 1, st->out_nd, st->whats + 1, dims) < 0)
+        r = NULL;
+    else if (st->shape_kind == TN_SHAPE_SUM_TO)
+        r = tn_sh_sum_to(a, st->out_nd, dims, st->summing);
+    else if (st->shape_kind == TN_SHAPE_EXPAND_TO)
+        r = tn_sh_expand_to(a, st->out_nd, dims, st->name);
+    else
+        r = tn_sh_alloc(a, st->out_nd, dims, st->take < 0 ? NULL : tn_cl_take_planned(
+            aside, planned, st->take, st->in_type, st->out_nd));
+    Py_DECREF(a);
+    if (r == NULL)
+        return -1;
+    Py_SETREF(S[st->outs[0]], r);
+    return 0;
+}
+
 static int tn_sc_run_step(const tn_schedule *sc, const tn_istep *st, Py_ssize_t k, PyObject **S,
                           PyObject *py_steps, const npy_intp *planned, PyObject **aside)
 {
@@ -799,6 +863,8 @@ static int tn_sc_run_step(const tn_schedule *sc, const tn_istep *st, Py_ssize_t 
         return st->fn(S, planned, aside);
     if (st->kind == TN_STEP_VIEW)
         return tn_sc_view_step(st, S);
+    if (st->kind == TN_STEP_SHAPE)
+        return tn_sc_shape_step(st, S, planned, aside);
     if (st->kind == TN_STEP_PY) {
         PyObject *pre[st->nout > 0 ? st->nout : 1];
         for (int j = 0; j < st->nout; j++) {

@@ -27,6 +27,7 @@
 #include "schedule.c"
 #include "reduce.c"
 #include "views.c"
+#include "shapes.c"
 #include "subtensor.c"
 #include "fastcall.c"
 #include "blas.c.src"
