@@ -40,8 +40,8 @@ def same(got, want):
 def test_the_shape_ops_are_c_steps():
     x = tn.tensor("x", shape=(None, None, None))
     n = tn.scalar("n", dtype="int64")
-    outs = [x.shape, SumTo()(x, x.shape[1], 1), ExpandTo()(x, n, x.shape[0], x.shape[1],
-                                                             x.shape[2]),
+    dims = x.shape[0], x.shape[1], x.shape[2]
+    outs = [x.shape, SumTo()(x, x.shape[1], 1), ExpandTo()(x, n, *dims),
             Alloc()(x.sum(axis=0), n, x.shape[1], x.shape[2])]
     f, ref = compile_both([x, n], outs)
     kinds = kinds_of(f)
