@@ -5,7 +5,8 @@ subclass runs as its nearest registered base does (its entry's
 :meth:`CEntry.has_c_code` still decides per node).  Each op family registers
 its op classes in its own module, one :func:`register_c_op` line per class
 (:mod:`.elemwise`, :mod:`.reduce`, :mod:`.blas`, :mod:`.nnet`, :mod:`.conv`,
-:mod:`.pool`, :mod:`.views`, :mod:`.shapes`, :mod:`.subtensor`, :mod:`.random`); :mod:`.module`
+:mod:`.pool`, :mod:`.views`, :mod:`.shapes`, :mod:`.advanced`, :mod:`.subtensor`,
+:mod:`.random`); :mod:`.module`
 asks the table (:func:`entry_for`) for every node of a schedule.  A node
 without an entry, or whose entry says it has no C code, runs its op's
 ``perform`` from the C loop (a ``"py"`` step).
@@ -14,7 +15,8 @@ An entry (:class:`CEntry`) says:
 
 - ``kind``: the step's name in ``GraphModule.kinds`` (and what
   :func:`~tenure.linkers.c.module.step_kind` returns): ``"elemwise"``,
-  ``"blas"``, ``"reduce"``, ``"nnet"``, ``"view"``, ``"shape"``, ``"subtensor"`` for the
+  ``"blas"``, ``"reduce"``, ``"nnet"``, ``"view"``, ``"shape"``, ``"advanced"``,
+  ``"subtensor"`` for the
   built-in families, any other name (not ``"py"``) for a new one.
 - ``family``: the object that knows the op's C: ``family.has_c_code(node)``
   and, for a compiled step, ``family.c_function(node, fname)``.
@@ -86,14 +88,14 @@ __all__ = ["BUILTIN_STEPS", "COMPILED", "CContext", "CEntry", "compiled_step", "
 
 #: the steps the interpreter runs from a description (its fixed enum, but
 #: py and compiled): for the built-in fast families only
-BUILTIN_STEPS = ("elemwise", "reduce", "product", "gemm", "nnet", "view", "shape")
+BUILTIN_STEPS = ("elemwise", "reduce", "product", "gemm", "nnet", "view", "shape", "advanced")
 #: a step function of the graph's module (``TN_STEP_COMPILED``): any new family
 COMPILED = "compiled"
 
 #: the modules that register the built-in entries (imported on first lookup,
 #: so that the table is complete whoever asks first)
 _BUILTIN_FAMILIES = ("elemwise", "reduce", "blas", "tensordot", "nnet", "conv", "pool",
-                     "views", "shapes", "subtensor", "random")
+                     "views", "shapes", "advanced", "subtensor", "random")
 
 
 @dataclass(frozen=True)

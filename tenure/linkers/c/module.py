@@ -99,7 +99,7 @@ import numpy as np
 from tenure.linkers.c import blas, dispatch, elemwise
 from tenure.linkers.c import nnet as _nnet
 from tenure.linkers.c import reduce as _reduce
-from tenure.linkers.c import prelude, runtime, shapes, views
+from tenure.linkers.c import advanced, prelude, runtime, shapes, views
 from tenure.linkers.c.cgen import C_DTYPES, HEADERS, c_string, input_label
 from tenure.linkers.commit import CommitPoint
 from tenure.linkers.plan import Plan
@@ -110,7 +110,7 @@ __all__ = ["GraphModule", "graph_module", "shape_table", "step_kind", "step_modu
 
 def step_kind(node: Apply, context: dispatch.CContext | None = None) -> str:
     """``"elemwise"``, ``"blas"``, ``"reduce"``, ``"nnet"``, ``"view"``, ``"shape"``,
-    ``"subtensor"``
+    ``"advanced"``, ``"subtensor"``
     (C code: the kind of the node's entry in :mod:`.dispatch`), or ``"py"``
     (its perform)."""
     entry = dispatch.entry_for(node, context)
@@ -128,7 +128,8 @@ class GraphModule:
     flags: tuple[str, ...]
     #: per step: "elemwise", "blas", "reduce", "nnet" (kernels writing an
     #: output buffer), "view" (a new array over its input's memory: shape ops,
-    #: basic indexing), "shape" (Shape, SumTo, ExpandTo), "subtensor"
+    #: basic indexing), "shape" (Shape, SumTo, ExpandTo, Alloc, Arange), "advanced"
+    #: (integer array indexing and its updates), "subtensor"
     #: (set/inc_subtensor into a copy of x, or x itself in place), another
     #: registered family's kind (:mod:`.dispatch`), or "py" (the op's perform)
     kinds: list[str]
@@ -152,7 +153,7 @@ class GraphModule:
 
 
 #: the step kinds of the interpreter (src/interpret.c)
-PY, ELEMWISE, REDUCE, PRODUCT, GEMM, NNET, COMPILED, VIEW, SHAPE = range(9)
+PY, ELEMWISE, REDUCE, PRODUCT, GEMM, NNET, COMPILED, VIEW, SHAPE, ADVANCED = range(10)
 
 
 # The description the interpreter reads (src/interpret.c parses these as the
@@ -248,11 +249,23 @@ class ShapeParams(NamedTuple):
     kind: int                      # shapes.SHAPE, SUM_TO, EXPAND_TO
     name: str                      # the op's name in errors
     whats: tuple[str, ...]         # per input
-    in_type: int
+    in_type: int                   # (Arange: the output's)
     in_nd: int
     out_nd: int
     summing: object                # SumTo: perform's sum (shapes.summing); else None
     take: int                      # Alloc: the table entry of a buffer it may take, or -1
+
+
+class AdvancedParams(NamedTuple):
+    kind: int                      # advanced.TAKE, SET, INC
+    name: str                      # the op's name in errors
+    whats: tuple[str, ...]         # per input
+    in_type: int
+    in_nd: int
+    arrays: tuple[int, ...]        # per pattern entry: the input of its index array, -1: all
+    inplace: int
+    take: int                      # an update: the table entry of a buffer it may take, or -1
+    add_at: object                 # an inc: np.add.at; else None
 
 
 class ScheduleStep(NamedTuple):
@@ -374,10 +387,22 @@ def _shape_step(k: int, step, offsets: dict, label: str, loops: list) -> tuple:
     node = step.node
     x = node.inputs[0]
     name = getattr(node.op, "what", str(node.op))   # (expand_to's errors name it so)
+    if shapes.shape_kind(node) == shapes.ARANGE:
+        x = node.outputs[0]   # (arange's inputs are scalars of any dtype: the output's)
     return SHAPE, None, ShapeParams(shapes.shape_kind(node), name, shapes.whats(node),
                                     _typenum(x.dtype), x.ndim, node.outputs[0].ndim,
                                     shapes.summing(node),
                                     shapes.take(node, step.outputs[0], offsets))
+
+
+def _advanced_step(k: int, step, offsets: dict, label: str, loops: list) -> tuple:
+    """An integer array indexing step: no kernel head (NumPy indexes)."""
+    node = step.node
+    x = node.inputs[0]
+    return ADVANCED, None, AdvancedParams(
+        advanced.kind(node), advanced.fn_name(node), advanced.whats(node), _typenum(x.dtype),
+        x.ndim, advanced.arrays(node), int(getattr(node.op, "inplace", False)),
+        advanced.take(node, step.outputs[0], offsets), advanced.add_at(node))
 
 
 #: per built-in step of :mod:`.dispatch` (the interpreter's fixed enum):
@@ -392,6 +417,7 @@ _DESCRIBE = {
     "nnet": _nnet_step,
     "view": _view_step,
     "shape": _shape_step,
+    "advanced": _advanced_step,
 }
 assert set(_DESCRIBE) == set(dispatch.BUILTIN_STEPS)
 

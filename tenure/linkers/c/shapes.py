@@ -1,10 +1,11 @@
-"""Shape steps in C: ``Shape``, ``SumTo``, ``ExpandTo`` and ``Alloc``.
+"""Shape steps in C: ``Shape``, ``SumTo``, ``ExpandTo``, ``Alloc`` and ``Arange``.
 
 The shape bookkeeping that gradients and shape inference leave in a graph:
 ``shape(x)``, the adjoints of broadcasting that do nothing when nothing
 was broadcast (``sum_to(g, *dims)`` of a ``g`` that has the lengths
 ``dims``, ``expand_to(v, *dims)`` of a ``v`` that has them), and the fills
-of ``zeros_like`` and gradients (``alloc(v, *dims)``).  The schedule
+of ``zeros_like`` and gradients (``alloc(v, *dims)``), and the ranges that
+index rows (``arange(n)``).  The schedule
 interpreter (``src/interpret.c``) runs them with the runtime's helpers
 (``tn_sh_*``, ``src/shapes.c``) from what this module says of a node
 (:func:`has_c_code`, :func:`shape_kind`, :func:`whats`,
@@ -24,7 +25,9 @@ A shape step -- its contract with the caller:
   leading length-1 axes, or a new array holding ``v`` broadcast, with
   ``check_shapes``' errors; ``Alloc`` writes ``v`` broadcast into the dead
   buffer the plan hands on (as a perform step gets it: :func:`take`), or a
-  new array, after ``check_shapes``' checks.
+  new array, after ``check_shapes``' checks; ``Arange`` is NumPy's own
+  arange (``PyArray_ArangeObj``) of its inputs' items, after perform's
+  check of the step.
 """
 
 from __future__ import annotations
@@ -37,28 +40,33 @@ import numpy as np
 from tenure.linkers.c.cgen import C_DTYPES
 from tenure.linkers.c.dispatch import CEntry, register_c_op
 from tenure.symbolic.graph import Apply
-from tenure.symbolic.ops.creation import Alloc, ExpandTo
+from tenure.symbolic.ops.creation import Alloc, Arange, ExpandTo
 from tenure.symbolic.ops.reduce import SumTo
 from tenure.symbolic.ops.shape import Shape
 
-__all__ = ["ALLOC", "EXPAND_TO", "SHAPE", "SUM_TO", "has_c_code", "shape_kind", "summing",
-           "take", "whats"]
+__all__ = ["ALLOC", "ARANGE", "EXPAND_TO", "SHAPE", "SUM_TO", "has_c_code", "shape_kind",
+           "summing", "take", "whats"]
 
 #: what the runtime's interpreter calls each shape step (src/interpret.c)
-SHAPE, SUM_TO, EXPAND_TO, ALLOC = range(4)
+SHAPE, SUM_TO, EXPAND_TO, ALLOC, ARANGE = range(5)
 
 
 def has_c_code(node: Apply) -> bool:
     """Whether the runtime runs ``node``: its array of a C dtype, its dims
     integers."""
-    if len(node.outputs) != 1 or np.dtype(node.inputs[0].dtype).name not in C_DTYPES:
+    if len(node.outputs) != 1 or np.dtype(node.outputs[0].dtype).name not in C_DTYPES:
+        return False
+    if isinstance(node.op, Arange):
+        return True
+    if np.dtype(node.inputs[0].dtype).name not in C_DTYPES:
         return False
     return all(np.dtype(d.dtype).kind in "iu" and d.ndim == 0 for d in node.inputs[1:])
 
 
 def shape_kind(node: Apply) -> int:
-    """:data:`SHAPE`, :data:`SUM_TO`, :data:`EXPAND_TO` or :data:`ALLOC`."""
-    return {Shape: SHAPE, SumTo: SUM_TO, ExpandTo: EXPAND_TO, Alloc: ALLOC}[type(node.op)]
+    """:data:`SHAPE`, :data:`SUM_TO`, :data:`EXPAND_TO`, :data:`ALLOC` or :data:`ARANGE`."""
+    return {Shape: SHAPE, SumTo: SUM_TO, ExpandTo: EXPAND_TO, Alloc: ALLOC,
+            Arange: ARANGE}[type(node.op)]
 
 
 def whats(node: Apply) -> tuple[str, ...]:
@@ -91,3 +99,4 @@ register_c_op(Shape, _ENTRY)
 register_c_op(SumTo, _ENTRY)
 register_c_op(ExpandTo, _ENTRY)
 register_c_op(Alloc, _ENTRY)
+register_c_op(Arange, _ENTRY)

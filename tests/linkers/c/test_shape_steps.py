@@ -167,14 +167,3 @@ def test_an_mlp_training_step_has_no_python_steps():
                         mode=tn.Mode(linker="c"))
         assert "py" not in f._thunk.graph.kinds, kinds_of(f)
         f(rng.standard_normal((5, 4)), rng.standard_normal((5, 2)))
-
-
-def test_the_demo_step_runs_only_its_indexing_in_python():
-    """The demo's step: its shape bookkeeping runs in C; what remains in
-    Python is its cross-entropy's integer indexing (issue 33's next part)."""
-    from tenure import demo
-    rng = np.random.default_rng(0)
-    _, train, _ = demo.build_model(rng, 2, 16, 3, 0.1, mode=tn.Mode(linker="c"))
-    python = {type(s.node.op).__name__ for s, k in zip(train._thunk.plan.steps,
-                                                       train._thunk.graph.kinds) if k == "py"}
-    assert python <= {"Arange", "AdvancedSubtensor", "AdvancedIncSubtensor"}, python

@@ -12,7 +12,8 @@
  * Most steps are data here: elementwise nodes and reductions (their
  * description, with the loops a loop library hands out), products and Gemm
  * (the roles of their axes), softmax and its kin, views (DimShuffle, Reshape,
- * basic Subtensor), shape bookkeeping (Shape, SumTo, ExpandTo).  A step whose C depends on the node in other ways
+ * basic Subtensor), shape bookkeeping (Shape, SumTo, ExpandTo, Alloc), integer
+ * array indexing (AdvancedSubtensor, AdvancedIncSubtensor).  A step whose C depends on the node in other ways
  * (set/inc_subtensor's region loops, outer products) is a function of a
  * small graph module, reached through that module's `steps` capsule; a step
  * without C code calls its perform.  So a graph made of data steps whose
@@ -32,10 +33,14 @@ enum {
     TN_STEP_NN = 5,          /* softmax, log_softmax, logsumexp (tn_nn_run) */
     TN_STEP_COMPILED = 6,    /* a function of the graph module */
     TN_STEP_VIEW = 7,        /* DimShuffle, Reshape, basic Subtensor (src/views.c) */
-    TN_STEP_SHAPE = 8        /* Shape, SumTo, ExpandTo, Alloc (src/shapes.c) */
+    TN_STEP_SHAPE = 8,       /* Shape, SumTo, ExpandTo, Alloc (src/shapes.c) */
+    TN_STEP_ADVANCED = 9     /* AdvancedSubtensor, AdvancedIncSubtensor (src/advanced.c) */
 };
 
-enum { TN_SHAPE_SHAPE = 0, TN_SHAPE_SUM_TO = 1, TN_SHAPE_EXPAND_TO = 2, TN_SHAPE_ALLOC = 3 };
+enum { TN_ADVANCED_TAKE = 0, TN_ADVANCED_SET = 1, TN_ADVANCED_INC = 2 };
+
+enum { TN_SHAPE_SHAPE = 0, TN_SHAPE_SUM_TO = 1, TN_SHAPE_EXPAND_TO = 2, TN_SHAPE_ALLOC = 3,
+       TN_SHAPE_ARANGE = 4 };
 
 enum { TN_VIEW_DIMSHUFFLE = 0, TN_VIEW_RESHAPE = 1, TN_VIEW_SUBTENSOR = 2 };
 
@@ -79,6 +84,10 @@ typedef struct {
     int shape_kind;
     PyObject *summing;                   /* SumTo: perform's sum (borrowed: the description's) */
     Py_ssize_t take;                     /* Alloc: the table entry of a buffer it may take, or -1 */
+    /* advanced indexing (the input's typenum and ndim: as views'; the index
+     * entries in `order`, nentries of them; the kind in shape_kind; the
+     * buffer it may take in `take`; np.add.at in `summing`) */
+    int inplace;
     /* a perform: per output, the table entry of a buffer it may take (or -1),
      * its typenum and ndim */
     Py_ssize_t *takes;
@@ -461,15 +470,50 @@ static int tn_sc_shape(tn_schedule *sc, tn_istep *st, PyObject *p)
         return -1;
     if (st->nout != 1 || st->view_nd < 0 || st->view_nd > NPY_MAXDIMS || st->out_nd < 0
             || st->out_nd > NPY_MAXDIMS || st->shape_kind < TN_SHAPE_SHAPE
-            || st->shape_kind > TN_SHAPE_ALLOC || st->take < -1
+            || st->shape_kind > TN_SHAPE_ARANGE || st->take < -1
             || (st->take >= 0 && st->take + 2 + st->out_nd > sc->table_size)
             || (st->shape_kind == TN_SHAPE_SHAPE ? st->nin != 1 || st->out_nd != 1
-                                                 : st->nin != 1 + st->out_nd)
+                : st->shape_kind == TN_SHAPE_ARANGE ? st->nin != 3 || st->out_nd != 1
+                : st->nin != 1 + st->out_nd)
             || (st->shape_kind == TN_SHAPE_SUM_TO && !PyCallable_Check(st->summing))) {
         PyErr_Format(PyExc_ValueError, "Schedule: %s: shape step kind %d with %d input(s), "
                      "input ndim %d, output ndim %d: out of range", st->name, st->shape_kind,
                      st->nin, st->view_nd, st->out_nd);
         return -1;
+    }
+    return 0;
+}
+
+static int tn_sc_advanced(tn_schedule *sc, tn_istep *st, PyObject *p)
+{
+    PyObject *name, *whats, *arrays;
+    const int first = 1;   /* the index inputs start after x (and v, for an update) */
+    if (!PyArg_ParseTuple(p, "iUO!iiO!inO:Schedule advanced indexing step", &st->shape_kind,
+                          &name, &PyTuple_Type, &whats, &st->in_type, &st->view_nd,
+                          &PyTuple_Type, &arrays, &st->inplace, &st->take, &st->summing))
+        return -1;
+    st->nentries = (int)PyTuple_GET_SIZE(arrays);
+    if ((st->name = PyUnicode_AsUTF8(name)) == NULL
+            || (st->whats = tn_sc_strings(sc, whats, "whats", st->nin)) == NULL
+            || (st->order = tn_sc_ints(sc, arrays, "arrays", -1)) == NULL)
+        return -1;
+    if (st->nout != 1 || st->shape_kind < TN_ADVANCED_TAKE || st->shape_kind > TN_ADVANCED_INC
+            || st->view_nd < 1 || st->view_nd > NPY_MAXDIMS || st->nentries != st->view_nd
+            || st->take < -1 || (st->take >= 0 && st->take + 2 + st->view_nd > sc->table_size)
+            || (st->shape_kind == TN_ADVANCED_INC && !PyCallable_Check(st->summing))) {
+        PyErr_Format(PyExc_ValueError, "Schedule: %s: advanced indexing step kind %d of a "
+                     "%d-d input with %d entries: out of range", st->name, st->shape_kind,
+                     st->view_nd, st->nentries);
+        return -1;
+    }
+    for (int e = 0; e < st->nentries; e++) {   /* arrays first, then full slices */
+        const int pos = st->order[e];
+        if (pos < -1 || pos >= st->nin || (pos >= 0 && pos < first + (st->shape_kind != 0))
+                || (e > 0 && pos >= 0 && st->order[e - 1] < 0) || (e == 0 && pos < 0)) {
+            PyErr_Format(PyExc_ValueError, "Schedule: %s: index entry %d reads input %d of %d",
+                         st->name, e, pos, st->nin);
+            return -1;
+        }
     }
     return 0;
 }
@@ -530,6 +574,8 @@ static int tn_sc_step(tn_schedule *sc, tn_istep *st, PyObject *desc, PyObject *l
         return tn_sc_view(sc, st, params);
     if (st->kind == TN_STEP_SHAPE)
         return tn_sc_shape(sc, st, params);
+    if (st->kind == TN_STEP_ADVANCED)
+        return tn_sc_advanced(sc, st, params);
     if (st->nout != 1 || tn_sc_kernel_head(sc, st, head) < 0) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "Schedule: a C kernel has one output");
@@ -835,6 +881,13 @@ static int tn_sc_shape_step(const tn_istep *st, PyObject **S, const npy_intp *pl
     PyArrayObject *a;
     for (int i = 0; i < st->nin; i++)
         in[i] = S[st->ins[i]];
+    if (st->shape_kind == TN_SHAPE_ARANGE) {   /* (in_type: the output's) */
+        r = tn_sh_arange(in, st->in_type);
+        if (r == NULL)
+            return -1;
+        Py_SETREF(S[st->outs[0]], r);
+        return 0;
+    }
     a = tn_vw_as_array(in[0], st->in_type, st->view_nd, st->whats[0]);
     if (a == NULL)
         return -1;
@@ -856,6 +909,34 @@ static int tn_sc_shape_step(const tn_istep *st, PyObject **S, const npy_intp *pl
     return 0;
 }
 
+/* An advanced indexing step (src/advanced.c): its output into the slot. */
+static int tn_sc_advanced_step(const tn_istep *st, PyObject **S, const npy_intp *planned,
+                               PyObject **aside)
+{
+    PyObject *in[st->nin], *r;
+    PyArrayObject *x, *out;
+    for (int i = 0; i < st->nin; i++)
+        in[i] = S[st->ins[i]];
+    x = tn_vw_as_array(in[0], st->in_type, st->view_nd, st->whats[0]);
+    if (x == NULL)
+        return -1;
+    if (st->shape_kind == TN_ADVANCED_TAKE) {
+        r = tn_ad_take(x, in, st->order, st->nentries);
+    } else {
+        out = tn_ad_target(x, in, st->nin, st->inplace, st->take < 0 ? NULL : tn_cl_take_planned(
+            aside, planned, st->take, st->in_type, st->view_nd));
+        r = out == NULL ? NULL : tn_ad_update(out, in[1], in, st->order, st->nentries,
+                                              st->shape_kind == TN_ADVANCED_INC ? st->summing
+                                                                                : NULL,
+                                              st->name);
+    }
+    Py_DECREF(x);
+    if (r == NULL)
+        return -1;
+    Py_SETREF(S[st->outs[0]], r);
+    return 0;
+}
+
 static int tn_sc_run_step(const tn_schedule *sc, const tn_istep *st, Py_ssize_t k, PyObject **S,
                           PyObject *py_steps, const npy_intp *planned, PyObject **aside)
 {
@@ -865,6 +946,8 @@ static int tn_sc_run_step(const tn_schedule *sc, const tn_istep *st, Py_ssize_t 
         return tn_sc_view_step(st, S);
     if (st->kind == TN_STEP_SHAPE)
         return tn_sc_shape_step(st, S, planned, aside);
+    if (st->kind == TN_STEP_ADVANCED)
+        return tn_sc_advanced_step(st, S, planned, aside);
     if (st->kind == TN_STEP_PY) {
         PyObject *pre[st->nout > 0 ? st->nout : 1];
         for (int j = 0; j < st->nout; j++) {

@@ -28,6 +28,7 @@
 #include "reduce.c"
 #include "views.c"
 #include "shapes.c"
+#include "advanced.c"
 #include "subtensor.c"
 #include "fastcall.c"
 #include "blas.c.src"

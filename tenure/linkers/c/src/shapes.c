@@ -1,4 +1,4 @@
-/* Shape steps: Shape, SumTo, ExpandTo and Alloc, the shape bookkeeping that
+/* Shape steps: Shape, SumTo, ExpandTo, Alloc and Arange, the shape bookkeeping that
  * gradients and shape inference leave in a graph (see
  * tenure/linkers/c/shapes.py).  Part of the runtime (runtime.c includes this
  * file, after views.c, whose helpers read the arrays and the dims).
@@ -155,4 +155,39 @@ static PyObject *tn_sh_alloc(PyArrayObject *v, int nd, const npy_intp *dims, PyA
 fail:
     Py_XDECREF(out);
     return NULL;
+}
+
+/* A 0-d input as the Python number perform's v.item() gives (a new
+ * reference): 0-d arrays and NumPy scalars through their item(), Python
+ * numbers as they are. */
+static PyObject *tn_sh_item(PyObject *obj)
+{
+    if (PyArray_Check(obj) || PyArray_IsScalar(obj, Generic))
+        return PyObject_CallMethod(obj, "item", NULL);
+    Py_INCREF(obj);
+    return obj;
+}
+
+/* Arange: np.arange(start, stop, step, dtype) of the three inputs' items
+ * (PyArray_ArangeObj, NumPy's own arange), after perform's check of step. */
+static PyObject *tn_sh_arange(PyObject **in, int typenum)
+{
+    PyObject *items[3] = {NULL, NULL, NULL}, *zero = NULL, *r = NULL;
+    int is_zero;
+    for (int i = 0; i < 3; i++)
+        if ((items[i] = tn_sh_item(in[i])) == NULL)
+            goto done;
+    if ((zero = PyLong_FromLong(0)) == NULL
+            || (is_zero = PyObject_RichCompareBool(items[2], zero, Py_EQ)) < 0)
+        goto done;
+    if (is_zero) {
+        PyErr_SetString(PyExc_ValueError, "arange: step must not be 0");
+        goto done;
+    }
+    r = PyArray_ArangeObj(items[0], items[1], items[2], PyArray_DescrFromType(typenum));
+done:
+    for (int i = 0; i < 3; i++)
+        Py_XDECREF(items[i]);
+    Py_XDECREF(zero);
+    return r;
 }
