@@ -7,8 +7,11 @@ import numpy as np
 import pytest
 
 import tenure as tn
+from tenure import demo
+from tenure.symbolic.ops.creation import Arange
 from tenure.symbolic.ops.indexing import AdvancedSubtensor
 from tenure.symbolic.ops.subtensor_update import AdvancedIncSubtensor
+from tests.linkers.c.pairs import assert_identical, kinds_by_op
 
 pytestmark = pytest.mark.usefixtures("cc_or_skip")
 
@@ -16,22 +19,9 @@ C = tn.Mode(linker="c")
 PY = tn.Mode(linker="py")
 
 
-def kinds_of(f) -> dict:
-    found: dict = {}
-    for step, kind in zip(f._thunk.plan.steps, f._thunk.graph.kinds):
-        found.setdefault(type(step.node.op), set()).add(kind)
-    return found
-
-
 def both(inputs, outputs):
     return (tn.function(inputs, outputs, mode=C, on_unused_input="ignore"),
             tn.function(inputs, outputs, mode=PY, on_unused_input="ignore"))
-
-
-def same(got, want):
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.dtype == want.dtype and got.shape == want.shape
-    np.testing.assert_array_equal(got, want)
 
 
 X = np.arange(60.0).reshape(5, 4, 3)
@@ -59,9 +49,9 @@ def test_gathers_and_scatters_are_c_steps_with_perform_s_values(k):
     i, j = tn.vector("i", dtype="int64"), tn.vector("j", dtype="int32")
     expr, op = cases(x, i, j)[k]
     f, ref = both([x, i, j], expr)
-    assert kinds_of(f)[op] == {"advanced"}
+    assert kinds_by_op(f)[op] == {"advanced"}
     args = X, ROWS, COLS.astype("int32")
-    same(f(*args), ref(*args))
+    assert_identical(f(*args), ref(*args))
     assert np.array_equal(args[0], np.arange(60.0).reshape(5, 4, 3))   # the input untouched
 
 
@@ -76,7 +66,7 @@ def test_an_update_in_place_reads_a_value_that_views_what_it_writes():
     assert any(isinstance(n.op, AdvancedIncSubtensor) and n.op.inplace
                for n in f.fgraph.apply_nodes)
     args = np.arange(12.0).reshape(4, 3), np.array([0, 0, 3, 0])
-    same(f(*args), ref(*args))
+    assert_identical(f(*args), ref(*args))
 
 
 def test_other_patterns_stay_performs():
@@ -84,7 +74,7 @@ def test_other_patterns_stay_performs():
     i = tn.vector("i", dtype="int64")
     for expr in (x[1, i], x[1:3, i], x[i, 1:], x[None, i]):
         f = tn.function([x, i], expr, mode=C)
-        assert kinds_of(f)[AdvancedSubtensor] == {"py"}, expr.owner.op
+        assert kinds_by_op(f)[AdvancedSubtensor] == {"py"}, expr.owner.op
 
 
 @pytest.mark.parametrize("build, args, error", [
@@ -118,10 +108,9 @@ def test_arange_is_numpy_s(args):
     a, b, s = (tn.scalar(n, dtype="float64" if isinstance(args[0], float) else "int64")
                for n in "abs")
     f, ref = both([a, b, s], tn.arange(a, b, s))
-    from tenure.symbolic.ops.creation import Arange
-    assert kinds_of(f)[Arange] == {"shape"}
+    assert kinds_by_op(f)[Arange] == {"shape"}
     values = [np.array(v) for v in args]
-    same(f(*values), ref(*values))
+    assert_identical(f(*values), ref(*values))
 
 
 def test_arange_with_a_zero_step_raises_perform_s_error():
@@ -135,10 +124,9 @@ def test_the_demo_step_has_no_python_steps():
     """Issue 33: the demo's training step -- its cross-entropy's integer
     indexing and the ranges it indexes rows with included -- runs every
     step in C, and takes the compiled call path."""
-    from tenure import demo
     rng = np.random.default_rng(0)
     _, train, _ = demo.build_model(rng, 2, 16, 3, 0.1, mode=tn.Mode(linker="c"))
-    assert "py" not in train._thunk.graph.kinds, kinds_of(train)
+    assert "py" not in train._thunk.graph.kinds, kinds_by_op(train)
     _, ref, _ = demo.build_model(np.random.default_rng(0), 2, 16, 3, 0.1,
                                  mode=tn.Mode(linker="py"))
     X, y = demo.make_spirals(np.random.default_rng(1), 20)

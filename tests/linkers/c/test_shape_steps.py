@@ -9,6 +9,7 @@ import tenure as tn
 from tenure.symbolic.ops.creation import Alloc, ExpandTo
 from tenure.symbolic.ops.reduce import SumTo
 from tenure.symbolic.ops.shape import Shape
+from tests.linkers.c.pairs import assert_identical, kinds_by_op
 
 pytestmark = pytest.mark.usefixtures("cc_or_skip")
 
@@ -23,20 +24,6 @@ def compile_both(inputs, outputs):
             tn.function(inputs, outputs, mode=PY, on_unused_input="ignore"))
 
 
-def kinds_of(f) -> dict:
-    """Per op class of the schedule's steps, the kinds it ran as."""
-    found: dict = {}
-    for step, kind in zip(f._thunk.plan.steps, f._thunk.graph.kinds):
-        found.setdefault(type(step.node.op), set()).add(kind)
-    return found
-
-
-def same(got, want):
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.dtype == want.dtype and got.shape == want.shape
-    np.testing.assert_array_equal(got, want)
-
-
 def test_the_shape_ops_are_c_steps():
     x = tn.tensor("x", shape=(None, None, None))
     n = tn.scalar("n", dtype="int64")
@@ -44,12 +31,12 @@ def test_the_shape_ops_are_c_steps():
     outs = [x.shape, SumTo()(x, x.shape[1], 1), ExpandTo()(x, n, *dims),
             Alloc()(x.sum(axis=0), n, x.shape[1], x.shape[2])]
     f, ref = compile_both([x, n], outs)
-    kinds = kinds_of(f)
+    kinds = kinds_by_op(f)
     for op in SHAPE_OPS:
         assert kinds[op] == {"shape"}, (op, kinds)
     args = np.arange(24.0).reshape(2, 3, 4), np.array(5)
     for got, want in zip(f(*args), ref(*args)):
-        same(got, want)
+        assert_identical(got, want)
 
 
 @pytest.mark.parametrize("shape", [(), (0,), (3,), (2, 0, 5), (1, 2, 3, 4)])
@@ -58,7 +45,7 @@ def test_shape_of_any_array(shape, dtype):
     x = tn.tensor("x", dtype=dtype, shape=(None,) * len(shape))
     f, ref = compile_both([x], x.shape)
     value = np.zeros(shape, dtype=dtype)
-    same(f(value), ref(value))
+    assert_identical(f(value), ref(value))
 
 
 SUM_TO_CASES = [
@@ -81,7 +68,7 @@ def test_sum_to_sums_as_perform(g_shape, target, dtype):
     rng = np.random.default_rng(0)
     value = (rng.standard_normal(g_shape) * 50).astype(dtype)   # int8 sums wrap back as perform's
     args = [value, *(np.array(d) for d in target)]
-    same(f(*args), ref(*args))
+    assert_identical(f(*args), ref(*args))
 
 
 def test_sum_to_of_its_own_shape_is_its_input_not_a_copy():
@@ -103,7 +90,7 @@ def test_expand_to_and_alloc_broadcast_as_perform(value_shape, target):
     args = [value, *(np.array(d, dtype="int32") for d in target)]
     got, want = f(*args), ref(*args)
     for g, w in zip(got, want):
-        same(g, w)
+        assert_identical(g, w)
     assert got[1].flags.writeable and not np.shares_memory(got[1], value)
 
 
@@ -143,7 +130,7 @@ def test_an_alloc_writes_into_the_dead_buffer_the_plan_hands_on():
     y = tn.exp(x) * 2.0
     z = Alloc()(y.sum(axis=1, keepdims=True), x.shape[0], x.shape[1]) + x
     f = tn.function([x], z, mode=C)
-    assert kinds_of(f)[Alloc] == {"shape"}
+    assert kinds_by_op(f)[Alloc] == {"shape"}
     value = np.random.default_rng(0).standard_normal((300, 200))
     report = f.memory_report(value, print_report=False)
     assert abs(report.measured_peak - report.predicted_peak) <= 0.015 * report.predicted_peak
@@ -165,5 +152,5 @@ def test_an_mlp_training_step_has_no_python_steps():
         f = tn.function([x, t], loss, updates=[(p, p - 0.1 * g)
                                                for p, g in zip(params, tn.grad(loss, params))],
                         mode=tn.Mode(linker="c"))
-        assert "py" not in f._thunk.graph.kinds, kinds_of(f)
+        assert "py" not in f._thunk.graph.kinds, kinds_by_op(f)
         f(rng.standard_normal((5, 4)), rng.standard_normal((5, 2)))
