@@ -290,7 +290,7 @@ class Lengths:
                 if subset <= members and len(replaced) < len(members):
                     members, shrunk = replaced, True
         joined = _joined(members)
-        return joined if joined is None or joined[0] == "bcast" else self._find(joined)
+        return None if joined is None else self._find(joined)
 
     def of_axis(self, var: Variable, axis: int):
         return self.canonical(dim_key(var, axis, self.memo))

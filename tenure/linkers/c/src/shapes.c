@@ -173,6 +173,7 @@ static PyObject *tn_sh_item(PyObject *obj)
 static PyObject *tn_sh_arange(PyObject **in, int typenum)
 {
     PyObject *items[3] = {NULL, NULL, NULL}, *zero = NULL, *r = NULL;
+    PyArray_Descr *descr = NULL;
     int is_zero;
     for (int i = 0; i < 3; i++)
         if ((items[i] = tn_sh_item(in[i])) == NULL)
@@ -184,8 +185,11 @@ static PyObject *tn_sh_arange(PyObject **in, int typenum)
         PyErr_SetString(PyExc_ValueError, "arange: step must not be 0");
         goto done;
     }
-    r = PyArray_ArangeObj(items[0], items[1], items[2], PyArray_DescrFromType(typenum));
+    /* PyArray_ArangeObj borrows descr (NumPy's own arange releases it after) */
+    if ((descr = PyArray_DescrFromType(typenum)) != NULL)
+        r = PyArray_ArangeObj(items[0], items[1], items[2], descr);
 done:
+    Py_XDECREF(descr);
     for (int i = 0; i < 3; i++)
         Py_XDECREF(items[i]);
     Py_XDECREF(zero);
