@@ -12,6 +12,8 @@ from tenure.symbolic.ops.creation import Arange
 from tenure.symbolic.ops.indexing import AdvancedSubtensor
 from tenure.symbolic.ops.subtensor_update import AdvancedIncSubtensor
 from tests.linkers.c.pairs import assert_identical, kinds_by_op
+from tests.test_leaks import LIMIT as LEAK_LIMIT
+from tests.test_leaks import growth_per_call
 
 pytestmark = pytest.mark.usefixtures("cc_or_skip")
 
@@ -133,3 +135,13 @@ def test_the_demo_step_has_no_python_steps():
     for _ in range(3):
         np.testing.assert_allclose(train(X, y), ref(X, y), rtol=1e-12)
     assert train._fast_call is not None
+
+
+def test_the_demo_step_keeps_nothing_per_call():
+    """The shape and indexing steps release what they make: the demo's step,
+    every one of its steps in C, holds no more memory after many calls."""
+    _, train, _ = demo.build_model(np.random.default_rng(0), 2, 16, 3, 0.1,
+                                   mode=tn.Mode(linker="c"))
+    X, y = demo.make_spirals(np.random.default_rng(1), 20)
+    growth = growth_per_call(train, (X, y), warm_up=1_000, calls=3_000)
+    assert min(growth) < LEAK_LIMIT, growth
