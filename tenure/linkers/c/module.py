@@ -128,7 +128,8 @@ class GraphModule:
     flags: tuple[str, ...]
     #: per step: "elemwise", "blas", "reduce", "nnet" (kernels writing an
     #: output buffer), "view" (a new array over its input's memory: shape ops,
-    #: basic indexing), "shape" (Shape, SumTo, ExpandTo, Alloc, Arange), "advanced"
+    #: basic indexing), "shape" (Shape, SumTo, ExpandTo, Alloc, Arange, MakeVector,
+    #: SpecifyShape), "advanced"
     #: (integer array indexing and its updates), "subtensor"
     #: (set/inc_subtensor into a copy of x, or x itself in place), another
     #: registered family's kind (:mod:`.dispatch`), or "py" (the op's perform)
@@ -249,11 +250,12 @@ class ShapeParams(NamedTuple):
     kind: int                      # shapes.SHAPE, SUM_TO, EXPAND_TO
     name: str                      # the op's name in errors
     whats: tuple[str, ...]         # per input
-    in_type: int                   # (Arange: the output's)
+    in_type: int                   # (Arange, MakeVector: the output's)
     in_nd: int
     out_nd: int
     summing: object                # SumTo: perform's sum (shapes.summing); else None
     take: int                      # Alloc: the table entry of a buffer it may take, or -1
+    spec: tuple[int, ...]          # SpecifyShape: shapes.spec(node); else ()
 
 
 class AdvancedParams(NamedTuple):
@@ -385,14 +387,14 @@ def _shape_step(k: int, step, offsets: dict, label: str, loops: list) -> tuple:
     """A shape step: no kernel head (its output is a view, its own array, or
     for an alloc the buffer the plan hands on)."""
     node = step.node
-    x = node.inputs[0]
+    # (an op made of scalars of any dtype, maybe none, is described by its output)
+    x = node.outputs[0] if shapes.made_of_scalars(node) else node.inputs[0]
     name = getattr(node.op, "what", str(node.op))   # (expand_to's errors name it so)
-    if shapes.shape_kind(node) == shapes.ARANGE:
-        x = node.outputs[0]   # (arange's inputs are scalars of any dtype: the output's)
     return SHAPE, None, ShapeParams(shapes.shape_kind(node), name, shapes.whats(node),
                                     _typenum(x.dtype), x.ndim, node.outputs[0].ndim,
                                     shapes.summing(node),
-                                    shapes.take(node, step.outputs[0], offsets))
+                                    shapes.take(node, step.outputs[0], offsets),
+                                    shapes.spec(node))
 
 
 def _advanced_step(k: int, step, offsets: dict, label: str, loops: list) -> tuple:

@@ -1,11 +1,13 @@
-"""Shape steps in C: ``Shape``, ``SumTo``, ``ExpandTo``, ``Alloc`` and ``Arange``.
+"""Shape steps in C: ``Shape``, ``SumTo``, ``ExpandTo``, ``Alloc``, ``Arange``,
+``MakeVector`` and ``SpecifyShape``.
 
 The shape bookkeeping that gradients and shape inference leave in a graph:
 ``shape(x)``, the adjoints of broadcasting that do nothing when nothing
 was broadcast (``sum_to(g, *dims)`` of a ``g`` that has the lengths
 ``dims``, ``expand_to(v, *dims)`` of a ``v`` that has them), and the fills
-of ``zeros_like`` and gradients (``alloc(v, *dims)``), and the ranges that
-index rows (``arange(n)``).  The schedule
+of ``zeros_like`` and gradients (``alloc(v, *dims)``), the ranges that
+index rows (``arange(n)``), the shapes built from lengths (``make_vector``)
+and the shapes a graph asserts (``specify_shape``).  The schedule
 interpreter (``src/interpret.c``) runs them with the runtime's helpers
 (``tn_sh_*``, ``src/shapes.c``) from what this module says of a node
 (:func:`has_c_code`, :func:`shape_kind`, :func:`whats`,
@@ -27,7 +29,9 @@ A shape step -- its contract with the caller:
   buffer the plan hands on (as a perform step gets it: :func:`take`), or a
   new array, after ``check_shapes``' checks; ``Arange`` is NumPy's own
   arange (``PyArray_ArangeObj``) of its inputs' items, after perform's
-  check of the step.
+  check of the step; ``MakeVector`` is ``np.array(items, dtype)``
+  (``PyArray_FromAny``); ``SpecifyShape`` is a view of ``x`` once its shape
+  is the one specified, else perform's ``ValueError``.
 """
 
 from __future__ import annotations
@@ -42,13 +46,13 @@ from tenure.linkers.c.dispatch import CEntry, register_c_op
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops.creation import Alloc, Arange, ExpandTo
 from tenure.symbolic.ops.reduce import SumTo
-from tenure.symbolic.ops.shape import Shape
+from tenure.symbolic.ops.shape import MakeVector, Shape, SpecifyShape
 
-__all__ = ["ALLOC", "ARANGE", "EXPAND_TO", "SHAPE", "SUM_TO", "has_c_code", "shape_kind",
-           "summing", "take", "whats"]
+__all__ = ["ALLOC", "ARANGE", "EXPAND_TO", "MAKE_VECTOR", "SHAPE", "SPECIFY", "SUM_TO",
+           "has_c_code", "made_of_scalars", "shape_kind", "spec", "summing", "take", "whats"]
 
 #: what the runtime's interpreter calls each shape step (src/interpret.c)
-SHAPE, SUM_TO, EXPAND_TO, ALLOC, ARANGE = range(5)
+SHAPE, SUM_TO, EXPAND_TO, ALLOC, ARANGE, MAKE_VECTOR, SPECIFY = range(7)
 
 
 def has_c_code(node: Apply) -> bool:
@@ -56,7 +60,7 @@ def has_c_code(node: Apply) -> bool:
     integers."""
     if len(node.outputs) != 1 or np.dtype(node.outputs[0].dtype).name not in C_DTYPES:
         return False
-    if isinstance(node.op, Arange):
+    if made_of_scalars(node):
         return True
     if np.dtype(node.inputs[0].dtype).name not in C_DTYPES:
         return False
@@ -64,9 +68,25 @@ def has_c_code(node: Apply) -> bool:
 
 
 def shape_kind(node: Apply) -> int:
-    """:data:`SHAPE`, :data:`SUM_TO`, :data:`EXPAND_TO`, :data:`ALLOC` or :data:`ARANGE`."""
-    return {Shape: SHAPE, SumTo: SUM_TO, ExpandTo: EXPAND_TO, Alloc: ALLOC,
-            Arange: ARANGE}[type(node.op)]
+    """:data:`SHAPE`, :data:`SUM_TO`, :data:`EXPAND_TO`, :data:`ALLOC`, :data:`ARANGE`,
+    :data:`MAKE_VECTOR` or :data:`SPECIFY`."""
+    return {Shape: SHAPE, SumTo: SUM_TO, ExpandTo: EXPAND_TO, Alloc: ALLOC, Arange: ARANGE,
+            MakeVector: MAKE_VECTOR, SpecifyShape: SPECIFY}[type(node.op)]
+
+
+def made_of_scalars(node: Apply) -> bool:
+    """Whether the node makes its output from scalar inputs of any dtype
+    (``Arange``, ``MakeVector``): the step knows the output's dtype, not an
+    input array's."""
+    return isinstance(node.op, (Arange, MakeVector))
+
+
+def spec(node: Apply) -> tuple[int, ...]:
+    """``SpecifyShape``: per axis, the length, -1 (not specified) or -2 (the
+    next symbolic length input); () for the other kinds."""
+    if not isinstance(node.op, SpecifyShape):
+        return ()
+    return tuple(-1 if e is None else -2 if e == "?" else int(e) for e in node.op.spec)
 
 
 def whats(node: Apply) -> tuple[str, ...]:
@@ -100,3 +120,5 @@ register_c_op(SumTo, _ENTRY)
 register_c_op(ExpandTo, _ENTRY)
 register_c_op(Alloc, _ENTRY)
 register_c_op(Arange, _ENTRY)
+register_c_op(MakeVector, _ENTRY)
+register_c_op(SpecifyShape, _ENTRY)

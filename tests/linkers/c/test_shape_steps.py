@@ -1,6 +1,7 @@
 """Shape steps in the C runtime (tenure/linkers/c/shapes.py, src/shapes.c):
-``Shape``, ``SumTo``, ``ExpandTo`` and ``Alloc`` run as interpreter steps,
-not performs, with perform's values, dtypes and errors."""
+``Shape``, ``SumTo``, ``ExpandTo``, ``Alloc``, ``MakeVector`` and
+``SpecifyShape`` (and ``Arange``: test_advanced_steps.py) run as interpreter
+steps, not performs, with perform's values, dtypes and errors."""
 
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ import pytest
 import tenure as tn
 from tenure.symbolic.ops.creation import Alloc, ExpandTo
 from tenure.symbolic.ops.reduce import SumTo
-from tenure.symbolic.ops.shape import Shape
+from tenure.symbolic.ops.shape import MakeVector, Shape, SpecifyShape
 from tests.linkers.c.pairs import assert_identical, kinds_by_op
 
 pytestmark = pytest.mark.usefixtures("cc_or_skip")
@@ -154,3 +155,40 @@ def test_an_mlp_training_step_has_no_python_steps():
                         mode=tn.Mode(linker="c"))
         assert "py" not in f._thunk.graph.kinds, kinds_by_op(f)
         f(rng.standard_normal((5, 4)), rng.standard_normal((5, 2)))
+
+
+@pytest.mark.parametrize("dtype, items", [
+    ("int64", [np.array(3, "int8"), np.array(-4, "int32"), np.array(2 ** 40)]),
+    ("float32", [np.array(0.1), np.array(2.5, "float32")]),   # float64 to float32: cast
+    ("int64", []),
+])
+def test_make_vector_is_numpy_s_array(dtype, items):
+    inputs = [tn.scalar(f"s{i}", dtype=v.dtype.name) for i, v in enumerate(items)]
+    f, ref = compile_both(inputs, MakeVector(dtype)(*inputs))
+    assert kinds_by_op(f)[MakeVector] == {"shape"}
+    assert_identical(f(*items), ref(*items))
+
+
+def test_specify_shape_is_a_view_once_the_shape_is_right():
+    x = tn.tensor("x", shape=(None, None, None))
+    n = tn.scalar("n", dtype="int64")
+    spec = SpecifyShape((None, "?", 4))
+    f = tn.function([tn.In(x, borrow=True), n], tn.Out(spec(x, n), borrow=True), mode=C)
+    assert kinds_by_op(f)[SpecifyShape] == {"shape"}
+    value = np.zeros((2, 3, 4))
+    out = f(value, np.array(3))
+    assert out.shape == (2, 3, 4) and np.shares_memory(out, value)
+
+
+@pytest.mark.parametrize("shape, n", [((2, 5, 4), 3), ((2, 3, 5), 3), ((2, 3, 4), 2)])
+def test_specify_shape_raises_perform_s_error(shape, n):
+    x = tn.tensor("x", shape=(None, None, None))
+    d = tn.scalar("n", dtype="int64")
+    spec = SpecifyShape((None, "?", 4))
+    messages = []
+    for mode in (C, PY):
+        f = tn.function([x, d], spec(x, d), mode=mode)
+        with pytest.raises(ValueError, match="specify_shape") as info:
+            f(np.zeros(shape), np.array(n))
+        messages.append(str(info.value).splitlines()[0])
+    assert messages[0] == messages[1]

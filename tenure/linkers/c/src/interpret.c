@@ -33,14 +33,15 @@ enum {
     TN_STEP_NN = 5,          /* softmax, log_softmax, logsumexp (tn_nn_run) */
     TN_STEP_COMPILED = 6,    /* a function of the graph module */
     TN_STEP_VIEW = 7,        /* DimShuffle, Reshape, basic Subtensor (src/views.c) */
-    TN_STEP_SHAPE = 8,       /* Shape, SumTo, ExpandTo, Alloc (src/shapes.c) */
+    TN_STEP_SHAPE = 8,       /* Shape, SumTo, ExpandTo, Alloc, Arange, MakeVector,
+                                SpecifyShape (src/shapes.c) */
     TN_STEP_ADVANCED = 9     /* AdvancedSubtensor, AdvancedIncSubtensor (src/advanced.c) */
 };
 
 enum { TN_ADVANCED_TAKE = 0, TN_ADVANCED_SET = 1, TN_ADVANCED_INC = 2 };
 
 enum { TN_SHAPE_SHAPE = 0, TN_SHAPE_SUM_TO = 1, TN_SHAPE_EXPAND_TO = 2, TN_SHAPE_ALLOC = 3,
-       TN_SHAPE_ARANGE = 4 };
+       TN_SHAPE_ARANGE = 4, TN_SHAPE_MAKE_VECTOR = 5, TN_SHAPE_SPECIFY = 6 };
 
 enum { TN_VIEW_DIMSHUFFLE = 0, TN_VIEW_RESHAPE = 1, TN_VIEW_SUBTENSOR = 2 };
 
@@ -80,7 +81,8 @@ typedef struct {
     int *order;                          /* DimShuffle: per output axis, the input axis or -1 */
     int *drop;                           /* DimShuffle: the axes dropped */
     Py_ssize_t *entries;                 /* Subtensor: TN_INDEX_WIDTH per entry */
-    /* shape steps (the input's typenum and ndim, output ndim: as views') */
+    /* shape steps (the input's typenum and ndim, output ndim: as views';
+     * SpecifyShape's spec in `order`, norder of them) */
     int shape_kind;
     PyObject *summing;                   /* SumTo: perform's sum (borrowed: the description's) */
     Py_ssize_t take;                     /* Alloc: the table entry of a buffer it may take, or -1 */
@@ -460,20 +462,29 @@ static int tn_sc_view(tn_schedule *sc, tn_istep *st, PyObject *p)
 
 static int tn_sc_shape(tn_schedule *sc, tn_istep *st, PyObject *p)
 {
-    PyObject *name, *whats;
-    if (!PyArg_ParseTuple(p, "iUO!iiiOn:Schedule shape step", &st->shape_kind, &name,
+    PyObject *name, *whats, *spec;
+    int symbolic = 0;
+    if (!PyArg_ParseTuple(p, "iUO!iiiOnO!:Schedule shape step", &st->shape_kind, &name,
                           &PyTuple_Type, &whats, &st->in_type, &st->view_nd, &st->out_nd,
-                          &st->summing, &st->take))
+                          &st->summing, &st->take, &PyTuple_Type, &spec))
         return -1;
+    st->norder = (int)PyTuple_GET_SIZE(spec);
     if ((st->name = PyUnicode_AsUTF8(name)) == NULL
-            || (st->whats = tn_sc_strings(sc, whats, "whats", st->nin)) == NULL)
+            || (st->whats = tn_sc_strings(sc, whats, "whats", st->nin)) == NULL
+            || (st->order = tn_sc_ints(sc, spec, "spec", -1)) == NULL)
         return -1;
+    for (int d = 0; d < st->norder; d++)
+        symbolic += st->order[d] == -2;
     if (st->nout != 1 || st->view_nd < 0 || st->view_nd > NPY_MAXDIMS || st->out_nd < 0
             || st->out_nd > NPY_MAXDIMS || st->shape_kind < TN_SHAPE_SHAPE
-            || st->shape_kind > TN_SHAPE_ARANGE || st->take < -1
+            || st->shape_kind > TN_SHAPE_SPECIFY || st->take < -1
             || (st->take >= 0 && st->take + 2 + st->out_nd > sc->table_size)
             || (st->shape_kind == TN_SHAPE_SHAPE ? st->nin != 1 || st->out_nd != 1
                 : st->shape_kind == TN_SHAPE_ARANGE ? st->nin != 3 || st->out_nd != 1
+                : st->shape_kind == TN_SHAPE_MAKE_VECTOR ? st->out_nd != 1
+                : st->shape_kind == TN_SHAPE_SPECIFY
+                    ? st->nin != 1 + symbolic || st->norder != st->view_nd
+                      || st->out_nd != st->view_nd
                 : st->nin != 1 + st->out_nd)
             || (st->shape_kind == TN_SHAPE_SUM_TO && !PyCallable_Check(st->summing))) {
         PyErr_Format(PyExc_ValueError, "Schedule: %s: shape step kind %d with %d input(s), "
@@ -876,13 +887,15 @@ static int tn_sc_view_step(const tn_istep *st, PyObject **S)
 static int tn_sc_shape_step(const tn_istep *st, PyObject **S, const npy_intp *planned,
                             PyObject **aside)
 {
-    PyObject *in[st->nin], *r;
+    PyObject *in[st->nin > 0 ? st->nin : 1], *r;
     npy_intp dims[NPY_MAXDIMS];
     PyArrayObject *a;
     for (int i = 0; i < st->nin; i++)
         in[i] = S[st->ins[i]];
-    if (st->shape_kind == TN_SHAPE_ARANGE) {   /* (in_type: the output's) */
-        r = tn_sh_arange(in, st->in_type);
+    if (st->shape_kind == TN_SHAPE_ARANGE || st->shape_kind == TN_SHAPE_MAKE_VECTOR) {
+        /* (scalar inputs of any dtype: in_type is the output's) */
+        r = st->shape_kind == TN_SHAPE_ARANGE ? tn_sh_arange(in, st->in_type)
+                                              : tn_sh_make_vector(in, st->nin, st->in_type);
         if (r == NULL)
             return -1;
         Py_SETREF(S[st->outs[0]], r);
@@ -893,6 +906,8 @@ static int tn_sc_shape_step(const tn_istep *st, PyObject **S, const npy_intp *pl
         return -1;
     if (st->shape_kind == TN_SHAPE_SHAPE)
         r = tn_sh_shape(a);
+    else if (st->shape_kind == TN_SHAPE_SPECIFY)
+        r = tn_sh_specify(a, st->order, st->norder, in + 1, st->whats + 1);
     else if (tn_sh_dims(in + 1, st->out_nd, st->whats + 1, dims) < 0)
         r = NULL;
     else if (st->shape_kind == TN_SHAPE_SUM_TO)

@@ -1,4 +1,5 @@
-/* Shape steps: Shape, SumTo, ExpandTo, Alloc and Arange, the shape bookkeeping that
+/* Shape steps: Shape, SumTo, ExpandTo, Alloc, Arange, MakeVector and
+ * SpecifyShape, the shape bookkeeping that
  * gradients and shape inference leave in a graph (see
  * tenure/linkers/c/shapes.py).  Part of the runtime (runtime.c includes this
  * file, after views.c, whose helpers read the arrays and the dims).
@@ -194,4 +195,67 @@ done:
         Py_XDECREF(items[i]);
     Py_XDECREF(zero);
     return r;
+}
+
+/* MakeVector: np.array(items, dtype) of the n 0-d inputs (NumPy's own
+ * conversion, casting as it casts). */
+static PyObject *tn_sh_make_vector(PyObject **in, int n, int typenum)
+{
+    PyObject *items = PyList_New(n), *r;
+    if (items == NULL)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        Py_INCREF(in[i]);
+        PyList_SET_ITEM(items, i, in[i]);
+    }
+    r = PyArray_FromAny(items, PyArray_DescrFromType(typenum), 0, 0,
+                        NPY_ARRAY_DEFAULT | NPY_ARRAY_FORCECAST, NULL);   /* (steals the descr) */
+    Py_DECREF(items);
+    if (r != NULL && PyArray_NDIM((PyArrayObject *)r) != 1) {   /* perform's reshape(n) */
+        npy_intp len = n;
+        PyArray_Dims shape = {&len, 1};
+        Py_SETREF(r, PyArray_Newshape((PyArrayObject *)r, &shape, NPY_CORDER));
+    }
+    return r;
+}
+
+/* SpecifyShape: a view of `x` (x.view()) once its shape is the one specified:
+ * per axis `spec` is a length, -1 (not specified) or -2 (the next of `dims`,
+ * the symbolic lengths); else perform's ValueError. */
+static PyObject *tn_sh_specify(PyArrayObject *x, const int *spec, int nd, PyObject **dims,
+                               const char **whats)
+{
+    npy_intp expected[NPY_MAXDIMS];
+    int ok = PyArray_NDIM(x) == nd, k = 0;
+    for (int d = 0; d < nd; d++) {
+        expected[d] = spec[d];
+        if (spec[d] == -2 && tn_vw_scalar(dims[k], whats[k], &expected[d]) < 0)
+            return NULL;
+        k += spec[d] == -2;
+        ok &= expected[d] == -1 || (ok && expected[d] == PyArray_DIM(x, d));
+    }
+    if (!ok) {
+        PyObject *want = PyUnicode_FromString("(");
+        char buf[64 * 24];
+        for (int d = 0; d < nd && want != NULL; d++) {
+            PyObject *part = expected[d] == -1
+                ? PyUnicode_FromFormat(d ? ", ?" : "?")
+                : PyUnicode_FromFormat(d ? ", %zd" : "%zd", (Py_ssize_t)expected[d]);
+            Py_SETREF(want, part == NULL ? NULL : PyUnicode_Concat(want, part));
+            Py_XDECREF(part);
+        }
+        if (want != NULL) {
+            PyObject *tail = PyUnicode_FromString(nd == 1 ? ",)" : ")");
+            Py_SETREF(want, tail == NULL ? NULL : PyUnicode_Concat(want, tail));
+            Py_XDECREF(tail);
+        }
+        if (want != NULL) {
+            PyErr_Format(PyExc_ValueError, "specify_shape: expected shape %U, got an array of "
+                         "shape %s", want, tn_vw_shape_str(buf, sizeof buf, PyArray_NDIM(x),
+                                                           PyArray_DIMS(x)));
+            Py_DECREF(want);
+        }
+        return NULL;
+    }
+    return tn_vw_view(x, PyArray_NDIM(x), PyArray_DIMS(x), PyArray_STRIDES(x), PyArray_BYTES(x));
 }
