@@ -42,6 +42,11 @@ class _Clock:
         self.s += time.perf_counter() - self._t
 
 
+#: the variant of PyTensor's C mode with ``f.trust_input = True`` (no checks
+#: of the arguments)
+TRUST_INPUT = "trust_input"
+
+
 def _np(value) -> np.ndarray:
     """A result as a NumPy array the caller owns (a borrowed buffer is copied)."""
     if hasattr(value, "detach"):  # torch
@@ -98,6 +103,7 @@ class Overhead:
     name = "overhead"
     title = "(exp(x)*2+1).sum(), 10 float64"
     gradient = False
+    variants = (None, TRUST_INPUT)
     sizes = {"full": {"n": 10}, "quick": {"n": 10}}
 
     @staticmethod
@@ -125,7 +131,7 @@ class Overhead:
         return Built(lambda: f(xv), lambda r: [_np(r)], clock.s)
 
     @staticmethod
-    def pytensor(d, variant):
+    def pytensor(d, mode_variant, variant=None):
         import pytensor
         import pytensor.tensor as pt
         clock = _Clock()
@@ -133,7 +139,8 @@ class Overhead:
             x = pt.vector("x", dtype="float64")
             f = pytensor.function([pytensor.In(x, borrow=True)],
                                   pytensor.Out((pt.exp(x) * 2 + 1).sum(), borrow=True),
-                                  mode=pytensor_mode(variant))
+                                  mode=pytensor_mode(mode_variant))
+            f.trust_input = variant == TRUST_INPUT
         xv = d["x"]
         return Built(lambda: f(xv), lambda r: [_np(r)], clock.s)
 
@@ -721,10 +728,11 @@ def _tenure_sgd(d, linker, x_ndim: int, loss_fn, **mode_options) -> Built:
                  lambda r: [_np(r)] + [_np(p.get_value(borrow=True)) for p in params], clock.s)
 
 
-def _pytensor_sgd(d, variant, loss_fn) -> Built:
+def _pytensor_sgd(d, variant, loss_fn, trust_input: bool = False) -> Built:
     """One SGD step of PyTensor (``variant``: its mode), as :func:`_tenure_sgd`
     builds tenure's: borrowed float32 matrices ``x`` and ``t``, the
-    parameters shared variables over ``d["params"]``."""
+    parameters shared variables over ``d["params"]``; ``trust_input``: the
+    function's own switch."""
     import pytensor
     import pytensor.tensor as pt
     clock = _Clock()
@@ -737,6 +745,7 @@ def _pytensor_sgd(d, variant, loss_fn) -> Built:
         f = pytensor.function([pytensor.In(x, borrow=True), pytensor.In(t, borrow=True)],
                               loss, updates=[(p, p - lr * g) for p, g in zip(params, grads)],
                               mode=pytensor_mode(variant))
+        f.trust_input = trust_input
     xv, tv = d["x"], d["t"]
     return Built(lambda: f(xv, tv),
                  lambda r: [_np(r)] + [_np(p.get_value(borrow=True)) for p in params], clock.s)
@@ -1446,8 +1455,10 @@ WORKLOADS = {w.name: w for w in (Overhead, Elemwise, SoftmaxInfer, SoftmaxGrad, 
                                  RnnTrain, RnnTrainBudget, DropoutMlpTrain, LenetTrain,
                                  MinibatchLoop)}
 
-# handwritten.py builds on the helpers above and adds its workloads to the table
+# handwritten.py and small_steps.py build on the helpers above and add their
+# workloads to the table
 import handwritten  # noqa: E402,F401
+import small_steps  # noqa: E402,F401
 
 
 def family(system: str) -> str:
@@ -1458,11 +1469,13 @@ def family(system: str) -> str:
 def measured(workload: str, system: str, variant: str | None) -> bool:
     """Whether the run is part of the benchmark at all: peers have no
     activation budget, so they run the budget workloads at 1.0 only; the
-    variant "torch.compile" is PyTorch's alone."""
+    variant "torch.compile" is PyTorch's alone, "trust_input" PyTensor C's."""
     if issubclass(WORKLOADS[workload], MlpTrainBudget):
         return family(system) == "tenure" or variant == BUDGETS[0]
     if variant == TORCH_COMPILE:
         return family(system) == "torch"
+    if variant == TRUST_INPUT:
+        return system == "pytensor-c"
     return True
 
 
