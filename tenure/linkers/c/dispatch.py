@@ -6,18 +6,17 @@ subclass runs as its nearest registered base does (its entry's
 its op classes in its own module, one :func:`register_c_op` line per class
 (:mod:`.elemwise`, :mod:`.reduce`, :mod:`.blas`, :mod:`.nnet`, :mod:`.conv`,
 :mod:`.pool`, :mod:`.views`, :mod:`.shapes`, :mod:`.advanced`, :mod:`.subtensor`,
-:mod:`.random`); :mod:`.module`
-asks the table (:func:`entry_for`) for every node of a schedule.  A node
-without an entry, or whose entry says it has no C code, runs its op's
-``perform`` from the C loop (a ``"py"`` step).
+:mod:`.random`); :mod:`.module` asks the table (:func:`entry_for`) for every
+node of a schedule.  A node without an entry, or whose entry says it has no
+C code, runs its op's ``perform`` from the C loop (a ``"py"`` step).
 
 An entry (:class:`CEntry`) says:
 
 - ``kind``: the step's name in ``GraphModule.kinds`` (and what
   :func:`~tenure.linkers.c.module.step_kind` returns): ``"elemwise"``,
   ``"blas"``, ``"reduce"``, ``"nnet"``, ``"view"``, ``"shape"``, ``"advanced"``,
-  ``"subtensor"`` for the
-  built-in families, any other name (not ``"py"``) for a new one.
+  ``"subtensor"`` for the built-in families, any other name (not ``"py"``)
+  for a new one.
 - ``family``: the object that knows the op's C: ``family.has_c_code(node)``
   and, for a compiled step, ``family.c_function(node, fname)``.
 - ``step``: how the runtime's interpreter (``src/interpret.c``) runs it.

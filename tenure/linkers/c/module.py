@@ -128,11 +128,11 @@ class GraphModule:
     flags: tuple[str, ...]
     #: per step: "elemwise", "blas", "reduce", "nnet" (kernels writing an
     #: output buffer), "view" (a new array over its input's memory: shape ops,
-    #: basic indexing), "shape" (Shape, SumTo, ExpandTo, Alloc, Arange, MakeVector,
-    #: SpecifyShape), "advanced"
-    #: (integer array indexing and its updates), "subtensor"
-    #: (set/inc_subtensor into a copy of x, or x itself in place), another
-    #: registered family's kind (:mod:`.dispatch`), or "py" (the op's perform)
+    #: basic indexing), "shape" (Shape, SumTo, ExpandTo, Alloc, Arange,
+    #: MakeVector, SpecifyShape), "advanced" (integer array indexing and its
+    #: updates), "subtensor" (set/inc_subtensor into a copy of x, or x itself
+    #: in place), another registered family's kind (:mod:`.dispatch`), or "py"
+    #: (the op's perform)
     kinds: list[str]
     #: step output slot -> offset of its entry in the shape table
     shape_offsets: dict[int, int] = field(default_factory=dict)
@@ -247,7 +247,7 @@ class ViewParams(NamedTuple):
 
 
 class ShapeParams(NamedTuple):
-    kind: int                      # shapes.SHAPE, SUM_TO, EXPAND_TO
+    kind: int                      # shapes.SHAPE, SUM_TO, ... (shapes.shape_kind)
     name: str                      # the op's name in errors
     whats: tuple[str, ...]         # per input
     in_type: int                   # (Arange, MakeVector: the output's)
