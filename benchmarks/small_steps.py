@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads import (TRUST_INPUT, WORKLOADS, Built, MlpTrain, _Clock, _jax, _jax_built,
+from workloads import (TRUST_INPUT, WORKLOADS, Built, MlpTrain, Overhead, _Clock, _jax,
                        _jax_ready, _np, _pt_relu, _pytensor_sgd, _tenure_mode, pytensor_mode,
                        symbolic_mlp)
 
@@ -27,72 +27,16 @@ from workloads import (TRUST_INPUT, WORKLOADS, Built, MlpTrain, _Clock, _jax, _j
 _CHAIN = 10
 
 
-def _chain(tanh, x):
-    for _ in range(_CHAIN):
-        x = tanh(x) + 0.5
-    return x
-
-
-class Overhead20:
+class Overhead20(Overhead):
+    """``overhead`` (its data and builders) with a chain of 20 ops."""
     name = "overhead_20"
     title = "20 elementwise ops (tanh, +0.5) on 10 float64"
-    gradient = False
-    variants = (None, TRUST_INPUT)
-    sizes = {"full": {"n": 10}, "quick": {"n": 10}}
 
     @staticmethod
-    def data(n, rng):
-        return {"x": rng.standard_normal(n)}
-
-    @staticmethod
-    def reference(d):
-        return [_chain(np.tanh, d["x"])]
-
-    @staticmethod
-    def numpy(d):
-        x = d["x"]
-        return Built(lambda: _chain(np.tanh, x), lambda r: [_np(r)])
-
-    @staticmethod
-    def tenure(d, linker):
-        import tenure as tn
-        clock = _Clock()
-        with clock:
-            x = tn.vector("x")
-            f = tn.function([tn.In(x, borrow=True)], tn.Out(_chain(tn.tanh, x), borrow=True),
-                            mode=_tenure_mode(linker))
-        xv = d["x"]
-        return Built(lambda: f(xv), lambda r: [_np(r)], clock.s)
-
-    @staticmethod
-    def pytensor(d, mode_variant, variant=None):
-        import pytensor
-        import pytensor.tensor as pt
-        clock = _Clock()
-        with clock:
-            x = pt.vector("x", dtype="float64")
-            f = pytensor.function([pytensor.In(x, borrow=True)],
-                                  pytensor.Out(_chain(pt.tanh, x), borrow=True),
-                                  mode=pytensor_mode(mode_variant))
-            f.trust_input = variant == TRUST_INPUT
-        xv = d["x"]
-        return Built(lambda: f(xv), lambda r: [_np(r)], clock.s)
-
-    @staticmethod
-    def torch(d):
-        import torch
-        x = torch.from_numpy(d["x"])
-
-        def step():
-            with torch.inference_mode():
-                return _chain(torch.tanh, x)
-        return Built(step, lambda r: [_np(r)])
-
-    @staticmethod
-    def jax(d):
-        jax = _jax()
-        import jax.numpy as jnp
-        return _jax_built(jax.jit(lambda x: _chain(jnp.tanh, x)), [jnp.asarray(d["x"])])
+    def formula(lib, x):
+        for _ in range(_CHAIN):
+            x = lib.tanh(x) + 0.5
+        return x
 
 
 class TinyMlp(MlpTrain):
@@ -113,10 +57,6 @@ class TinyMlp(MlpTrain):
 #: the demo's learning rate and layer sizes (tenure/demo.py)
 DEMO_LR = 0.1
 DEMO_LAYERS = (2, 64, 64, 3)
-
-
-def _demo_logits(relu, x, params):
-    return symbolic_mlp(relu, x, params)
 
 
 class DemoStep:
@@ -169,7 +109,7 @@ class DemoStep:
         with clock:
             params = [tn.shared(p.copy()) for p in d["params"]]
             x, y = tn.matrix("X"), tn.vector("y", dtype="int32")
-            logits = _demo_logits(tn.relu, x, params)
+            logits = symbolic_mlp(tn.relu, x, params)
             loss = -tn.log_softmax(logits, axis=1)[tn.arange(y.shape[0]), y].mean()
             grads = tn.grad(loss, params)
             f = tn.function([tn.In(x, borrow=True), tn.In(y, borrow=True)], loss,
@@ -189,7 +129,7 @@ class DemoStep:
         with clock:
             params = [pytensor.shared(p.copy()) for p in d["params"]]
             x, y = pt.matrix("X", dtype="float64"), pt.vector("y", dtype="int32")
-            logits = _demo_logits(_pt_relu, x, params)
+            logits = symbolic_mlp(_pt_relu, x, params)
             loss = -log_softmax(logits, axis=1)[pt.arange(y.shape[0]), y].mean()
             grads = pytensor.grad(loss, params)
             f = pytensor.function([pytensor.In(x, borrow=True), pytensor.In(y, borrow=True)],
@@ -210,7 +150,7 @@ class DemoStep:
         x, y = torch.from_numpy(d["x"]), torch.from_numpy(d["y"].astype(np.int64))
 
         def step():
-            loss = F.cross_entropy(_demo_logits(torch.relu, x, params), y)
+            loss = F.cross_entropy(symbolic_mlp(torch.relu, x, params), y)
             grads = torch.autograd.grad(loss, params)
             with torch.no_grad():
                 for p, g in zip(params, grads):
@@ -224,7 +164,7 @@ class DemoStep:
         import jax.numpy as jnp
 
         def loss_fn(params, x, y):
-            log_p = jax.nn.log_softmax(_demo_logits(jax.nn.relu, x, params), axis=1)
+            log_p = jax.nn.log_softmax(symbolic_mlp(jax.nn.relu, x, params), axis=1)
             return -jnp.take_along_axis(log_p, y[:, None], axis=1).mean()
 
         def train_step(params, x, y):

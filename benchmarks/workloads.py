@@ -100,6 +100,9 @@ def _jax_ready(out):
 
 
 class Overhead:
+    """One small formula on 10 float64 (:meth:`formula`, written once for
+    every system: ``lib`` is the system's array module); subclasses change
+    the formula (``small_steps.Overhead20``)."""
     name = "overhead"
     title = "(exp(x)*2+1).sum(), 10 float64"
     gradient = False
@@ -107,58 +110,62 @@ class Overhead:
     sizes = {"full": {"n": 10}, "quick": {"n": 10}}
 
     @staticmethod
+    def formula(lib, x):
+        return (lib.exp(x) * 2 + 1).sum()
+
+    @staticmethod
     def data(n, rng):
         return {"x": rng.standard_normal(n)}
 
-    @staticmethod
-    def reference(d):
-        return [(np.exp(d["x"]) * 2 + 1).sum()]
+    @classmethod
+    def reference(cls, d):
+        return [cls.formula(np, d["x"])]
 
-    @staticmethod
-    def numpy(d):
+    @classmethod
+    def numpy(cls, d):
         x = d["x"]
-        return Built(lambda: (np.exp(x) * 2 + 1).sum(), lambda r: [_np(r)])
+        return Built(lambda: cls.formula(np, x), lambda r: [_np(r)])
 
-    @staticmethod
-    def tenure(d, linker):
+    @classmethod
+    def tenure(cls, d, linker):
         import tenure as tn
         clock = _Clock()
         with clock:
             x = tn.vector("x")
-            f = tn.function([tn.In(x, borrow=True)], tn.Out((tn.exp(x) * 2 + 1).sum(), borrow=True),
+            f = tn.function([tn.In(x, borrow=True)], tn.Out(cls.formula(tn, x), borrow=True),
                             mode=_tenure_mode(linker))
         xv = d["x"]
         return Built(lambda: f(xv), lambda r: [_np(r)], clock.s)
 
-    @staticmethod
-    def pytensor(d, mode_variant, variant=None):
+    @classmethod
+    def pytensor(cls, d, mode_variant, variant=None):
         import pytensor
         import pytensor.tensor as pt
         clock = _Clock()
         with clock:
             x = pt.vector("x", dtype="float64")
             f = pytensor.function([pytensor.In(x, borrow=True)],
-                                  pytensor.Out((pt.exp(x) * 2 + 1).sum(), borrow=True),
+                                  pytensor.Out(cls.formula(pt, x), borrow=True),
                                   mode=pytensor_mode(mode_variant))
             f.trust_input = variant == TRUST_INPUT
         xv = d["x"]
         return Built(lambda: f(xv), lambda r: [_np(r)], clock.s)
 
-    @staticmethod
-    def torch(d):
+    @classmethod
+    def torch(cls, d):
         import torch
         x = torch.from_numpy(d["x"])
 
         def step():
             with torch.inference_mode():
-                return (torch.exp(x) * 2 + 1).sum()
+                return cls.formula(torch, x)
         return Built(step, lambda r: [_np(r)])
 
-    @staticmethod
-    def jax(d):
+    @classmethod
+    def jax(cls, d):
         jax = _jax()
         import jax.numpy as jnp
-        return _jax_built(jax.jit(lambda x: (jnp.exp(x) * 2 + 1).sum()), [jnp.asarray(d["x"])])
+        return _jax_built(jax.jit(lambda x: cls.formula(jnp, x)), [jnp.asarray(d["x"])])
 
 
 # ============================================================================
