@@ -237,11 +237,11 @@ class Lengths:
         self.memo: dict = {}
         self._parent: dict = {}
         self._broadcasts: list = []   # (members, root): a broadcast key known equal to root
-        lazy = fgraph is not None and any(isinstance(n.op, (IfElse, LazyIfElse))
-                                          for n in fgraph.apply_nodes)
-        if fgraph is not None and not lazy:
-            for node in fgraph.apply_nodes:
-                self._learn(node)
+        if fgraph is None or any(isinstance(n.op, (IfElse, LazyIfElse))
+                                 for n in fgraph.apply_nodes):
+            return
+        for node in fgraph.apply_nodes:
+            self._learn(node)
 
     def _learn(self, node) -> None:
         if isinstance(node.op, Gemm):
@@ -299,13 +299,10 @@ class Lengths:
         return self.canonical(scalar_key(d, self.memo))
 
 
-def has_shape(var: Variable, dims, memo: dict | None = None,
-              lengths: Lengths | None = None) -> bool:
+def has_shape(var: Variable, dims, lengths: Lengths | None = None) -> bool:
     """Whether ``var`` provably has the lengths the 0-d ints ``dims`` hold
     (``lengths``: what the graph proves besides, see :class:`Lengths`)."""
-    if lengths is None:
-        lengths = Lengths()
-        lengths.memo = {} if memo is None else memo
+    lengths = Lengths() if lengths is None else lengths
     if var.ndim != len(dims):
         return False
     for axis, d in enumerate(dims):

@@ -161,6 +161,17 @@ class TestUselessSumTo:
         assert lengths.of_axis(a, 1) != dim_key(b, 0)          # a alone may be 1
         assert Lengths().of_axis(h, 1) != dim_key(b, 0)        # no graph: no products
 
+    def test_two_broadcasts_a_product_contracts_are_one_length(self):
+        """Both inner lengths are broadcasts: the product makes them one class,
+        named alike whichever is asked."""
+        a, b = tn.matrix("a"), tn.matrix("b")
+        c, e = tn.vector("c"), tn.matrix("e", shape=(None, 1))
+        h1, h2 = a + c, b + e           # h1's axis 1, h2's axis 0: broadcasts
+        fg = FunctionGraph([a, b, c, e], [h1 @ h2])
+        lengths = Lengths(fg)
+        assert lengths.of_axis(h1, 1) == lengths.of_axis(h2, 0)
+        assert Lengths().of_axis(h1, 1) != Lengths().of_axis(h2, 0)
+
     def test_a_lazy_ifelse_takes_the_products_equalities_away(self):
         a, b, c = tn.matrix("a"), tn.matrix("b"), tn.vector("c")
         h = a + c
