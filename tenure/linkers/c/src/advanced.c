@@ -10,35 +10,40 @@
  * it.  Each returns a new reference (the output) or NULL with the exception;
  * the caller holds the GIL. */
 
-/* The NumPy index: per entry the index input (`arrays[e]` >= 0: input
- * arrays[e]) or a full slice (-1). */
-static PyObject *tn_ad_index(PyObject **in, const int *arrays, int n)
+/* The NumPy index: per entry its index array, or a full slice (NULL). */
+static PyObject *tn_ad_index(PyObject **items, int n)
 {
     PyObject *index = PyTuple_New(n);
     if (index == NULL)
         return NULL;
     for (int e = 0; e < n; e++) {
-        PyObject *item = arrays[e] >= 0 ? in[arrays[e]] : PySlice_New(NULL, NULL, NULL);
+        PyObject *item = items[e] != NULL ? Py_NewRef(items[e])
+                                          : PySlice_New(NULL, NULL, NULL);
         if (item == NULL) {
             Py_DECREF(index);
             return NULL;
         }
-        if (arrays[e] >= 0)
-            Py_INCREF(item);
         PyTuple_SET_ITEM(index, e, item);
     }
     return index;
 }
 
+/* The entries of an index, per entry the input holding its array
+ * (`arrays[e]` >= 0) or NULL (a full slice), borrowed from `in`. */
+static void tn_ad_items(PyObject **in, const int *arrays, int n, PyObject **items)
+{
+    for (int e = 0; e < n; e++)
+        items[e] = arrays[e] >= 0 ? in[arrays[e]] : NULL;
+}
+
 /* The shape of x[index] (arrays first, then full slices: the arrays'
  * broadcast shape, then x's remaining axes) into `region`, its ndim the
  * result; -1 with perform's IndexError when the arrays do not broadcast. */
-static int tn_ad_region(PyArrayObject *x, PyObject **in, const int *arrays, int n,
-                        npy_intp *region)
+static int tn_ad_region(PyArrayObject *x, PyObject **items, int n, npy_intp *region)
 {
     int nd = 0, k = 0;
-    for (int e = 0; e < n && arrays[e] >= 0; e++, k++) {
-        PyObject *a = in[arrays[e]];
+    for (int e = 0; e < n && items[e] != NULL; e++, k++) {
+        PyObject *a = items[e];
         const int an = PyArray_Check(a) ? PyArray_NDIM((PyArrayObject *)a) : 0;
         if (an > NPY_MAXDIMS)
             goto mismatch;
@@ -69,8 +74,8 @@ static int tn_ad_region(PyArrayObject *x, PyObject **in, const int *arrays, int 
 mismatch: {
         PyObject *shapes = PyUnicode_FromString(""), *part;
         char buf[64 * 24];
-        for (int e = 0; e < n && arrays[e] >= 0 && shapes != NULL; e++) {
-            PyObject *a = in[arrays[e]];
+        for (int e = 0; e < n && items[e] != NULL && shapes != NULL; e++) {
+            PyObject *a = items[e];
             const int an = PyArray_Check(a) ? PyArray_NDIM((PyArrayObject *)a) : 0;
             part = PyUnicode_FromFormat(e ? " %s" : "%s", tn_vw_shape_str(
                 buf, sizeof buf, an, an ? PyArray_DIMS((PyArrayObject *)a) : NULL));
@@ -89,7 +94,9 @@ mismatch: {
 /* AdvancedSubtensor: x[index], a new array. */
 static PyObject *tn_ad_take(PyArrayObject *x, PyObject **in, const int *arrays, int n)
 {
-    PyObject *index = tn_ad_index(in, arrays, n), *r;
+    PyObject *items[NPY_MAXDIMS], *index, *r;
+    tn_ad_items(in, arrays, n, items);
+    index = tn_ad_index(items, n);
     if (index == NULL)
         return NULL;
     r = PyObject_GetItem((PyObject *)x, index);
@@ -142,25 +149,17 @@ static PyObject *tn_ad_update(PyArrayObject *out, PyObject *v_obj, PyObject **in
     npy_intp region[NPY_MAXDIMS], strides[NPY_MAXDIMS];
     PyObject *index = NULL, *v = NULL, *r = NULL, *items[NPY_MAXDIMS];
     char buf[64 * 24], buf2[64 * 24];
-    int nd, vnd, fits, k = 0;
-    for (; k < n && arrays[k] >= 0; k++)
-        items[k] = NULL;
-    for (int e = 0; e < k; e++)   /* index arrays that overlap out: read from copies */
-        if ((items[e] = tn_ad_unshared(in[arrays[e]], out)) == NULL)
+    int nd, vnd, fits;
+    tn_ad_items(in, arrays, n, items);
+    for (int e = 0; e < n; e++)   /* index arrays that overlap out: read from copies */
+        if (items[e] != NULL && (items[e] = tn_ad_unshared(items[e], out)) == NULL) {
+            for (int f = e + 1; f < n; f++)
+                items[f] = NULL;   /* (not yet owned: nothing to release) */
             goto done;
-    {
-        PyObject *local[NPY_MAXDIMS + 2];
-        int local_arrays[NPY_MAXDIMS];
-        for (int e = 0; e < n; e++) {
-            local_arrays[e] = e < k ? e : -1;
-            if (e < k)
-                local[e] = items[e];
         }
-        if ((nd = tn_ad_region(out, local, local_arrays, n, region)) < 0)
-            goto done;
-        if ((index = tn_ad_index(local, local_arrays, n)) == NULL)
-            goto done;
-    }
+    if ((nd = tn_ad_region(out, items, n, region)) < 0
+            || (index = tn_ad_index(items, n)) == NULL)
+        goto done;
     v = PyArray_FROM_OTF(v_obj, add_at == NULL ? NPY_NOTYPE : PyArray_TYPE(out),
                          NPY_ARRAY_FORCECAST);
     if (v == NULL)
@@ -205,7 +204,7 @@ static PyObject *tn_ad_update(PyArrayObject *out, PyObject *v_obj, PyObject **in
         }
     }
 done:
-    for (int e = 0; e < k; e++)
+    for (int e = 0; e < n; e++)
         Py_XDECREF(items[e]);
     Py_XDECREF(index);
     Py_XDECREF(v);

@@ -860,6 +860,16 @@ static PyObject *tn_sc_subtensor(const tn_istep *st, PyArrayObject *a, PyObject 
     return tn_vw_view(a, st->out_nd, dims, strides, data);
 }
 
+/* A step's one output `r` (a new reference, or NULL with the error set) into
+ * its slot: 0, or -1 with the error. */
+static int tn_sc_put(const tn_istep *st, PyObject **S, PyObject *r)
+{
+    if (r == NULL)
+        return -1;
+    Py_SETREF(S[st->outs[0]], r);
+    return 0;
+}
+
 /* A view step: a new array object over its input's memory into the slot. */
 static int tn_sc_view_step(const tn_istep *st, PyObject **S)
 {
@@ -877,10 +887,7 @@ static int tn_sc_view_step(const tn_istep *st, PyObject **S)
     else
         r = tn_sc_subtensor(st, a, in);
     Py_DECREF(a);
-    if (r == NULL)
-        return -1;
-    Py_SETREF(S[st->outs[0]], r);
-    return 0;
+    return tn_sc_put(st, S, r);
 }
 
 /* A shape step (src/shapes.c): its output into the slot. */
@@ -894,12 +901,9 @@ static int tn_sc_shape_step(const tn_istep *st, PyObject **S, const npy_intp *pl
         in[i] = S[st->ins[i]];
     if (st->shape_kind == TN_SHAPE_ARANGE || st->shape_kind == TN_SHAPE_MAKE_VECTOR) {
         /* (scalar inputs of any dtype: in_type is the output's) */
-        r = st->shape_kind == TN_SHAPE_ARANGE ? tn_sh_arange(in, st->in_type)
-                                              : tn_sh_make_vector(in, st->nin, st->in_type);
-        if (r == NULL)
-            return -1;
-        Py_SETREF(S[st->outs[0]], r);
-        return 0;
+        return tn_sc_put(st, S, st->shape_kind == TN_SHAPE_ARANGE
+                                    ? tn_sh_arange(in, st->in_type)
+                                    : tn_sh_make_vector(in, st->nin, st->in_type));
     }
     a = tn_vw_as_array(in[0], st->in_type, st->view_nd, st->whats[0]);
     if (a == NULL)
@@ -918,10 +922,7 @@ static int tn_sc_shape_step(const tn_istep *st, PyObject **S, const npy_intp *pl
         r = tn_sh_alloc(a, st->out_nd, dims, st->take < 0 ? NULL : tn_cl_take_planned(
             aside, planned, st->take, st->in_type, st->out_nd));
     Py_DECREF(a);
-    if (r == NULL)
-        return -1;
-    Py_SETREF(S[st->outs[0]], r);
-    return 0;
+    return tn_sc_put(st, S, r);
 }
 
 /* An advanced indexing step (src/advanced.c): its output into the slot. */
@@ -946,10 +947,7 @@ static int tn_sc_advanced_step(const tn_istep *st, PyObject **S, const npy_intp 
                                               st->name);
     }
     Py_DECREF(x);
-    if (r == NULL)
-        return -1;
-    Py_SETREF(S[st->outs[0]], r);
-    return 0;
+    return tn_sc_put(st, S, r);
 }
 
 static int tn_sc_run_step(const tn_schedule *sc, const tn_istep *st, Py_ssize_t k, PyObject **S,
