@@ -143,5 +143,7 @@ def test_the_demo_step_keeps_nothing_per_call():
     _, train, _ = demo.build_model(np.random.default_rng(0), 2, 16, 3, 0.1,
                                    mode=tn.Mode(linker="c"))
     X, y = demo.make_spirals(np.random.default_rng(1), 20)
-    growth = growth_per_call(train, (X, y), warm_up=1_000, calls=3_000)
+    # (NumPy's caches behind np.add.at fill for a few thousand calls: 0.4
+    # bytes a call over the first 6,000, then 0.01)
+    growth = growth_per_call(train, (X, y), warm_up=4_000, calls=4_000, windows=3)
     assert min(growth) < LEAK_LIMIT, growth
