@@ -69,11 +69,12 @@ LINKERS: dict[str, LinkerEntry] = {
     "c": LinkerEntry(lambda mode: CLinker(), chunk_kernels=True),
     "check": LinkerEntry(lambda mode: CheckLinker()),
     # A chunk Dask holds may be read by other tasks: nothing is overwritten.
-    "dask": LinkerEntry(_dask_linker, takes_input_specs=True, excludes=("inplace",),
+    "dask": LinkerEntry(_dask_linker, takes_input_specs=True, excludes=("inplace", "fuse_rows"),
                         inner_linker="c", expands_ops=True),
     "cuda": LinkerEntry(lambda mode: CudaLinker(emulated=mode.cuda_emulation),
-                        inner_linker="c", device_loop_linker="cuda", expands_ops=True),
-    "cuda_host": LinkerEntry(lambda mode: HostCudaLinker(), inner_linker="c"),
+                        inner_linker="c", excludes=("fuse_rows",), device_loop_linker="cuda", expands_ops=True),
+    "cuda_host": LinkerEntry(lambda mode: HostCudaLinker(), inner_linker="c",
+                             excludes=("fuse_rows",)),
 }
 
 

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 
 from tenure.symbolic.fgraph import FunctionGraph
 
-#: the phases, in the order they run
-PHASES = ("canonicalize", "stabilize", "specialize", "fuse", "inplace", "memory")
+#: the phases, in the order they run ("rows" joins the regions "fuse" has
+#: settled: :mod:`tenure.rewrites.row_fusion`)
+PHASES = ("canonicalize", "stabilize", "specialize", "fuse", "rows", "inplace", "memory")
 
 #: a safety net against rewrites that undo each other forever
 MAX_PASSES = 100
@@ -87,6 +88,7 @@ def _load_rewrite_modules() -> None:
     # The modules register their rewrites when imported.
     from tenure.rewrites import (broadcast, canonicalize, fusion, increments,  # noqa: F401
                                  inplace, remat, shape_lift, specialize, stabilize)
+    from tenure.rewrites import row_fusion  # noqa: F401
     from tenure.rewrites import random_inplace  # noqa: F401
     from tenure.rewrites import dask_specialize  # noqa: F401
     from tenure.rewrites import scan_checkpoint, scan_memory  # noqa: F401

@@ -94,7 +94,7 @@ COMPILED = "compiled"
 #: the modules that register the built-in entries (imported on first lookup,
 #: so that the table is complete whoever asks first)
 _BUILTIN_FAMILIES = ("elemwise", "reduce", "blas", "tensordot", "nnet", "conv", "pool",
-                     "views", "shapes", "advanced", "subtensor", "random")
+                     "views", "shapes", "advanced", "subtensor", "random", "rowwise")
 
 
 @dataclass(frozen=True)

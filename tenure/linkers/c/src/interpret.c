@@ -953,8 +953,18 @@ static int tn_sc_advanced_step(const tn_istep *st, PyObject **S, const npy_intp 
 static int tn_sc_run_step(const tn_schedule *sc, const tn_istep *st, Py_ssize_t k, PyObject **S,
                           PyObject *py_steps, const npy_intp *planned, PyObject **aside)
 {
-    if (st->kind == TN_STEP_COMPILED)
-        return st->fn(S, planned, aside);
+    if (st->kind == TN_STEP_COMPILED) {
+        const int r = st->fn(S, planned, aside);
+        if (r != 1)
+            return r;
+        /* 1: the step declines this call's inputs (a row program, for shapes
+         * its kernel does not cover) and its perform runs instead */
+        PyObject *none[st->nout > 0 ? st->nout : 1];
+        for (int j = 0; j < st->nout; j++)
+            none[j] = NULL;
+        return tn_cl_py_step(S, PyTuple_GET_ITEM(py_steps, k), st->ins, st->nin, st->outs,
+                             st->nout, none);
+    }
     if (st->kind == TN_STEP_VIEW)
         return tn_sc_view_step(st, S);
     if (st->kind == TN_STEP_SHAPE)
