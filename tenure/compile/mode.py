@@ -138,8 +138,10 @@ class Mode:
         parts = [f"linker={self.linker!r}"]
         if self.include:
             parts.append(f"include={list(self.include)!r}")
-        if self.exclude:
-            parts.append(f"exclude={list(self.exclude)!r}")
+        # (what every mode of the linker leaves out goes without saying)
+        exclude = [n for n in self.exclude if n not in LINKERS[self.linker].excludes]
+        if exclude:
+            parts.append(f"exclude={exclude!r}")
         if self.rewrites != "default":
             parts.append(f"rewrites={self.rewrites!r}")
         if self.activation_memory_budget is not None:

@@ -133,8 +133,8 @@ class RowPlan:
                  and s.reads[0] < nin}
         self.dims = sorted({i for s in self.steps if s.kind in (_SUM_TO, _EXPAND_TO)
                             for i in s.reads[1:]})
-        if read & set(self.dims) or any(self.ndims[i] != 0 or self.dtypes[i].kind not in "iu"
-                                         for i in self.dims):
+        bad_dims = [i for i in self.dims if self.ndims[i] != 0 or self.dtypes[i].kind not in "iu"]
+        if read & set(self.dims) or bad_dims:
             raise NotImplementedError("a row program's lengths are 0-d integers read as such")
         self.arrays = sorted(read)
         if any(self.ndims[i] > 2 for i in self.arrays):
@@ -217,8 +217,8 @@ def _value_code(plan: RowPlan, step: _Step) -> list[str]:
     loads = [f"const {sc.c_type(d)} v{i} = x{r};" for i, (r, d) in
              enumerate(zip(step.reads, kernel.in_dtypes)) if r is not None]
     voids = [f"(void)v{i};" for i, r in enumerate(step.reads) if r is not None]
-    return ["{"] + ["    " + s for s in loads + voids + kernel.body] + [f"    x{step.index} = r;",
-                                                                       "}"]
+    body = ["    " + s for s in loads + voids + kernel.body]
+    return ["{"] + body + [f"    x{step.index} = r;", "}"]
 
 
 def _reduced_value(plan: RowPlan, step: _Step) -> tuple[list[str], str]:
@@ -291,7 +291,8 @@ def _pass_code(plan: RowPlan, p: int, nin: int, out_slot: dict, col_offset: dict
                     | {r for s in rows + cols for r in s.reads if r is not None and r < nin
                        and plan.in_loop(r)})
     for s in rows:
-        code.append(f"{_t(plan, s.index)} a{s.index} = {_identity(s.node.op.fn_name, plan.dtypes[s.index])};")
+        identity = _identity(s.node.op.fn_name, plan.dtypes[s.index])
+        code.append(f"{_t(plan, s.index)} a{s.index} = {identity};")
     code += ["for (npy_intp j0 = 0; j0 < m; j0 += TN_RW_BLOCK) {",
              "    const npy_intp mb = m - j0 < TN_RW_BLOCK ? m - j0 : TN_RW_BLOCK;"]
     body = []
@@ -323,7 +324,8 @@ def _pass_code(plan: RowPlan, p: int, nin: int, out_slot: dict, col_offset: dict
         inner += pre_code + [f"buf{s.index}[e] = {expr};"]
     for s in cols:
         pre_code, expr = _reduced_value(plan, s)
-        inner += pre_code + [f"c{s.index}[e] = {_combine(s.node.op.fn_name, f'c{s.index}[e]', expr)};"]
+        total = _combine(s.node.op.fn_name, f"c{s.index}[e]", expr)
+        inner += pre_code + [f"c{s.index}[e] = {total};"]
     for v in loop_out:
         inner.append(f"o{v}[e] = x{v};")
     body += ["    " + s for s in inner] + ["}"]
@@ -353,7 +355,7 @@ def _fold(plan: RowPlan, s: _Step) -> list[str]:
     k, t, fn = s.index, _t(plan, s.index), s.node.op.fn_name
     if fn in ("sum", "mean"):
         # NumPy's pairwise sum of a block of at most 128
-        return [f"if (mb < 8) {{",
+        return ["if (mb < 8) {",
                 f"    {t} res = -0.0;",
                 "    for (npy_intp e = 0; e < mb; e++)",
                 f"        res += buf{k}[e];",
@@ -585,8 +587,8 @@ def step_function(k: int, step, offsets: tuple, label: str, context=None) -> tup
     for a, v in enumerate(plan.arrays):
         nd = plan.ndims[v]
         lines += [f"    base[{a}] = PyArray_BYTES(in[{a}]);",
-                  f"    rs[{a}] = {f'R[{v}] == 1 ? 0 : PyArray_STRIDE(in[{a}], 0)' if nd == 2 else '0'};",
-                  f"    cs[{a}] = {f'C[{v}] == 1 ? 0 : PyArray_STRIDE(in[{a}], {nd - 1})' if nd else '0'};"]
+                  f"    rs[{a}] = {_stride(f'R[{v}]', a, 0) if nd == 2 else '0'};",
+                  f"    cs[{a}] = {_stride(f'C[{v}]', a, nd - 1) if nd else '0'};"]
     for q, v in enumerate(plan.outputs):
         out = node.outputs[q]
         nd, off = out.ndim, offsets[q]
@@ -623,6 +625,11 @@ def step_function(k: int, step, offsets: tuple, label: str, context=None) -> tup
     outs = ", ".join(str(s) for s in step.outputs)
     lines.insert(1, f"static const Py_ssize_t tn_rw{k}_outs[] = {{{outs}}};")
     return kernel, "\n".join(lines)
+
+
+def _stride(length: str, a: int, axis: int) -> str:
+    """C: input ``a``'s byte stride along ``axis``, 0 where it is broadcast."""
+    return f"{length} == 1 ? 0 : PyArray_STRIDE(in[{a}], {axis})"
 
 
 def _workspace(node: Apply, shapes, memo: dict) -> int:

@@ -139,6 +139,12 @@ class RowProgram(Op):
             cached = node._row_program = (key, self.inner_nodes(node.inputs), list(node.inputs))
         return cached[1]
 
+    def expand(self, node) -> list:
+        """The steps as the graph of their own ops (for the linkers that
+        run only the ops they have a kernel for: :mod:`tenure.rewrites.expand`)."""
+        inner = self.inner_nodes(node.inputs)
+        return [inner[j].outputs[0] for j in self.outputs]
+
     def perform(self, node, inputs, output_storage):
         """The steps' own ``perform``, in order; a value is dropped after its
         last reader.  An output that shares memory with an input or with an

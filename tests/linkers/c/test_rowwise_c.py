@@ -1,0 +1,214 @@
+"""Row programs on the C linker (tenure/linkers/c/rowwise.py) against the
+Python executor, which runs each step's own perform: the hand-written layer
+norm and its gradient, every shape class the kernel covers, the calls it
+declines (and that perform then runs), threads."""
+
+import numpy as np
+import pytest
+
+import tenure as tn
+from tenure.symbolic.ops.rowwise import RowProgram
+
+from tests.linkers.c.pairs import C, PY, kinds_by_op
+
+EPS = 1e-5
+
+
+def _layer_norm_grads(dtype):
+    """The gradients of ``sum(layer_norm(x) * w)`` written out, wrt x, g, b."""
+    x, w = tn.matrix("x", dtype=dtype), tn.matrix("w", dtype=dtype)
+    g, b = tn.vector("g", dtype=dtype), tn.vector("b", dtype=dtype)
+    mu = tn.mean(x, axis=1, keepdims=True)
+    var = tn.mean((x - mu) ** 2, axis=1, keepdims=True)
+    y = (x - mu) / tn.sqrt(var + EPS) * g + b
+    return [x, g, b, w], tn.grad(tn.sum(y * w), [x, g, b])
+
+
+_PERFORMS: list = []
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _count_performs():
+    """Every row program compiled in this module counts its performs (a
+    compiled function keeps the perform it was built with)."""
+    original = RowProgram.perform
+
+    def counted(self, node, inputs, output_storage):
+        _PERFORMS.append(node)
+        return original(self, node, inputs, output_storage)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(RowProgram, "perform", counted)
+        yield
+
+
+@pytest.fixture
+def performs():
+    """The row program performs run since the test started."""
+    _PERFORMS.clear()
+    return _PERFORMS
+
+
+def _data(rng, rows, cols, dtype, x_rows=None):
+    return [rng.standard_normal((x_rows or rows, cols)).astype(dtype),
+            rng.standard_normal(cols).astype(dtype), rng.standard_normal(cols).astype(dtype),
+            rng.standard_normal((rows, cols)).astype(dtype)]
+
+
+_GRADS = {}
+
+
+def _grad_functions(dtype):
+    if dtype not in _GRADS:
+        inputs, outputs = _layer_norm_grads(dtype)
+        _GRADS[dtype] = (tn.function(inputs, outputs, mode=PY),
+                         tn.function(inputs, outputs, mode=C))
+    return _GRADS[dtype]
+
+
+def test_the_layer_norm_gradient_is_one_row_program():
+    f_py, f_c = _grad_functions("float32")
+    programs = [n for n in f_c.fgraph.toposort() if isinstance(n.op, RowProgram)]
+    assert len(programs) == 1
+    assert kinds_by_op(f_c)[RowProgram] == {"rowwise"}
+    # the whole chain: two means, three reductions of the gradient, two column sums
+    reductions = [op for op, _ in programs[0].op.steps if getattr(op, "axis", None)]
+    assert len(reductions) == 7
+
+
+@pytest.mark.parametrize("dtype, rtol", [("float32", 2e-5), ("float64", 1e-12)])
+@pytest.mark.parametrize("rows, cols", [(1, 1), (1, 7), (5, 1), (3, 8), (65, 129), (130, 300),
+                                        (64, 1000)])
+def test_layer_norm_gradient_matches_the_reference(performs, dtype, rtol, rows, cols):
+    f_py, f_c = _grad_functions(dtype)
+    args = _data(np.random.default_rng(rows * cols), rows, cols, dtype)
+    want = f_py(*args)
+    performs.clear()
+    got = f_c(*args)
+    assert not performs, "the C kernel declined shapes it covers"
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * np.abs(b).max())
+
+
+def test_a_sum_that_sums_is_declined_and_perform_computes_it(performs):
+    """x of one row against w of many: the gradient's sum_to sums over w's
+    rows, which the kernel does not cover; perform runs and gives the
+    reference's values."""
+    f_py, f_c = _grad_functions("float64")
+    args = _data(np.random.default_rng(1), 6, 10, "float64", x_rows=1)
+    want = f_py(*args)
+    performs.clear()
+    got = f_c(*args)
+    assert len(performs) == 1
+    for a, b in zip(got, want):
+        assert a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+
+
+def test_shapes_that_do_not_broadcast_raise_the_reference_error(performs):
+    f_py, f_c = _grad_functions("float64")
+    args = _data(np.random.default_rng(2), 6, 10, "float64", x_rows=4)
+    with pytest.raises(ValueError) as want:
+        f_py(*args)
+    with pytest.raises(ValueError) as got:
+        f_c(*args)
+    assert type(got.value) is type(want.value)
+
+
+def test_strided_and_transposed_inputs(performs):
+    f_py, f_c = _grad_functions("float64")
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((40, 90))[:, ::3]            # column stride 24 bytes
+    w = np.asfortranarray(rng.standard_normal((40, 30)))  # column stride 320 bytes
+    g, b = rng.standard_normal(60)[::2], rng.standard_normal(30)
+    want = f_py(x, g, b, w)
+    performs.clear()
+    got = f_c(x, g, b, w)
+    assert not performs
+    for a, b_ in zip(got, want):
+        np.testing.assert_allclose(a, b_, rtol=1e-12, atol=1e-12)
+
+
+def _forward(dtype="float64"):
+    x = tn.matrix("x", dtype=dtype)
+    g = tn.vector("g", dtype=dtype)
+    mu = tn.mean(x, axis=1, keepdims=True)
+    var = tn.mean((x - mu) ** 2, axis=1, keepdims=True)
+    return [x, g], (x - mu) / tn.sqrt(var + EPS) * g
+
+
+def test_the_forward_layer_norm_reads_its_row_once_per_pass():
+    inputs, y = _forward()
+    f = tn.function(inputs, y, mode=C)
+    (node,) = [n for n in f.fgraph.toposort() if isinstance(n.op, RowProgram)]
+    from tenure.linkers.c.rowwise import RowPlan
+    assert RowPlan(node).passes == 3       # the mean, the variance, the output
+
+
+def test_max_propagates_nan_and_threads_change_nothing(performs):
+    """A row max fed back (``x / max(|x|)``), with column sums, under one
+    thread and three: the same bits; a NaN row stays NaN."""
+    x = tn.matrix("x")
+    m = tn.max(abs(x), axis=1, keepdims=True)
+    z = x / m
+    outputs = [z, tn.sum(z * x, axis=0), tn.sum(tn.exp(z), axis=1, keepdims=True)]
+    rng = np.random.default_rng(4)
+    data = rng.standard_normal((300, 257))
+    data[7, 100] = np.nan
+    want = tn.function([x], outputs, mode=PY)(data)
+    results = []
+    for threads in (1, 3):
+        with tn.config.change_flags(openmp_elemwise_minsize=1, openmp_threads=threads):
+            f = tn.function([x], outputs, mode=C)
+            assert kinds_by_op(f)[RowProgram] == {"rowwise"}
+            performs.clear()
+            results.append(f(data))
+            assert not performs
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(results[0], want):
+        np.testing.assert_allclose(a, b, rtol=1e-12, equal_nan=True)
+    assert np.isnan(results[0][0][7]).all() and np.isnan(results[0][2][7, 0])
+
+
+def test_a_region_never_closes_a_cycle_through_an_outside_op():
+    """``h = x - mean(x)`` goes through a product outside the region and
+    comes back: the region stops before the reader of the product."""
+    x, v = tn.matrix("x"), tn.matrix("v")
+    h = x - tn.mean(x, axis=1, keepdims=True)
+    z = tn.dot(h, v)
+    out = h * tn.sum(h * h, axis=1, keepdims=True) + tn.sum(z, axis=1, keepdims=True)
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal((20, 30)), rng.standard_normal((30, 30))]
+    want = tn.function([x, v], out, mode=PY)(*args)
+    f = tn.function([x, v], out, mode=C)
+    assert any(isinstance(n.op, RowProgram) for n in f.fgraph.toposort())
+    np.testing.assert_allclose(f(*args), want, rtol=1e-12)
+
+
+def test_fuse_rows_can_be_excluded():
+    inputs, y = _forward()
+    f = tn.function(inputs, y, mode=tn.Mode(linker="c", exclude=["fuse_rows"]))
+    assert not any(isinstance(n.op, RowProgram) for n in f.fgraph.toposort())
+
+
+@pytest.mark.parametrize("linker", ["cuda", "cuda_host", "dask"])
+def test_linkers_without_a_kernel_leave_rows_unfused(linker):
+    """They have no row program kernel: every mode of theirs leaves it out."""
+    from tenure.linkers.table import LINKERS
+    assert "fuse_rows" in LINKERS[linker].excludes
+
+
+def test_the_expansion_is_the_program_s_own_ops():
+    """Linkers that run only the ops they have a kernel for get the steps
+    back: the expansion of the forward layer norm computes its output."""
+    inputs, y = _forward()
+    f_c = tn.function(inputs, y, mode=C)
+    (node,) = [n for n in f_c.fgraph.toposort() if isinstance(n.op, RowProgram)]
+    (expanded,) = node.op.expand(node)
+    g = tn.function(list(f_c.fgraph.inputs), expanded, mode=PY)
+    assert not any(isinstance(n.op, RowProgram) for n in g.fgraph.toposort())
+    rng = np.random.default_rng(6)
+    args = [rng.standard_normal((9, 20)), rng.standard_normal(20)]
+    np.testing.assert_array_equal(g(*args), tn.function(inputs, y, mode=PY)(*args))
