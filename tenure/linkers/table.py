@@ -65,8 +65,9 @@ def _dask_linker(mode) -> Linker:
 #: every linker a mode may name, in the order errors list them
 #: (``config.LINKERS`` first: those may be the default)
 LINKERS: dict[str, LinkerEntry] = {
-    # Row programs (fuse_rows) are for the C linker's kernel: elsewhere their
-    # perform computes the unfused ops whole, which saves nothing.
+    # Row programs (fuse_rows) are for the linkers with their kernels (c,
+    # cuda, cuda_host): elsewhere their perform computes the unfused ops
+    # whole, which saves nothing.
     "py": LinkerEntry(lambda mode: PythonLinker(), chunk_kernels=True, excludes=("fuse_rows",)),
     "c": LinkerEntry(lambda mode: CLinker(), chunk_kernels=True),
     "check": LinkerEntry(lambda mode: CheckLinker(), excludes=("fuse_rows",)),
@@ -74,10 +75,8 @@ LINKERS: dict[str, LinkerEntry] = {
     "dask": LinkerEntry(_dask_linker, takes_input_specs=True, excludes=("inplace", "fuse_rows"),
                         inner_linker="c", expands_ops=True),
     "cuda": LinkerEntry(lambda mode: CudaLinker(emulated=mode.cuda_emulation),
-                        inner_linker="c", excludes=("fuse_rows",), device_loop_linker="cuda",
-                        expands_ops=True),
-    "cuda_host": LinkerEntry(lambda mode: HostCudaLinker(), inner_linker="c",
-                             excludes=("fuse_rows",)),
+                        inner_linker="c", device_loop_linker="cuda", expands_ops=True),
+    "cuda_host": LinkerEntry(lambda mode: HostCudaLinker(), inner_linker="c"),
 }
 
 

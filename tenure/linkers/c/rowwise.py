@@ -57,7 +57,8 @@ from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.reduce import SumTo
 from tenure.symbolic.ops.rowwise import COLUMN, ROW, RowProgram, reduction_kind
 
-__all__ = ["BLOCK", "CHUNKS", "RowPlan", "has_c_code", "step_function"]
+__all__ = ["BLOCK", "CHUNKS", "PassWork", "RowPlan", "combine", "has_c_code", "identity",
+           "reduced_value", "step_function", "value_code"]
 
 #: columns computed at a time (NumPy's pairwise block, so a row of at most
 #: this many sums as NumPy's does)
@@ -133,9 +134,8 @@ class RowPlan:
                  and s.reads[0] < nin}
         self.dims = sorted({i for s in self.steps if s.kind in (_SUM_TO, _EXPAND_TO)
                             for i in s.reads[1:]})
-        bad_dims = [i for i in self.dims if self.ndims[i] != 0 or self.dtypes[i].kind not in "iu"]
-        if read & set(self.dims) or bad_dims:
-            raise NotImplementedError("a row program's lengths are 0-d integers read as such")
+        if any(self.ndims[i] != 0 or self.dtypes[i].kind not in "iu" for i in self.dims):
+            raise NotImplementedError("a row program's lengths are 0-d integers")
         self.arrays = sorted(read)
         if any(self.ndims[i] > 2 for i in self.arrays):
             raise NotImplementedError("a row program's inputs have at most 2 dimensions")
@@ -192,6 +192,138 @@ class RowPlan:
         """Bytes of one column's partial sums, every column reduction together."""
         return sum(self.dtypes[s.index].itemsize for s in self.column_steps())
 
+    def column_offsets(self) -> dict[int, int]:
+        """Per column reduction (value index), where its partial sums start
+        in a chunk's buffer, in units of ``m`` bytes (widest first: aligned)."""
+        offsets, off = {}, 0
+        for s in self.column_steps():
+            offsets[s.index] = off
+            off += self.dtypes[s.index].itemsize
+        return offsets
+
+    def work(self, p: int) -> "PassWork":
+        """What pass ``p`` does (see :class:`PassWork`)."""
+        nin = len(self.node.inputs)
+        rows = [s for s in self.steps if s.kind == ROW and s.compute == p]
+        cols = [s for s in self.steps if s.kind == COLUMN and s.compute == p]
+        stored = [v for v in self.outputs if self.step_of(v).kind not in (ROW, COLUMN)
+                  and self.step_of(v).compute == p]
+        loop_out = [v for v in stored if self.in_loop(v)]
+        pre_out = [v for v in stored if not self.in_loop(v)]
+        loop, pre = self._needed([s.index for s in rows + cols] + stored)
+        loaded = sorted({r for v in loop for r in self.reads(v) if r < nin and self.in_loop(r)}
+                        | {r for s in rows + cols for r in s.reads
+                           if r is not None and r < nin and self.in_loop(r)})
+        return PassWork(rows, cols, loop_out, pre_out, loop, pre, loaded)
+
+    def reads(self, v: int) -> list[int]:
+        """The values step ``v`` computes from (a sum_to's or expand_to's
+        lengths are no values: only checked)."""
+        step = self.step_of(v)
+        reads = step.reads[:1] if step.kind in (_SUM_TO, _EXPAND_TO) else step.reads
+        return [r for r in reads if r is not None]
+
+    def _needed(self, roots: list[int]) -> tuple[list[int], list[int]]:
+        """The steps (value indices) that ``roots`` need, in order: those
+        inside the loop and those of the row's preamble.  Inputs and
+        reductions' results are there already."""
+        nin = len(self.node.inputs)
+        loop, pre, seen = set(), set(), set()
+        stack = list(roots)
+        while stack:
+            v = stack.pop()
+            if v in seen or v < nin:
+                continue
+            seen.add(v)
+            step = self.step_of(v)
+            if step.kind in (ROW, COLUMN):
+                if v not in roots:
+                    continue
+            else:
+                (loop if self.in_loop(v) else pre).add(v)
+            stack.extend(self.reads(v))
+        return sorted(loop), sorted(pre)
+
+    def extents(self, shapes: list, lengths: dict) -> tuple | None:
+        """``(R, C, n, m)`` for a call: each value's rows and columns and the
+        matrix's, from the array inputs' ``shapes`` (per input, None when it
+        is no array input) and ``lengths`` (input index -> int) -- or None
+        where the kernels decline the call (the module doc).  The C step
+        computes the same in C (:func:`_shape_code`, :func:`_checks`)."""
+        nin = len(self.node.inputs)
+        R, C, RC = {}, {}, {}
+        for v in range(nin):
+            shape = tuple(shapes[v]) if v in self.arrays else ()
+            R[v] = shape[0] if len(shape) == 2 else 1
+            C[v] = shape[-1] if shape else 1
+        for s in self.steps:
+            v = s.index
+            if s.kind in (_SUM_TO, _EXPAND_TO):
+                src, d0, d1 = s.reads
+                t0, t1 = lengths[d0], lengths[d1]
+                if s.kind == _SUM_TO and (t0 != R[src] or t1 != C[src]):
+                    return None
+                if s.kind == _EXPAND_TO and (t0 < 0 or t1 < 0 or R[src] not in (1, t0)
+                                             or C[src] not in (1, t1)):
+                    return None
+                R[v], C[v] = t0, t1
+                continue
+            rows, cols = _joined([R[r] for r in self.reads(v)]), _joined(
+                [C[r] for r in self.reads(v)])
+            if rows is None or cols is None:
+                return None
+            R[v], C[v] = rows, cols
+            if s.kind == ROW:
+                RC[v], C[v] = C[v], 1
+            elif s.kind == COLUMN:
+                RC[v], R[v] = R[v], 1
+        n, m = max(R.values()), max(C.values())
+        if n == 0 or m == 0 or any(r not in (1, n) for r in R.values()) or any(
+                c not in (1, m) for c in C.values()):
+            return None
+        for s in self.steps:
+            if (s.kind == ROW and RC[s.index] != m) or (s.kind == COLUMN and (
+                    RC[s.index] != n or C[s.index] != m)):
+                return None
+        for v in self.outputs:
+            if self.step_of(v).kind != COLUMN and (
+                    R[v] != n or (self.in_loop(v) and C[v] != m)):
+                return None
+        return R, C, n, m
+
+
+def _joined(lengths: list[int]) -> int | None:
+    """NumPy's broadcast of lengths, or None when two clash."""
+    out = 1
+    for length in lengths:
+        if length != 1:
+            if out not in (1, length):
+                return None
+            out = length
+    return out
+
+
+@dataclass
+class PassWork:
+    """What one pass over a row does: the row reductions it computes
+    (``rows``), the column sums it adds to (``cols``), the outputs it stores
+    from inside the loop over the columns (``loop_out``) and before it
+    (``pre_out``, values that do not span the columns), the steps computed
+    in the loop (``loop``) and in the preamble (``pre``), and the inputs the
+    loop loads (``loaded``)."""
+
+    rows: list
+    cols: list
+    loop_out: list
+    pre_out: list
+    loop: list
+    pre: list
+    loaded: list
+
+    @property
+    def has_loop(self) -> bool:
+        return bool(self.rows or self.cols or self.loop_out)
+
 
 def has_c_code(node: Apply) -> bool:
     try:
@@ -209,7 +341,7 @@ def _t(plan: RowPlan, index: int) -> str:
     return sc.c_type(plan.dtypes[index])
 
 
-def _value_code(plan: RowPlan, step: _Step) -> list[str]:
+def value_code(plan: RowPlan, step: _Step) -> list[str]:
     """C assigning ``x<index>`` (declared by the caller) from the values it reads."""
     if step.kind in (_SUM_TO, _EXPAND_TO):
         return [f"x{step.index} = x{step.reads[0]};"]
@@ -221,7 +353,7 @@ def _value_code(plan: RowPlan, step: _Step) -> list[str]:
     return ["{"] + body + [f"    x{step.index} = r;", "}"]
 
 
-def _reduced_value(plan: RowPlan, step: _Step) -> tuple[list[str], str]:
+def reduced_value(plan: RowPlan, step: _Step) -> tuple[list[str], str]:
     """``(code, expr)``: the value a reduction step folds, in its output dtype."""
     acc = plan.dtypes[step.index]
     if step.kernel is None:      # a Reduce: its input
@@ -237,62 +369,35 @@ def _reduced_value(plan: RowPlan, step: _Step) -> tuple[list[str], str]:
             + [f"    {name} = {sc.c_convert('r', kernel.out_dtype, acc)};", "}"]), name
 
 
-def _combine(fn: str, a: str, b: str) -> str:
+def combine(fn: str, a: str, b: str) -> str:
+    """C: accumulator ``a`` of a ``fn`` reduction combined with ``b``."""
     if fn in ("sum", "mean"):
         return f"({a} + {b})"
     cmp = ">" if fn == "max" else "<"
     return f"(({b} {cmp} {a} || {b} != {b}) ? {b} : {a})"
 
 
-def _identity(fn: str, dtype) -> str:
+def identity(fn: str, dtype) -> str:
+    """C: a ``fn`` reduction's identity in ``dtype``."""
     value = {"sum": 0, "mean": 0, "max": -np.inf, "min": np.inf}[fn]
     return sc.c_literal(value, dtype)
 
 
-def _needed(plan: RowPlan, roots: list[int], nin: int) -> tuple[list[int], list[int]]:
-    """The steps (value indices) that ``roots`` need, in order: those inside
-    the loop and those of the row's preamble.  Inputs and reductions' results
-    are there already."""
-    loop, pre, seen = set(), set(), set()
-    stack = list(roots)
-    while stack:
-        v = stack.pop()
-        if v in seen or v < nin:
-            continue
-        seen.add(v)
-        step = plan.step_of(v)
-        if step.kind in (ROW, COLUMN) and v not in roots:
-            continue
-        if step.kind not in (ROW, COLUMN):
-            (loop if plan.in_loop(v) else pre).add(v)
-        reads = step.reads[:1] if step.kind in (_SUM_TO, _EXPAND_TO) else step.reads
-        stack.extend(r for r in reads if r is not None)
-    return sorted(loop), sorted(pre)
-
-
-def _pass_code(plan: RowPlan, p: int, nin: int, out_slot: dict, col_offset: dict) -> list[str]:
+def _pass_code(plan: RowPlan, p: int, out_slot: dict, col_offset: dict) -> list[str]:
     """C of pass ``p`` over row ``i`` (see the module doc)."""
-    rows = [s for s in plan.steps if s.kind == ROW and s.compute == p]
-    cols = [s for s in plan.steps if s.kind == COLUMN and s.compute == p]
-    stored = [v for v in plan.outputs if plan.step_of(v).kind not in (ROW, COLUMN)
-              and plan.step_of(v).compute == p]
-    loop_out = [v for v in stored if plan.in_loop(v)]
-    pre_out = [v for v in stored if not plan.in_loop(v)]
-    loop_roots = [s.index for s in rows + cols] + loop_out
-    loop, pre = _needed(plan, loop_roots + pre_out, nin)
+    work = plan.work(p)
+    rows, cols, loop_out, pre_out = work.rows, work.cols, work.loop_out, work.pre_out
+    loop, pre, loaded = work.loop, work.pre, work.loaded
     code = [f"/* pass {p} */"]
     for v in pre:
-        code += _value_code(plan, plan.step_of(v))
+        code += value_code(plan, plan.step_of(v))
     for v in pre_out:
         code.append(f"memcpy(ob[{out_slot[v]}] + i * ors[{out_slot[v]}], &x{v}, sizeof x{v});")
-    if not loop_roots:
+    if not work.has_loop:
         return code
-    loaded = sorted({r for v in loop for r in _reads(plan, v) if r < nin and plan.in_loop(r)}
-                    | {r for s in rows + cols for r in s.reads if r is not None and r < nin
-                       and plan.in_loop(r)})
     for s in rows:
-        identity = _identity(s.node.op.fn_name, plan.dtypes[s.index])
-        code.append(f"{_t(plan, s.index)} a{s.index} = {identity};")
+        start = identity(s.node.op.fn_name, plan.dtypes[s.index])
+        code.append(f"{_t(plan, s.index)} a{s.index} = {start};")
     code += ["for (npy_intp j0 = 0; j0 < m; j0 += TN_RW_BLOCK) {",
              "    const npy_intp mb = m - j0 < TN_RW_BLOCK ? m - j0 : TN_RW_BLOCK;"]
     body = []
@@ -318,13 +423,13 @@ def _pass_code(plan: RowPlan, p: int, nin: int, out_slot: dict, col_offset: dict
     inner = [load_element(f"x{r}", plan.dtypes[r], f"p{r}[e]") for r in loaded]
     for v in loop:
         inner.append(f"{_t(plan, v)} x{v};")
-        inner += _value_code(plan, plan.step_of(v))
+        inner += value_code(plan, plan.step_of(v))
     for s in rows:
-        pre_code, expr = _reduced_value(plan, s)
+        pre_code, expr = reduced_value(plan, s)
         inner += pre_code + [f"buf{s.index}[e] = {expr};"]
     for s in cols:
-        pre_code, expr = _reduced_value(plan, s)
-        total = _combine(s.node.op.fn_name, f"c{s.index}[e]", expr)
+        pre_code, expr = reduced_value(plan, s)
+        total = combine(s.node.op.fn_name, f"c{s.index}[e]", expr)
         inner += pre_code + [f"c{s.index}[e] = {total};"]
     for v in loop_out:
         inner.append(f"o{v}[e] = x{v};")
@@ -342,12 +447,6 @@ def _pass_code(plan: RowPlan, p: int, nin: int, out_slot: dict, col_offset: dict
             q = out_slot[s.index]
             code.append(f"memcpy(ob[{q}] + i * ors[{q}], &x{s.index}, sizeof x{s.index});")
     return code
-
-
-def _reads(plan: RowPlan, v: int) -> list[int]:
-    step = plan.step_of(v)
-    reads = step.reads[:1] if step.kind in (_SUM_TO, _EXPAND_TO) else step.reads
-    return [r for r in reads if r is not None]
 
 
 def _fold(plan: RowPlan, s: _Step) -> list[str]:
@@ -380,15 +479,14 @@ def _fold(plan: RowPlan, s: _Step) -> list[str]:
             "        const npy_intp h = w / 2;",
             "        TN_IVDEP",
             "        for (npy_intp e = 0; e < h; e++)",
-            f"            buf{k}[e] = {_combine(fn, f'buf{k}[e]', f'buf{k}[e + w - h]')};",
+            f"            buf{k}[e] = {combine(fn, f'buf{k}[e]', f'buf{k}[e + w - h]')};",
             "        w -= h;",
             "    }",
-            f"    a{k} = {_combine(fn, f'a{k}', f'buf{k}[0]')};",
+            f"    a{k} = {combine(fn, f'a{k}', f'buf{k}[0]')};",
             "}"]
 
 
 def _row_function(plan: RowPlan, fname: str, out_slot: dict, col_offset: dict) -> str:
-    nin = len(plan.node.inputs)
     decls = []
     for a, v in enumerate(plan.arrays):
         decls.append(f"const char *const row{v} = base[{a}] + i * rs[{a}];")
@@ -402,7 +500,7 @@ def _row_function(plan: RowPlan, fname: str, out_slot: dict, col_offset: dict) -
             decls.append(f"{_t(plan, s.index)} x{s.index};")
     body = []
     for p in range(plan.passes):
-        body += _pass_code(plan, p, nin, out_slot, col_offset)
+        body += _pass_code(plan, p, out_slot, col_offset)
     lines = "\n".join("        " + s for s in decls + body)
     return f"""
 static void {fname}_rows(npy_intp i0, npy_intp i1, npy_intp m, const char *const *base,
@@ -530,10 +628,7 @@ def step_function(k: int, step, offsets: tuple, label: str, context=None) -> tup
     nv = nin + len(plan.steps)
     fname = f"tn_rw{k}"
     out_slot = {v: q for q, v in enumerate(plan.outputs)}
-    col_offset, off = {}, 0
-    for s in plan.column_steps():
-        col_offset[s.index] = off
-        off += plan.dtypes[s.index].itemsize
+    col_offset = plan.column_offsets()
     kernel = no_contract(SUPPORT_CODE + f"\n#ifndef TN_RW_BLOCK\n#define TN_RW_BLOCK {BLOCK}\n"
                          "#endif\n" + _row_function(plan, fname, out_slot, col_offset)
                          + _driver(plan, fname, out_slot, col_offset))

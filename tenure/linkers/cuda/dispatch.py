@@ -87,7 +87,7 @@ INPUTS, HOST, DEVICE = "inputs", "host", "device"
 _PLACEMENTS = (INPUTS, HOST, DEVICE)
 
 #: the modules that register the built-in entries (imported on first lookup)
-_BUILTIN_FAMILIES = ("launch", "subtensor", "device_ops")
+_BUILTIN_FAMILIES = ("launch", "subtensor", "device_ops", "rowwise")
 
 
 @dataclass(frozen=True)

@@ -193,11 +193,34 @@ def test_fuse_rows_can_be_excluded():
     assert not any(isinstance(n.op, RowProgram) for n in f.fgraph.toposort())
 
 
-@pytest.mark.parametrize("linker", ["cuda", "cuda_host", "dask"])
+@pytest.mark.parametrize("linker", ["py", "check", "dask"])
 def test_linkers_without_a_kernel_leave_rows_unfused(linker):
-    """They have no row program kernel: every mode of theirs leaves it out."""
+    """No kernel: their perform would compute the unfused ops whole."""
     from tenure.linkers.table import LINKERS
     assert "fuse_rows" in LINKERS[linker].excludes
+
+
+@pytest.mark.parametrize("linker", ["c", "cuda", "cuda_host"])
+def test_linkers_with_a_kernel_fuse_rows(linker):
+    from tenure.linkers.table import LINKERS
+    assert "fuse_rows" not in LINKERS[linker].excludes
+
+
+def test_a_training_step_s_row_program_runs_in_c(performs):
+    """A softmax regression's squared error: its gradient's row program
+    reads the batch lengths both as values (the mean's count) and as a
+    sum_to's lengths -- C all the same, no perform."""
+    rng = np.random.default_rng(7)
+    x, y = tn.matrix("x"), tn.matrix("y")
+    w = tn.shared(rng.standard_normal((8, 4)))
+    out = tn.softmax(tn.dot(x, w), axis=-1)
+    loss = tn.mean((out - y) ** 2)
+    (g,) = tn.grad(loss, [w])
+    step = tn.function([x, y], loss, updates=[(w, w - 0.1 * g)], mode=C)
+    assert kinds_by_op(step).get(RowProgram) == {"rowwise"}
+    assert "py" not in step._thunk.graph.kinds
+    step(rng.standard_normal((32, 8)), rng.standard_normal((32, 4)))
+    assert not performs
 
 
 def test_the_expansion_is_the_program_s_own_ops():
