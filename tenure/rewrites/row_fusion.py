@@ -51,11 +51,16 @@ def _joins(node) -> bool:
     out = node.outputs[0]
     if not 1 <= out.ndim <= 2 or out.dtype not in _DTYPES:
         return False
-    if any(v.ndim > 2 or (v.ndim and v.dtype not in _DTYPES) for v in node.inputs):
+    if any(v.ndim > 2 or v.dtype not in _DTYPES for v in node.inputs):
         return False
-    if reduction_kind(node.op) is not None:
-        return (out.dtype in _REDUCED_DTYPES and max(v.ndim for v in node.inputs) == 2)
-    if out.ndim != 2 or out.type.shape[0] == 1:
+    kind = reduction_kind(node.op)
+    if kind is not None:
+        # over an axis an input spans (else the kernels would decline every
+        # call: a reduction over a length 1)
+        spanned = [_spans_columns(v) if kind == ROW else _spans_rows(v) for v in node.inputs]
+        return (out.dtype in _REDUCED_DTYPES and max(v.ndim for v in node.inputs) == 2
+                and any(spanned))
+    if not _spans_rows(out):
         # A value that spans no rows is the same for every row: computed
         # apart, once, it is an input of the region (as an output of it,
         # every row would write it).
@@ -72,6 +77,10 @@ def _joins(node) -> bool:
 
 def _spans_columns(var) -> bool:
     return var.ndim >= 1 and var.type.shape[-1] != 1
+
+
+def _spans_rows(var) -> bool:
+    return var.ndim == 2 and var.type.shape[0] != 1
 
 
 def _is_column(node) -> bool:

@@ -19,7 +19,9 @@ time: inputs that are not contiguous along the row (broadcast along it, or
 strided) are copied into a stack buffer first, so every loop over a block
 is one vectorizable loop.  Column sums accumulate per chunk of rows and the
 chunks' partial sums are added in chunk order at the end: results do not
-depend on the number of threads.
+depend on the number of threads.  Memory: the outputs, the partial sums
+(at most :data:`CHUNKS` rows of them: the plan's workspace) and stack
+buffers of a block.
 
 Accuracy.  Each value is its op's, computed by the C of the scalar table as
 an elementwise node computes it.  A row sum adds the values of a block of
@@ -42,7 +44,7 @@ values, or raises the error the unfused ops raise.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -97,19 +99,14 @@ class _Step:
     ready: int = 0                 # the first pass that can read it
 
 
-@dataclass
 class RowPlan:
-    """What the kernel of one :class:`RowProgram` node does (see the module doc)."""
-
-    node: Apply
-    dtypes: list = field(default_factory=list)      # per value
-    ndims: list = field(default_factory=list)
-    spans: list = field(default_factory=list)       # per value: spans the columns (static)
-    steps: list = field(default_factory=list)
-    arrays: list = field(default_factory=list)      # inputs read as arrays
-    dims: list = field(default_factory=list)        # inputs read as lengths (sum_to, expand_to)
-    outputs: list = field(default_factory=list)     # the value index of each output
-    passes: int = 1
+    """What the kernels of one :class:`RowProgram` node do (see the module
+    doc), the C and the CUDA linker's alike.  Values are numbered: the
+    node's inputs, then its steps.  Per value: ``dtypes``, ``ndims``,
+    ``spans`` (whether it spans the columns, statically); ``steps`` (each
+    with its pass), ``arrays`` (the inputs read as arrays), ``dims`` (those
+    read as lengths: a sum_to's, an expand_to's), ``outputs`` (the value of
+    each output), ``passes``."""
 
     def __init__(self, node: Apply):
         if not isinstance(node.op, RowProgram):

@@ -39,6 +39,7 @@ from tenure.symbolic.ops.composite import FusedReduce
 from tenure.symbolic.ops.creation import ExpandTo
 from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.reduce import Reduce, SumTo
+from tenure.symbolic.variable import as_tensor_variable
 
 __all__ = ["COLUMN", "ROW", "RowProgram", "reduction_kind"]
 
@@ -120,7 +121,6 @@ class RowProgram(Op):
         return inputs[index] if kind == "i" else nodes[index].outputs[0]
 
     def make_node(self, *inputs) -> Apply:
-        from tenure.symbolic.variable import as_tensor_variable
         inputs = [as_tensor_variable(v) for v in inputs]
         needed = max((index for _, refs in self.steps for kind, index in refs if kind == "i"),
                      default=-1) + 1

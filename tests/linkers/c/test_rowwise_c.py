@@ -5,6 +5,8 @@ declines (and that perform then runs), threads."""
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tenure as tn
 from tenure.symbolic.ops.rowwise import RowProgram
@@ -235,3 +237,46 @@ def test_the_expansion_is_the_program_s_own_ops():
     rng = np.random.default_rng(6)
     args = [rng.standard_normal((9, 20)), rng.standard_normal(20)]
     np.testing.assert_array_equal(g(*args), tn.function(inputs, y, mode=PY)(*args))
+
+
+# --------------------------------------------------------------------------
+# Random row programs
+
+
+@st.composite
+def _row_graphs(draw):
+    """``(inputs, outputs, values)``: a random chain of elementwise ops and
+    row reductions fed back (sum, mean, max, min with keepdims) over a
+    matrix, a row vector and a column, ending in the chain's last value and
+    a column sum; shapes from one row or column up."""
+    n, m = draw(st.integers(1, 9)), draw(st.sampled_from([1, 2, 7, 8, 129, 300]))
+    x, v, c = tn.matrix("x"), tn.vector("v"), tn.matrix("c")
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    values = [rng.standard_normal((n, m)), rng.standard_normal(m), rng.standard_normal((n, 1))]
+    pool = [x, v, c]
+    for _ in range(draw(st.integers(2, 7))):
+        kind = draw(st.sampled_from(["binary", "unary", "row", "row"]))
+        a = draw(st.sampled_from(pool))
+        if kind == "binary":
+            b = draw(st.sampled_from(pool))
+            pool.append(draw(st.sampled_from([tn.add, tn.sub, tn.mul]))(a, b))
+        elif kind == "unary":
+            pool.append(draw(st.sampled_from([tn.tanh, tn.abs, tn.sin]))(a) * 0.5)
+        elif a.ndim == 2:
+            fn = draw(st.sampled_from([tn.sum, tn.mean, tn.max, tn.min]))
+            pool.append(fn(a, axis=1, keepdims=True) * pool[-1])
+    last = pool[-1] + x
+    return [x, v, c], [last, tn.sum(last * x, axis=0)], values
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(graph=_row_graphs())
+def test_random_row_programs_match_the_executor(graph):
+    inputs, outputs, values = graph
+    reference = tn.Mode(linker="py", rewrites="none")
+    want = tn.function(inputs, outputs, mode=reference, on_unused_input="ignore")(*values)
+    got = tn.function(inputs, outputs, mode=C, on_unused_input="ignore")(*values)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * (1 + np.abs(b).max()))
