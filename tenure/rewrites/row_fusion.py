@@ -8,10 +8,12 @@ gone); name ``fuse_rows``, tag ``"fusion"``.
 Which nodes.  A node may join a region when its op is a step a row program
 holds (:func:`~tenure.symbolic.ops.rowwise.step_allowed`: elementwise ops,
 reductions along the rows with ``keepdims`` or down the columns, ``sum_to``,
-``expand_to``) and every value it reads and makes has at most two
-dimensions, the result at least one, with a dtype that has C code.
-Regions are the connected groups of such nodes, linked by the values one
-makes and another reads -- but a column reduction's result links nothing:
+``expand_to``) and its values, of a dtype with C code, have at most
+:data:`~tenure.symbolic.ops.rowwise.MAX_NDIM` dimensions.  Its *frame* is the
+most dimensions one of them has: the rows are the index tuples of the
+frame's leading axes, the columns its last.  Regions are the connected
+groups of such nodes of one frame, linked by the values one makes and
+another reads -- but a column reduction's result links nothing:
 it is only ever an output (every row goes into it, so nothing in the same
 pass over the rows can read it).
 
@@ -31,11 +33,13 @@ from __future__ import annotations
 
 from tenure.rewrites.engine import register_graph_rewrite
 from tenure.symbolic.fgraph import OUTPUT
+from tenure.symbolic.ops.composite import FusedReduce
 from tenure.symbolic.ops.creation import ExpandTo
-from tenure.symbolic.ops.reduce import SumTo
-from tenure.symbolic.ops.rowwise import COLUMN, ROW, RowProgram, reduction_kind, step_allowed
+from tenure.symbolic.ops.reduce import Reduce, SumTo
+from tenure.symbolic.ops.rowwise import (COLUMN, MAX_NDIM, ROW, RowProgram, reduction_kind,
+                                         step_allowed)
 
-__all__ = ["fuse_rows", "row_regions"]
+__all__ = ["frame", "fuse_rows", "row_regions"]
 
 #: the dtypes a row program's values may have (the C kernel's)
 _DTYPES = ("float32", "float64", "bool", "int8", "int16", "int32", "int64",
@@ -44,34 +48,40 @@ _DTYPES = ("float32", "float64", "bool", "int8", "int16", "int32", "int64",
 _REDUCED_DTYPES = ("float32", "float64")
 
 
+def frame(node) -> int:
+    """The dimensions of the matrix ``node`` works on: the most any of its
+    values has (a region's nodes all have one frame)."""
+    return max(v.ndim for v in node.inputs + node.outputs)
+
+
 def _joins(node) -> bool:
     """Whether ``node`` may be a step of a row region."""
     if not step_allowed(node.op) or len(node.outputs) != 1:
         return False
-    out = node.outputs[0]
-    if not 1 <= out.ndim <= 2 or out.dtype not in _DTYPES:
+    out, nd = node.outputs[0], frame(node)
+    if not 2 <= nd <= MAX_NDIM or out.ndim < 1 or out.dtype not in _DTYPES:
         return False
-    if any(v.ndim > 2 or v.dtype not in _DTYPES for v in node.inputs):
+    if any(v.dtype not in _DTYPES for v in node.inputs):
         return False
-    kind = reduction_kind(node.op)
+    kind = reduction_kind(node.op, nd)
     if kind is not None:
         # over an axis an input spans (else the kernels would decline every
         # call: a reduction over a length 1)
-        spanned = [_spans_columns(v) if kind == ROW else _spans_rows(v) for v in node.inputs]
-        return (out.dtype in _REDUCED_DTYPES and max(v.ndim for v in node.inputs) == 2
-                and any(spanned))
-    if not _spans_rows(out):
-        # A value that spans no rows is the same for every row: computed
-        # apart, once, it is an input of the region (as an output of it,
-        # every row would write it).
+        spanned = [_spans_columns(v) if kind == ROW else _spans_rows(v, nd)
+                   for v in node.inputs]
+        return out.dtype in _REDUCED_DTYPES and any(spanned)
+    if type(node.op) is Reduce or isinstance(node.op, FusedReduce) or not _spans_rows(out, nd):
+        # (a reduction over other axes; or a value that spans not every
+        # row: the same for several rows, it is computed apart, an input of
+        # the region -- as an output of it, several rows would write it)
         return False
     if type(node.op) is SumTo:
         # a sum_to with the same columns in and out (row programs decline
         # at run time one that sums)
-        return (node.inputs[0].ndim == 2 and len(node.inputs) == 3
+        return (node.inputs[0].ndim == nd and len(node.inputs) == nd + 1
                 and _spans_columns(node.inputs[0]) == _spans_columns(out))
     if type(node.op) is ExpandTo:
-        return len(node.inputs) == 3
+        return len(node.inputs) == nd + 1
     return True
 
 
@@ -79,12 +89,14 @@ def _spans_columns(var) -> bool:
     return var.ndim >= 1 and var.type.shape[-1] != 1
 
 
-def _spans_rows(var) -> bool:
-    return var.ndim == 2 and var.type.shape[0] != 1
+def _spans_rows(var, nd: int) -> bool:
+    """Whether ``var`` spans every row of an ``nd``-d frame: all its leading
+    axes (a value broadcast along some of them is not a region's)."""
+    return var.ndim == nd and all(length != 1 for length in var.type.shape[:-1])
 
 
 def _is_column(node) -> bool:
-    return reduction_kind(node.op) == COLUMN
+    return reduction_kind(node.op, frame(node)) == COLUMN
 
 
 def row_regions(fgraph) -> list[list]:
@@ -119,7 +131,8 @@ def _components(fgraph, order, refused) -> list[set]:
     for node in parent:
         for var in node.inputs:
             producer = var.owner
-            if producer in parent and not _is_column(producer):
+            if (producer in parent and not _is_column(producer)
+                    and frame(producer) == frame(node)):
                 a, b = find(node), find(producer)
                 if a is not b:
                     parent[a] = b
@@ -166,7 +179,7 @@ def _readers(fgraph, node) -> list:
 
 def _feeds_back(fgraph, region: set) -> bool:
     """Whether a row reduction of the region is read inside it."""
-    return any(reduction_kind(node.op) == ROW
+    return any(reduction_kind(node.op, frame(node)) == ROW
                and any(c in region for c, _ in _readers(fgraph, node)) for node in region)
 
 

@@ -5,6 +5,13 @@ One compiled step per node (``CEntry(many_outputs=True)``, C of the graph's
 module): the step reads the inputs, works out every value's shape, takes the
 outputs' buffers and runs the kernel.
 
+Rows.  In a frame of ``nd`` dimensions (the most a value of the program
+has), the rows are the index tuples of the leading ``nd - 1`` axes, in C
+order, and the columns the last axis; every value spans all the rows or
+none (its leading lengths are the frame's, or all 1), and an array that
+spans them must have its rows one byte stride apart (leading axes that
+merge, as a C-contiguous array's do).
+
 The kernel.  Rows are independent; they go in chunks (a fixed number for a
 given row count, whatever the threads) to threads.  For each row, the
 program runs as *passes* over the row's columns: pass ``p`` computes the
@@ -33,7 +40,8 @@ double precision, as NumPy does; ``max``/``min`` propagate NaN.
 
 Declining.  The step returns 1 -- the interpreter then runs the node's
 ``perform`` -- when a call's shapes are not what the kernel covers: a value
-whose length is neither the row count (or column count) nor 1, a ``sum_to``
+that spans some rows but not all, or whose column count is neither the
+frame's nor 1, an input whose rows are not one stride apart, a ``sum_to``
 that sums, an ``expand_to`` that cannot broadcast, a reduction over an axis
 that is broadcast, an output that would not cover all rows, an empty
 matrix, an input of another dtype or ndim or unaligned, or an error bit of a
@@ -43,6 +51,7 @@ values, or raises the error the unfused ops raise.
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 
@@ -57,7 +66,7 @@ from tenure.symbolic.ops.composite import FusedReduce
 from tenure.symbolic.ops.creation import ExpandTo
 from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.reduce import SumTo
-from tenure.symbolic.ops.rowwise import COLUMN, ROW, RowProgram, reduction_kind
+from tenure.symbolic.ops.rowwise import COLUMN, MAX_NDIM, ROW, RowProgram, reduction_kind
 
 __all__ = ["BLOCK", "CHUNKS", "PassWork", "RowPlan", "combine", "has_c_code", "identity",
            "reduced_value", "step_function", "value_code"]
@@ -71,16 +80,18 @@ CHUNKS = 64
 _EW, _SUM_TO, _EXPAND_TO = "ew", "sum_to", "expand_to"
 
 
-def _kind(op) -> str:
+def _kind(inner: Apply, nd: int) -> str:
+    """A step's kind in a frame of ``nd`` dimensions."""
+    op = inner.op
     if isinstance(op, Elemwise):
         return _EW
     if type(op) is SumTo:
         return _SUM_TO
     if type(op) is ExpandTo:
         return _EXPAND_TO
-    kind = reduction_kind(op)
-    if kind is None:
-        raise NotImplementedError(f"{op}: not a step of a row program")
+    kind = reduction_kind(op, nd)
+    if kind is None or max(v.ndim for v in inner.inputs) != nd:
+        raise NotImplementedError(f"{op}: not a step of a row program of {nd} dimensions")
     return kind
 
 
@@ -113,18 +124,19 @@ class RowPlan:
             raise NotImplementedError(f"{node.op} is not a row program")
         self.node = node
         nin = len(node.inputs)
-        index = {var: i for i, var in enumerate(node.inputs)}
-        values = list(node.inputs)
-        self.steps = []
-        for j, inner in enumerate(node.op.inner(node)):
-            out = inner.outputs[0]
-            index[out] = nin + j
-            values.append(out)
-            self.steps.append(self._step(inner, nin + j, index))
+        inner_nodes = node.op.inner(node)
+        values = list(node.inputs) + [inner.outputs[0] for inner in inner_nodes]
         self.dtypes = [np.dtype(v.dtype) for v in values]
         self.ndims = [v.ndim for v in values]
+        #: the frame: the rows are the index tuples of its leading axes
+        self.nd = max(self.ndims)
+        if not 2 <= self.nd <= MAX_NDIM:
+            raise NotImplementedError(f"a row program of {self.nd} dimensions")
         self.spans = [v.ndim >= 1 and v.type.shape[-1] != 1 for v in values]
         sc.check_c_dtypes(str(node.op), self.dtypes)
+        index = {var: i for i, var in enumerate(values)}
+        self.steps = [self._step(inner, nin + j, index, self.nd)
+                      for j, inner in enumerate(inner_nodes)]
         read = {i for s in self.steps if s.kind != _SUM_TO and s.kind != _EXPAND_TO
                 for i in s.reads if i is not None and i < nin}
         read |= {s.reads[0] for s in self.steps if s.kind in (_SUM_TO, _EXPAND_TO)
@@ -134,14 +146,12 @@ class RowPlan:
         if any(self.ndims[i] != 0 or self.dtypes[i].kind not in "iu" for i in self.dims):
             raise NotImplementedError("a row program's lengths are 0-d integers")
         self.arrays = sorted(read)
-        if any(self.ndims[i] > 2 for i in self.arrays):
-            raise NotImplementedError("a row program's inputs have at most 2 dimensions")
         self.outputs = [nin + j for j in node.op.outputs]
         self._schedule(nin)
 
     @staticmethod
-    def _step(inner: Apply, index: int, values: dict) -> _Step:
-        kind = _kind(inner.op)
+    def _step(inner: Apply, index: int, values: dict, nd: int) -> _Step:
+        kind = _kind(inner, nd)
         weak = dict(getattr(inner.op, "weak_positions", ()))
         reads = [None if i in weak else values[v] for i, v in enumerate(inner.inputs)]
         step = _Step(kind, inner, index, reads)
@@ -151,8 +161,9 @@ class RowPlan:
             step.kernel = scalar_kernel(inner.op.elemwise_op.make_node(*inner.inputs))
             if any(d is None for d in step.kernel.in_dtypes):
                 raise NotImplementedError("a fused reduction with Python-number inputs")
-        if kind in (_SUM_TO, _EXPAND_TO) and (len(reads) != 3 or inner.outputs[0].ndim != 2):
-            raise NotImplementedError(f"{inner.op} to other than 2 dimensions")
+        lengths_ok = len(reads) == nd + 1 and inner.outputs[0].ndim == nd
+        if kind in (_SUM_TO, _EXPAND_TO) and not lengths_ok:
+            raise NotImplementedError(f"{inner.op} to other than {nd} dimensions")
         return step
 
     def _schedule(self, nin: int) -> None:
@@ -242,51 +253,55 @@ class RowPlan:
         return sorted(loop), sorted(pre)
 
     def extents(self, shapes: list, lengths: dict) -> tuple | None:
-        """``(R, C, n, m)`` for a call: each value's rows and columns and the
-        matrix's, from the array inputs' ``shapes`` (per input, None when it
+        """``(R, C, n, m, lead)`` for a call: each value's rows (1 or ``n``)
+        and columns (1 or ``m``), the matrix's, and the frame's leading
+        lengths, from the array inputs' ``shapes`` (per input, None when it
         is no array input) and ``lengths`` (input index -> int) -- or None
         where the kernels decline the call (the module doc).  The C step
         computes the same in C (:func:`_shape_code`, :func:`_checks`)."""
-        nin = len(self.node.inputs)
-        R, C, RC = {}, {}, {}
+        nd, nin = self.nd, len(self.node.inputs)
+        L, reduced = {}, {}
         for v in range(nin):
             shape = tuple(shapes[v]) if v in self.arrays else ()
-            R[v] = shape[0] if len(shape) == 2 else 1
-            C[v] = shape[-1] if shape else 1
+            L[v] = (1,) * (nd - len(shape)) + shape
         for s in self.steps:
             v = s.index
             if s.kind in (_SUM_TO, _EXPAND_TO):
-                src, d0, d1 = s.reads
-                t0, t1 = lengths[d0], lengths[d1]
-                if s.kind == _SUM_TO and (t0 != R[src] or t1 != C[src]):
+                src, target = s.reads[0], tuple(lengths[d] for d in s.reads[1:])
+                if s.kind == _SUM_TO and target != L[src]:
                     return None
-                if s.kind == _EXPAND_TO and (t0 < 0 or t1 < 0 or R[src] not in (1, t0)
-                                             or C[src] not in (1, t1)):
+                if s.kind == _EXPAND_TO and any(t < 0 or have not in (1, t)
+                                                for have, t in zip(L[src], target)):
                     return None
-                R[v], C[v] = t0, t1
+                L[v] = target
                 continue
-            rows, cols = _joined([R[r] for r in self.reads(v)]), _joined(
-                [C[r] for r in self.reads(v)])
-            if rows is None or cols is None:
+            joined = [_joined([L[r][k] for r in self.reads(v)]) for k in range(nd)]
+            if None in joined:
                 return None
-            R[v], C[v] = rows, cols
+            reduced[v] = tuple(joined)
             if s.kind == ROW:
-                RC[v], C[v] = C[v], 1
+                joined[-1] = 1
             elif s.kind == COLUMN:
-                RC[v], R[v] = R[v], 1
-        n, m = max(R.values()), max(C.values())
-        if n == 0 or m == 0 or any(r not in (1, n) for r in R.values()) or any(
-                c not in (1, m) for c in C.values()):
+                joined[:-1] = [1] * (nd - 1)
+            L[v] = tuple(joined)
+        lead = tuple(max(shape[k] for shape in L.values()) for k in range(nd - 1))
+        n, m = math.prod(lead), max(shape[-1] for shape in L.values())
+        if n == 0 or m == 0:
             return None
+        R, C = {}, {}
+        for v, shape in L.items():
+            if shape[:-1] not in (lead, (1,) * (nd - 1)) or shape[-1] not in (1, m):
+                return None
+            R[v], C[v] = (n if shape[:-1] == lead else 1), shape[-1]
         for s in self.steps:
-            if (s.kind == ROW and RC[s.index] != m) or (s.kind == COLUMN and (
-                    RC[s.index] != n or C[s.index] != m)):
+            if (s.kind == ROW and reduced[s.index][-1] != m) or (s.kind == COLUMN and (
+                    reduced[s.index][:-1] != lead or C[s.index] != m)):
                 return None
         for v in self.outputs:
             if self.step_of(v).kind != COLUMN and (
                     R[v] != n or (self.in_loop(v) and C[v] != m)):
                 return None
-        return R, C, n, m
+        return R, C, n, m, lead
 
 
 def _joined(lengths: list[int]) -> int | None:
@@ -568,46 +583,65 @@ static int {fname}_run(npy_intp n, npy_intp m, const char *const *base, const np
 
 
 def _shape_code(plan: RowPlan) -> list[str]:
-    """C working out ``R[v]``, ``C[v]`` (a value's rows and columns) for every
-    step and checking what the kernel needs; ``return 1`` declines."""
-    code = []
+    """C working out ``L[v * nd + k]`` (value ``v``'s length along frame axis
+    ``k``) for every step, and ``RL`` (what a reduction reduces); ``return
+    1`` declines (:meth:`RowPlan.extents` is its Python twin)."""
+    nd, code = plan.nd, []
     for s in plan.steps:
         v = s.index
         if s.kind in (_SUM_TO, _EXPAND_TO):
-            src, d0, d1 = s.reads
-            dim0, dim1 = f"L[{plan.dims.index(d0)}]", f"L[{plan.dims.index(d1)}]"
-            if s.kind == _SUM_TO:   # only one that sums nothing
-                code.append(f"if ({dim0} != R[{src}] || {dim1} != C[{src}]) return 1;")
-            else:
-                code.append(f"if ({dim0} < 0 || {dim1} < 0 || (R[{src}] != 1 && R[{src}] != {dim0})"
-                            f" || (C[{src}] != 1 && C[{src}] != {dim1})) return 1;")
-            code.append(f"R[{v}] = {dim0}; C[{v}] = {dim1};")
+            src = s.reads[0]
+            for k, d in enumerate(s.reads[1:]):
+                dim, have = f"D[{plan.dims.index(d)}]", f"L[{src * nd + k}]"
+                if s.kind == _SUM_TO:   # only one that sums nothing
+                    code.append(f"if ({dim} != {have}) return 1;")
+                else:
+                    code.append(f"if ({dim} < 0 || ({have} != 1 && {have} != {dim})) return 1;")
+                code.append(f"L[{v * nd + k}] = {dim};")
             continue
-        reads = [r for r in s.reads if r is not None]
-        code.append(f"R[{v}] = 1; C[{v}] = 1;")
-        for r in reads:
-            code.append(f"if (!tn_rw_join(&R[{v}], R[{r}]) || !tn_rw_join(&C[{v}], C[{r}])) "
-                        "return 1;")
-        if s.kind == ROW:
-            code.append(f"RC[{v}] = C[{v}]; C[{v}] = 1;")
-        elif s.kind == COLUMN:
-            code.append(f"RC[{v}] = R[{v}]; R[{v}] = 1;")
+        for k in range(nd):
+            code.append(f"L[{v * nd + k}] = 1;")
+            code += [f"if (!tn_rw_join(&L[{v * nd + k}], L[{r * nd + k}])) return 1;"
+                     for r in s.reads if r is not None]
+        if s.kind in (ROW, COLUMN):
+            axes = [nd - 1] if s.kind == ROW else range(nd - 1)
+            for k in range(nd):
+                code.append(f"RL[{v * nd + k}] = L[{v * nd + k}];")
+            code += [f"L[{v * nd + k}] = 1;" for k in axes]
     return code
 
 
 def _checks(plan: RowPlan, nv: int) -> list[str]:
-    code = [f"for (int v = 0; v < {nv}; v++) {{",
-            "    if (R[v] > n) n = R[v];",
-            "    if (C[v] > m) m = C[v];",
+    """C: the frame's lengths ``F``, ``n`` and ``m``, each value's rows
+    ``R[v]`` (1 or ``n``) and columns ``C[v]`` (1 or ``m``), and what the
+    kernel needs of them; ``return 1`` declines."""
+    nd = plan.nd
+    code = [f"for (int k = 0; k < {nd}; k++) {{",
+            "    F[k] = 1;",
+            f"    for (int v = 0; v < {nv}; v++)",
+            f"        if (L[v * {nd} + k] > F[k]) F[k] = L[v * {nd} + k];",
             "}",
+            f"for (int k = 0; k < {nd - 1}; k++)",
+            "    n *= F[k];",
+            f"m = F[{nd - 1}];",
             "if (n == 0 || m == 0) return 1;",
-            f"for (int v = 0; v < {nv}; v++)",
-            "    if ((R[v] != 1 && R[v] != n) || (C[v] != 1 && C[v] != m)) return 1;"]
+            f"for (int v = 0; v < {nv}; v++) {{",
+            "    int ones = 1, full = 1;",
+            f"    for (int k = 0; k < {nd - 1}; k++) {{",
+            f"        ones &= L[v * {nd} + k] == 1;",
+            f"        full &= L[v * {nd} + k] == F[k];",
+            "    }",
+            f"    C[v] = L[v * {nd} + {nd - 1}];",
+            "    if (!(ones || full) || (C[v] != 1 && C[v] != m)) return 1;",
+            "    R[v] = full ? n : 1;",
+            "}"]
     for s in plan.steps:
+        v = s.index
         if s.kind == ROW:
-            code.append(f"if (RC[{s.index}] != m) return 1;")
+            code.append(f"if (RL[{v * nd + nd - 1}] != m) return 1;")
         elif s.kind == COLUMN:
-            code.append(f"if (RC[{s.index}] != n || C[{s.index}] != m) return 1;")
+            code.append(f"if (C[{v}] != m) return 1;")
+            code += [f"if (RL[{v * nd + k}] != F[{k}]) return 1;" for k in range(nd - 1)]
     for v in plan.outputs:
         if plan.step_of(v).kind != COLUMN:
             code.append(f"if (R[{v}] != n) return 1;")
@@ -616,12 +650,52 @@ def _checks(plan: RowPlan, nv: int) -> list[str]:
     return code
 
 
+#: C helpers of the steps (include-guarded: one copy per module)
+_STEP_HELPERS = """
+#ifndef TN_RW_HELPERS
+#define TN_RW_HELPERS
+/* NumPy's broadcast of one length into another: 0 when they clash */
+static int tn_rw_join(npy_intp *into, npy_intp length)
+{
+    if (length == 1 || length == *into) return 1;
+    if (*into != 1) return 0;
+    *into = length;
+    return 1;
+}
+
+/* The byte stride from one row to the next of `a` (its last axis the
+ * columns, its leading axes, left-padded to the frame's nd - 1, of the
+ * frame's lengths F): 0 when it has no row axis longer than 1; -1 when its
+ * rows are not one stride apart (leading axes that do not merge). */
+static npy_intp tn_rw_row_stride(PyArrayObject *a, int nd, const npy_intp *F)
+{
+    const int off = nd - PyArray_NDIM(a);
+    npy_intp stride = 0, next = -1;
+    for (int k = nd - 2; k >= 0; k--) {
+        npy_intp s;
+        if (F[k] == 1)
+            continue;
+        if (k < off)
+            return -1;
+        s = PyArray_STRIDE(a, k - off);
+        if (next < 0)
+            stride = s;
+        else if (s != next)
+            return -1;
+        next = s * F[k];
+    }
+    return stride;
+}
+#endif
+"""
+
+
 def step_function(k: int, step, offsets: tuple, label: str, context=None) -> tuple[str, str]:
     """``(kernel, step function)`` of a row program's node (the ``step_code``
     of its entry)."""
     node = step.node
     plan = RowPlan(node)
-    nin = len(node.inputs)
+    nin, nd = len(node.inputs), plan.nd
     nv = nin + len(plan.steps)
     fname = f"tn_rw{k}"
     out_slot = {v: q for q, v in enumerate(plan.outputs)}
@@ -630,73 +704,66 @@ def step_function(k: int, step, offsets: tuple, label: str, context=None) -> tup
                          "#endif\n" + _row_function(plan, fname, out_slot, col_offset)
                          + _driver(plan, fname, out_slot, col_offset))
     na, nout = len(plan.arrays), len(plan.outputs)
-    lines = [f"/* step {k}: {comment(label)} */",
-             "#ifndef TN_RW_JOIN",
-             "#define TN_RW_JOIN",
-             "/* NumPy's broadcast of one length into another: 0 when they clash */",
-             "static int tn_rw_join(npy_intp *into, npy_intp length)",
+    lines = [f"/* step {k}: {comment(label)} */", _STEP_HELPERS,
+             f"static int {fname}_shapes(PyObject **S, PyArrayObject **in, npy_intp *F, "
+             "npy_intp *R, npy_intp *C, npy_intp *n_out, npy_intp *m_out)",
              "{",
-             "    if (length == 1 || length == *into) return 1;",
-             "    if (*into != 1) return 0;",
-             "    *into = length;",
-             "    return 1;",
-             "}",
-             "#endif",
-             f"static int {fname}_shapes(PyObject **S, PyArrayObject **in, npy_intp *R, "
-             "npy_intp *C, npy_intp *RC, npy_intp *n_out, npy_intp *m_out)",
-             "{",
-             f"    npy_intp L[{max(len(plan.dims), 1)}], n = 1, m = 1;",
-             "    (void)L;"]
+             f"    npy_intp L[{nv * nd}], RL[{nv * nd}], D[{max(len(plan.dims), 1)}], n = 1, m;",
+             "    (void)D; (void)RL;"]
     for a, v in enumerate(plan.arrays):
-        var, nd = node.inputs[v], plan.ndims[v]
+        var, vnd = node.inputs[v], plan.ndims[v]
         what = c_string(f"tenure: {input_label(node, v)} of {label}")
         lines += [f"    if (tn_cl_array(S[{step.inputs[v]}], &in[{a}], {what}) < 0) return -1;",
                   f"    if (PyArray_TYPE(in[{a}]) != {typenum(var.dtype)} "
-                  f"|| PyArray_NDIM(in[{a}]) != {nd} || !PyArray_ISALIGNED(in[{a}])",
-                  f"            || !PyArray_ISNOTSWAPPED(in[{a}])) return 1;",
-                  f"    R[{v}] = {f'PyArray_DIM(in[{a}], 0)' if nd == 2 else '1'}; "
-                  f"C[{v}] = {f'PyArray_DIM(in[{a}], {nd - 1})' if nd else '1'};"]
+                  f"|| PyArray_NDIM(in[{a}]) != {vnd} || !PyArray_ISALIGNED(in[{a}])",
+                  f"            || !PyArray_ISNOTSWAPPED(in[{a}])) return 1;"]
+        lines += [f"    L[{v * nd + j}] = "
+                  f"{f'PyArray_DIM(in[{a}], {j - (nd - vnd)})' if j >= nd - vnd else '1'};"
+                  for j in range(nd)]
     for d, v in enumerate(plan.dims):
         what = c_string(f"tenure: {input_label(node, v)} of {label}")
-        lines.append(f"    if (tn_vw_scalar(S[{step.inputs[v]}], {what}, &L[{d}]) < 0) "
+        lines.append(f"    if (tn_vw_scalar(S[{step.inputs[v]}], {what}, &D[{d}]) < 0) "
                      "{ PyErr_Clear(); return 1; }")
     for v in range(nin):
         if v not in plan.arrays:
-            lines.append(f"    R[{v}] = 1; C[{v}] = 1;")
+            lines += [f"    L[{v * nd + j}] = 1;" for j in range(nd)]
     lines += ["    " + s for s in _shape_code(plan) + _checks(plan, nv)]
     lines += ["    *n_out = n; *m_out = m;", "    return 0;", "}", ""]
     lines += [f"static int tn_step{k}(PyObject **S, const npy_intp *planned, PyObject **aside)",
               "{",
               f"    PyArrayObject *in[{max(na, 1)}] = {{NULL}}, *out[{nout}] = {{NULL}};",
-              f"    npy_intp R[{nv}], C[{nv}], RC[{nv}], n, m, shape[2];",
+              f"    npy_intp F[{nd}], R[{nv}], C[{nv}], n, m, shape[{nd}];",
               f"    const char *base[{max(na, 1)}];",
               f"    npy_intp rs[{max(na, 1)}], cs[{max(na, 1)}], ors[{nout}], ocs[{nout}];",
               f"    char *ob[{nout}], *colp = NULL;",
               "    npy_intp nchunk;",
               "    int status = 0, q;",
-              f"    status = {fname}_shapes(S, in, R, C, RC, &n, &m);",
+              f"    status = {fname}_shapes(S, in, F, R, C, &n, &m);",
               "    if (status != 0) return status;"]
     for a, v in enumerate(plan.arrays):
-        nd = plan.ndims[v]
+        vnd = plan.ndims[v]
         lines += [f"    base[{a}] = PyArray_BYTES(in[{a}]);",
-                  f"    rs[{a}] = {_stride(f'R[{v}]', a, 0) if nd == 2 else '0'};",
-                  f"    cs[{a}] = {_stride(f'C[{v}]', a, nd - 1) if nd else '0'};"]
+                  f"    rs[{a}] = R[{v}] == 1 ? 0 : tn_rw_row_stride(in[{a}], {nd}, F);",
+                  f"    if (rs[{a}] < 0) return 1;   /* rows not one stride apart */",
+                  f"    cs[{a}] = {_stride(f'C[{v}]', a, vnd - 1) if vnd else '0'};"]
     for q, v in enumerate(plan.outputs):
         out = node.outputs[q]
-        nd, off = out.ndim, offsets[q]
-        dims = {2: [f"R[{v}]", f"C[{v}]"], 1: [f"C[{v}]"]}[nd]
+        ond, off = out.ndim, offsets[q]
+        column = plan.step_of(v).kind == COLUMN
+        dims = [f"{'1' if column else f'F[{j}]'}" for j in range(ond - 1)] + [f"C[{v}]"]
         lines += [f"    {'; '.join(f'shape[{i}] = {d}' for i, d in enumerate(dims))};"]
         taken = "NULL" if off < 0 else (
             f"(aside != NULL && planned[{off}] == 1 && planned[{off + 1}] >= 0 ? "
-            f"tn_cl_take(aside, planned[{off + 1}], {typenum(out.dtype)}, {nd}, shape) : NULL)")
+            f"tn_cl_take(aside, planned[{off + 1}], {typenum(out.dtype)}, {ond}, shape) : NULL)")
+        row_stride = "0" if column else f"tn_rw_row_stride(out[{q}], {nd}, F)"
         lines += [f"    out[{q}] = tn_cl_output(S[{step.outputs[q]}], NULL, in, {na}, S, "
-                  f"tn_graph_inputs, TN_N_INPUTS, {typenum(out.dtype)}, {nd}, shape, {taken});",
+                  f"tn_graph_inputs, TN_N_INPUTS, {typenum(out.dtype)}, {ond}, shape, {taken});",
                   f"    if (out[{q}] == NULL) goto fail;",
                   f"    ob[{q}] = PyArray_BYTES(out[{q}]);",
-                  f"    ors[{q}] = {f'PyArray_STRIDE(out[{q}], 0)' if nd == 2 else '0'};",
-                  f"    ocs[{q}] = PyArray_STRIDE(out[{q}], {nd - 1});",
-                  f"    if (!PyArray_ISALIGNED(out[{q}]) || (shape[{nd - 1}] > 1 && ocs[{q}] != "
-                  f"{plan.dtypes[v].itemsize})) {{ status = 1; goto fail; }}"]
+                  f"    ors[{q}] = {row_stride};",
+                  f"    ocs[{q}] = PyArray_STRIDE(out[{q}], {ond - 1});",
+                  f"    if (ors[{q}] < 0 || !PyArray_ISALIGNED(out[{q}]) || (shape[{ond - 1}] > 1 "
+                  f"&& ocs[{q}] != {plan.dtypes[v].itemsize})) {{ status = 1; goto fail; }}"]
     lines += [f"    nchunk = n < {CHUNKS} ? n : {CHUNKS};"]
     if plan.column_bytes():
         lines += [f"    colp = PyMem_RawMalloc((size_t)(nchunk * m * {plan.column_bytes()}));",
@@ -733,7 +800,8 @@ def _workspace(node: Apply, shapes, memo: dict) -> int:
     if not width:
         return 0
     full = [shapes.get(v) for v in node.inputs]
-    rows = max((s[0] for s in full if s is not None and len(s) == 2), default=0)
+    rows = max((math.prod(s[:-1]) for s in full if s is not None and len(s) == plan.nd),
+               default=0)
     cols = max((s[-1] for s in full if s is not None and len(s) >= 1), default=0)
     return min(rows, CHUNKS) * cols * width
 

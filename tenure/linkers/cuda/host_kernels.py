@@ -175,7 +175,7 @@ class HostBackend:
         return np.empty(shape, dtype)
 
     def copy(self, array) -> np.ndarray:
-        return np.array(array, copy=True)   # C-contiguous, aligned
+        return np.array(array, copy=True, order="C")   # C-contiguous, aligned
 
     def may_share_memory(self, a, b) -> bool:
         return np.may_share_memory(a, b)

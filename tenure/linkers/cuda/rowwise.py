@@ -26,8 +26,10 @@ Arguments: each output's data pointer, the partial sums' buffer (a chunk
 after another, each ``m * column_bytes`` bytes: per column reduction, widest
 first, ``m`` partial sums), each array input's data pointer, the ``int *``
 for error bits (a scalar op's: an integer to a negative power), then the
-row count ``n``, the column count ``m``, the chunks, each array input's
-row and column byte strides (0 where it is broadcast), each output's.
+row count ``n`` (the product of the frame's leading lengths), the column
+count ``m``, the chunks, each array input's row and column byte strides (0
+where it is broadcast; an input whose rows are not one stride apart is
+copied first), each output's.
 64-bit integers throughout.  Outputs hold their full shapes and overlap no
 input; inputs are aligned to their itemsize.
 
@@ -54,7 +56,7 @@ from tenure.linkers.cuda.reduce import MAX_THREADS
 from tenure.symbolic.graph import Apply
 from tenure.symbolic.ops.rowwise import RowProgram
 
-__all__ = ["CHUNKS", "RowKernel", "RowStep", "has_cuda_code", "row_kernel"]
+__all__ = ["CHUNKS", "RowKernel", "RowStep", "has_cuda_code", "row_kernel", "row_stride"]
 
 #: the most chunks of rows (blocks of the rows kernel), each with its partial sums
 CHUNKS = 256
@@ -246,6 +248,27 @@ extern "C" __global__ void {kernel}(
 {host_launcher(kernel, params, synchronizes=False)}"""
 
 
+def row_stride(array, lead: tuple) -> int | None:
+    """The byte stride from one row to the next of ``array`` (its leading
+    axes, left-padded, of the frame's leading lengths ``lead``): 0 without
+    a row axis longer than 1; None when its rows are not one stride apart
+    (the C step's ``tn_rw_row_stride``)."""
+    off = len(lead) - (array.ndim - 1)
+    stride, following = 0, None
+    for k in range(len(lead) - 1, -1, -1):
+        if lead[k] == 1:
+            continue
+        if k < off:
+            return None
+        s = array.strides[k - off]
+        if following is None:
+            stride = s
+        elif s != following:
+            return None
+        following = s * lead[k]
+    return stride
+
+
 class RowStep:
     """``step(node, inputs, cells)``: a row program by its kernels on
     ``backend`` (or by its ``perform`` on the host: the module doc)."""
@@ -271,23 +294,28 @@ class RowStep:
                                 for v in range(len(node.inputs))], lengths)
         if extents is None:
             return self._on_host(node, inputs, cells)
-        R, C, n, m = extents
+        R, C, n, m, lead = extents
         for v, a in arrays.items():
             if (backend.pointer(a) % a.dtype.itemsize
-                    or any(s % a.dtype.itemsize for s in a.strides)):
-                arrays[v] = backend.copy(a)
-        outputs = [self._output(cells[q][0], (R[v], C[v]) if var.ndim == 2 else (C[v],),
-                                var.type.numpy_dtype, list(arrays.values()))
-                   for q, (v, var) in enumerate(zip(plan.outputs, node.outputs))]
+                    or any(s % a.dtype.itemsize for s in a.strides)
+                    or (R[v] != 1 and row_stride(a, lead) is None)):
+                arrays[v] = backend.copy(a)      # aligned, C-contiguous: rows one stride apart
+        outputs = []
+        for q, (v, var) in enumerate(zip(plan.outputs, node.outputs)):
+            column = plan.step_of(v).kind == "column"
+            shape = tuple(1 if column else d for d in lead[:var.ndim - 1]) + (C[v],)
+            outputs.append(self._output(cells[q][0], shape, var.type.numpy_dtype,
+                                        list(arrays.values())))
         nchunk = min(n, CHUNKS)
         partials = backend.empty((max(nchunk * m * plan.column_bytes(), 1),), np.uint8)
         integers = [n, m, nchunk]
         for v in plan.arrays:
             a = arrays[v]
-            integers += [a.strides[0] if a.ndim == 2 and R[v] != 1 else 0,
+            integers += [row_stride(a, lead) if R[v] != 1 else 0,
                          a.strides[-1] if a.ndim and C[v] != 1 else 0]
-        for out in outputs:
-            integers += [out.strides[0] if out.ndim == 2 else 0, out.strides[-1]]
+        for v, out in zip(plan.outputs, outputs):
+            column = plan.step_of(v).kind == "column"
+            integers += [0 if column else row_stride(out, lead), out.strides[-1]]
         operands = outputs + [partials] + [arrays[v] for v in plan.arrays]
         threads = backend.reduction_threads
         status = backend.launch(self.kernel, f"{self.kernel.name}_rows",

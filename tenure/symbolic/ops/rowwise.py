@@ -16,7 +16,9 @@ of the node (``("i", k)``) or an earlier step's result (``("s", j)``), and
 the steps whose results are the node's outputs.  A step's op is one of the
 graph's own: an ``Elemwise``, a ``Reduce`` or ``FusedReduce`` over axis 1
 with ``keepdims`` (a *row* reduction) or over axis 0 (a *column* one, whose
-result no step reads), a ``SumTo`` or an ``ExpandTo``.  Values are exactly
+result no step reads), a ``SumTo`` or an ``ExpandTo``.  In more dimensions
+the rows are the index tuples of the leading axes: a row reduction is over
+the last axis, a column one over all the others.  Values are exactly
 those ops' values: :meth:`RowProgram.perform` runs the steps' own
 ``perform`` in order (the reference every linker is compared with), and
 the C linker's kernel (:mod:`tenure.linkers.c.rowwise`) computes the same
@@ -41,7 +43,7 @@ from tenure.symbolic.ops.elemwise import Elemwise
 from tenure.symbolic.ops.reduce import Reduce, SumTo
 from tenure.symbolic.variable import as_tensor_variable
 
-__all__ = ["COLUMN", "ROW", "RowProgram", "reduction_kind"]
+__all__ = ["COLUMN", "MAX_NDIM", "ROW", "RowProgram", "reduction_kind", "step_allowed"]
 
 #: a reduction along each row (axis 1, keepdims): its value feeds the row again
 ROW = "row"
@@ -53,14 +55,20 @@ _ROW_REDUCTIONS = ("sum", "mean", "max", "min")
 _COLUMN_REDUCTIONS = ("sum", "mean")
 
 
-def reduction_kind(op) -> str | None:
-    """:data:`ROW` or :data:`COLUMN` for a reduction a row program may hold
-    (of a 2-d value), else None."""
-    if type(op) is not Reduce and not isinstance(op, FusedReduce):
+#: the most dimensions a row program's values have
+MAX_NDIM = 8
+
+
+def reduction_kind(op, ndim: int) -> str | None:
+    """:data:`ROW` or :data:`COLUMN` for a reduction a row program may hold,
+    of a value of ``ndim`` (at least 2) dimensions: over the last axis with
+    keepdims (a row), or over every other axis (down the columns); else None.
+    The rows are the index tuples of the leading axes."""
+    if (type(op) is not Reduce and not isinstance(op, FusedReduce)) or ndim < 2:
         return None
-    if op.axis == (1,) and op.keepdims and op.fn_name in _ROW_REDUCTIONS:
+    if op.axis == (ndim - 1,) and op.keepdims and op.fn_name in _ROW_REDUCTIONS:
         return ROW
-    if op.axis == (0,) and op.fn_name in _COLUMN_REDUCTIONS:
+    if op.axis == tuple(range(ndim - 1)) and op.fn_name in _COLUMN_REDUCTIONS:
         return COLUMN
     return None
 
@@ -70,7 +78,9 @@ def step_allowed(op) -> bool:
     the rewrite's to check)."""
     if isinstance(op, Elemwise):
         return not op.inplace_pattern
-    return reduction_kind(op) is not None or type(op) in (SumTo, ExpandTo)
+    if type(op) in (SumTo, ExpandTo):
+        return True
+    return any(reduction_kind(op, ndim) for ndim in range(2, MAX_NDIM + 1))
 
 
 class RowProgram(Op):
@@ -99,7 +109,7 @@ class RowProgram(Op):
         self.outputs = tuple(outputs)
 
     def __str__(self) -> str:
-        rows = sum(reduction_kind(op) == ROW for op, _ in self.steps)
+        rows = sum(bool(getattr(op, "keepdims", False)) for op, _ in self.steps)
         return f"RowProgram{{{len(self.steps)} steps, {rows} row reductions}}"
 
     # -- the inner nodes: the steps applied to the node's inputs

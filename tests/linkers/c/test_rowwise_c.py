@@ -280,3 +280,62 @@ def test_random_row_programs_match_the_executor(graph):
     for a, b in zip(got, want):
         assert a.shape == b.shape and a.dtype == b.dtype
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * (1 + np.abs(b).max()))
+
+
+# --------------------------------------------------------------------------
+# More dimensions: the rows are the index tuples of the leading axes
+
+
+def _layer_norm3_grads():
+    x, w = tn.tensor3("x"), tn.tensor3("w")
+    g, b = tn.vector("g"), tn.vector("b")
+    mu = tn.mean(x, axis=-1, keepdims=True)
+    var = tn.mean((x - mu) ** 2, axis=-1, keepdims=True)
+    y = (x - mu) / tn.sqrt(var + EPS) * g + b
+    return [x, g, b, w], tn.grad(tn.sum(y * w), [x, g, b]) + [y]
+
+
+_GRADS3 = {}
+
+
+def _grad3_functions():
+    if not _GRADS3:
+        inputs, outputs = _layer_norm3_grads()
+        _GRADS3["f"] = (tn.function(inputs, outputs, mode=PY),
+                        tn.function(inputs, outputs, mode=C))
+    return _GRADS3["f"]
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (2, 3, 7), (3, 1, 9), (4, 70, 130)])
+def test_a_3d_layer_norm_gradient_is_one_row_program(performs, shape):
+    """Over (batch, seq, d): the gradients wrt x, g (summed over batch and
+    seq: a column sum over two axes) and b, and the output."""
+    f_py, f_c = _grad3_functions()
+    assert kinds_by_op(f_c)[RowProgram] == {"rowwise"}
+    rng = np.random.default_rng(sum(shape))
+    d = shape[-1]
+    args = [rng.standard_normal(shape), rng.standard_normal(d), rng.standard_normal(d),
+            rng.standard_normal(shape)]
+    want = f_py(*args)
+    performs.clear()
+    got = f_c(*args)
+    assert not performs
+    for a, b in zip(got, want):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * np.abs(b).max())
+
+
+def test_3d_rows_that_are_not_one_stride_apart_are_declined(performs):
+    """A transposed (batch, seq) layout: the leading axes do not merge into
+    one row stride; perform computes it."""
+    f_py, f_c = _grad3_functions()
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((5, 3, 11)).transpose(1, 0, 2)    # (3, 5, 11), batch inner
+    args = [x, rng.standard_normal(11), rng.standard_normal(11),
+            rng.standard_normal((3, 5, 11))]
+    want = f_py(*args)
+    performs.clear()
+    got = f_c(*args)
+    assert len(performs) == 1
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)

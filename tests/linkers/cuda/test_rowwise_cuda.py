@@ -34,7 +34,12 @@ def _graphs():
     y = (x - mu) / tn.sqrt(var + EPS) * g + b
     grads = tn.grad(tn.sum(y * w), [x, g, b])
     z = x / tn.max(abs(x), axis=1, keepdims=True)
+    x3 = tn.tensor3("x3")
+    m3 = tn.mean(x3, axis=-1, keepdims=True)
+    h3 = (x3 - m3) * g
     return {"layer_norm": ([x, g, b, w], grads + [y]),
+            "three_d": ([x3, g], [h3 * tn.sum(h3, axis=-1, keepdims=True),
+                                  tn.sum(h3 * x3, axis=(0, 1))]),
             "row_max": ([x], [z, tn.sum(z * x, axis=0), tn.min(z, axis=1, keepdims=True)])}
 
 
@@ -43,6 +48,8 @@ GRAPHS = _graphs()
 
 def _data(name, rows, cols, seed=0, x_rows=None):
     rng = np.random.default_rng(seed)
+    if name == "three_d":
+        return [rng.standard_normal((3, rows, cols)), rng.standard_normal(cols)]
     if name == "row_max":
         x = rng.standard_normal((rows, cols))
         if rows > 2:
