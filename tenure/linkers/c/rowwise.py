@@ -8,9 +8,10 @@ outputs' buffers and runs the kernel.
 Rows.  In a frame of ``nd`` dimensions (the most a value of the program
 has), the rows are the index tuples of the leading ``nd - 1`` axes, in C
 order, and the columns the last axis; every value spans all the rows or
-none (its leading lengths are the frame's, or all 1), and an array that
-spans them must have its rows one byte stride apart (leading axes that
-merge, as a C-contiguous array's do).
+none (its leading lengths are the frame's, or all 1).  The kernel reads an
+input's rows one byte stride apart (leading axes that merge, as a
+C-contiguous array's do); an input whose rows are not is copied in C order
+first (a copy the memory plan does not count).
 
 The kernel.  Rows are independent; they go in chunks (a fixed number for a
 given row count, whatever the threads) to threads.  For each row, the
@@ -41,7 +42,7 @@ double precision, as NumPy does; ``max``/``min`` propagate NaN.
 Declining.  The step returns 1 -- the interpreter then runs the node's
 ``perform`` -- when a call's shapes are not what the kernel covers: a value
 that spans some rows but not all, or whose column count is neither the
-frame's nor 1, an input whose rows are not one stride apart, a ``sum_to``
+frame's nor 1, a ``sum_to``
 that sums, an ``expand_to`` that cannot broadcast, a reduction over an axis
 that is broadcast, an output that would not cover all rows, an empty
 matrix, an input of another dtype or ndim or unaligned, or an error bit of a
@@ -732,6 +733,7 @@ def step_function(k: int, step, offsets: tuple, label: str, context=None) -> tup
     lines += [f"static int tn_step{k}(PyObject **S, const npy_intp *planned, PyObject **aside)",
               "{",
               f"    PyArrayObject *in[{max(na, 1)}] = {{NULL}}, *out[{nout}] = {{NULL}};",
+              f"    PyArrayObject *copies[{max(na, 1)}] = {{NULL}};",
               f"    npy_intp F[{nd}], R[{nv}], C[{nv}], n, m, shape[{nd}];",
               f"    const char *base[{max(na, 1)}];",
               f"    npy_intp rs[{max(na, 1)}], cs[{max(na, 1)}], ors[{nout}], ocs[{nout}];",
@@ -742,9 +744,14 @@ def step_function(k: int, step, offsets: tuple, label: str, context=None) -> tup
               "    if (status != 0) return status;"]
     for a, v in enumerate(plan.arrays):
         vnd = plan.ndims[v]
-        lines += [f"    base[{a}] = PyArray_BYTES(in[{a}]);",
-                  f"    rs[{a}] = R[{v}] == 1 ? 0 : tn_rw_row_stride(in[{a}], {nd}, F);",
-                  f"    if (rs[{a}] < 0) return 1;   /* rows not one stride apart */",
+        lines += [f"    rs[{a}] = R[{v}] == 1 ? 0 : tn_rw_row_stride(in[{a}], {nd}, F);",
+                  f"    if (rs[{a}] < 0) {{   /* rows not one stride apart: copy */",
+                  f"        copies[{a}] = (PyArrayObject *)PyArray_NewCopy(in[{a}], NPY_CORDER);",
+                  f"        if (copies[{a}] == NULL) {{ status = -1; goto fail; }}",
+                  f"        in[{a}] = copies[{a}];",
+                  f"        rs[{a}] = tn_rw_row_stride(in[{a}], {nd}, F);",
+                  "    }",
+                  f"    base[{a}] = PyArray_BYTES(in[{a}]);",
                   f"    cs[{a}] = {_stride(f'C[{v}]', a, vnd - 1) if vnd else '0'};"]
     for q, v in enumerate(plan.outputs):
         out = node.outputs[q]
@@ -775,10 +782,14 @@ def step_function(k: int, step, offsets: tuple, label: str, context=None) -> tup
               "    if (status != 0) { status = 1; goto fail; }   /* perform raises the error */",
               f"    for (q = 0; q < {nout}; q++)",
               "        Py_SETREF(S[tn_rw" + str(k) + "_outs[q]], (PyObject *)out[q]);",
+              f"    for (q = 0; q < {max(na, 1)}; q++)",
+              "        Py_XDECREF(copies[q]);",
               "    return 0;",
               "fail:",
               f"    for (q = 0; q < {nout}; q++)",
               "        Py_XDECREF(out[q]);",
+              f"    for (q = 0; q < {max(na, 1)}; q++)",
+              "        Py_XDECREF(copies[q]);",
               "    return status;",
               "}", ""]
     outs = ", ".join(str(s) for s in step.outputs)

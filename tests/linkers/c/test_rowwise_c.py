@@ -325,9 +325,9 @@ def test_a_3d_layer_norm_gradient_is_one_row_program(performs, shape):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * np.abs(b).max())
 
 
-def test_3d_rows_that_are_not_one_stride_apart_are_declined(performs):
+def test_3d_rows_that_are_not_one_stride_apart_are_copied(performs):
     """A transposed (batch, seq) layout: the leading axes do not merge into
-    one row stride; perform computes it."""
+    one row stride; the step reads a C-order copy (no perform)."""
     f_py, f_c = _grad3_functions()
     rng = np.random.default_rng(8)
     x = rng.standard_normal((5, 3, 11)).transpose(1, 0, 2)    # (3, 5, 11), batch inner
@@ -336,6 +336,6 @@ def test_3d_rows_that_are_not_one_stride_apart_are_declined(performs):
     want = f_py(*args)
     performs.clear()
     got = f_c(*args)
-    assert len(performs) == 1
+    assert not performs
     for a, b in zip(got, want):
-        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
