@@ -339,6 +339,7 @@ class PassWork:
 
 
 def has_c_code(node: Apply) -> bool:
+    """Whether the node is a row program with a kernel (:class:`RowPlan`)."""
     try:
         RowPlan(node)
     except (NotImplementedError, OverflowError):
