@@ -70,9 +70,10 @@ Compile flags (``flags``) apply to the whole module;
 ``loops=True`` puts the kernel where the module is built at ``-O3`` (else it
 is glue, at ``-O1``).  A family whose step needs more than this contract
 (set/inc_subtensor: the output has x's shape and may be x) gives
-``step_code`` instead, which writes the whole step function.  A step function may also return 1: it
-declines this call, and the interpreter runs the node's ``perform`` instead
-(a row program does, for shapes its kernel does not cover: :mod:`.rowwise`).
+``step_code`` instead, which writes the whole step function.  A step
+function may also return 1: it declines this call, and the interpreter runs
+the node's ``perform`` instead (a row program does, for shapes its kernel
+does not cover: :mod:`.rowwise`).
 """
 
 from __future__ import annotations
