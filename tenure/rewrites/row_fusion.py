@@ -61,7 +61,7 @@ def _joins(node) -> bool:
     out, nd = node.outputs[0], frame(node)
     if not 2 <= nd <= MAX_NDIM or out.ndim < 1 or out.dtype not in _DTYPES:
         return False
-    if any(v.dtype not in _DTYPES for v in node.inputs):
+    if any(v.dtype not in _DTYPES or not _whole_rows(v, nd) for v in node.inputs):
         return False
     kind = reduction_kind(node.op, nd)
     if kind is not None:
@@ -87,6 +87,14 @@ def _joins(node) -> bool:
 
 def _spans_columns(var) -> bool:
     return var.ndim >= 1 and var.type.shape[-1] != 1
+
+
+def _whole_rows(var, nd: int) -> bool:
+    """Whether ``var`` spans all the rows of an ``nd``-d frame or none, as
+    far as its static shape tells (a ``(seq, d)`` table read by a ``(batch,
+    seq, d)`` op spans some: every call would decline)."""
+    lead = ((1,) * (nd - var.ndim) + tuple(var.type.shape))[:-1] if var.ndim else ()
+    return all(length == 1 for length in lead) or all(length != 1 for length in lead)
 
 
 def _spans_rows(var, nd: int) -> bool:

@@ -339,3 +339,20 @@ def test_3d_rows_that_are_not_one_stride_apart_are_copied(performs):
     assert not performs
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_a_table_over_some_leading_axes_is_never_in_a_region():
+    """``x + pos``, pos of shape (seq, d) over x of (batch, seq, d): pos
+    spans some rows only, which the kernels do not cover; a node reading it
+    stays out of row programs (here fusion put it in every node: there is
+    none), rather than making a program that declines every call."""
+    x, pos = tn.tensor3("x"), tn.matrix("pos")
+    h = x + pos
+    mu = tn.mean(h, axis=-1, keepdims=True)
+    y = (h - mu) * tn.sum(h - mu, axis=-1, keepdims=True)
+    f = tn.function([x, pos], y, mode=C)
+    assert not any(pos in n.inputs for n in f.fgraph.toposort() if isinstance(n.op, RowProgram))
+    rng = np.random.default_rng(9)
+    args = [rng.standard_normal((4, 5, 6)), rng.standard_normal((5, 6))]
+    want = tn.function([x, pos], y, mode=PY)(*args)
+    np.testing.assert_allclose(f(*args), want, rtol=1e-12, atol=1e-12)
