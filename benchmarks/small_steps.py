@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from workloads import (TRUST_INPUT, WORKLOADS, Built, MlpTrain, Overhead, _Clock, _jax,
-                       _jax_ready, _np, _pt_relu, _pytensor_sgd, _tenure_mode, pytensor_mode,
-                       symbolic_mlp)
+                       _jax_sgd, _np, _pt_relu, _pytensor_sgd, _tenure_mode, _torch_sgd,
+                       pytensor_mode, symbolic_mlp)
 
 #: the chain of ``overhead_20``: ten times ``tanh`` then ``+ 0.5``
 _CHAIN = 10
@@ -148,15 +148,10 @@ class DemoStep:
         import torch.nn.functional as F
         params = [torch.from_numpy(p.copy()).requires_grad_() for p in d["params"]]
         x, y = torch.from_numpy(d["x"]), torch.from_numpy(d["y"].astype(np.int64))
-
-        def step():
-            loss = F.cross_entropy(symbolic_mlp(torch.relu, x, params), y)
-            grads = torch.autograd.grad(loss, params)
-            with torch.no_grad():
-                for p, g in zip(params, grads):
-                    p.sub_(DEMO_LR * g)
-            return loss.detach()
-        return Built(step, lambda r: [_np(r)] + [_np(p) for p in params])
+        run, observe = _torch_sgd(
+            lambda x, y, *ps: F.cross_entropy(symbolic_mlp(torch.relu, x, ps), y), params, None,
+            lr=DEMO_LR)
+        return Built(lambda: run(x, y), observe)
 
     @staticmethod
     def jax(d):
@@ -167,21 +162,9 @@ class DemoStep:
             log_p = jax.nn.log_softmax(symbolic_mlp(jax.nn.relu, x, params), axis=1)
             return -jnp.take_along_axis(log_p, y[:, None], axis=1).mean()
 
-        def train_step(params, x, y):
-            loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-            return loss, [p - DEMO_LR * g for p, g in zip(params, grads)]
-
-        x, y = jnp.asarray(d["x"]), jnp.asarray(d["y"])
-        state = {"params": [jnp.asarray(p) for p in d["params"]]}
-        clock = _Clock()
-        with clock:
-            compiled = jax.jit(train_step, donate_argnums=(0,)).lower(
-                state["params"], x, y).compile()
-
-        def step():
-            loss, state["params"] = _jax_ready(compiled(state["params"], x, y))
-            return loss
-        return Built(step, lambda r: [_np(r)] + [_np(p) for p in state["params"]], clock.s)
+        args = [jnp.asarray(d["x"]), jnp.asarray(d["y"])]
+        run, observe, compile_s = _jax_sgd(loss_fn, d["params"], args, lr=DEMO_LR)
+        return Built(lambda: run(*args), observe, compile_s)
 
 
 SMALL_STEPS = (Overhead20, TinyMlp, DemoStep)

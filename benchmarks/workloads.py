@@ -694,8 +694,8 @@ def _torch_wrap(variant):
     return torch.compile if variant == TORCH_COMPILE else (lambda fn: fn)
 
 
-def _torch_sgd(loss_fn, params, variant):
-    """``(run, observe)``: ``run(*args)`` takes one SGD step on
+def _torch_sgd(loss_fn, params, variant, lr: float = LR):
+    """``(run, observe)``: ``run(*args)`` takes one SGD step (rate ``lr``) on
     ``loss_fn(*args, *params)`` (eager, or through torch.compile for the
     variant "torch.compile": its compilation happens in the first call, so it
     shows in ``first_call_s``, not ``compile_s``), the gradients by
@@ -709,7 +709,7 @@ def _torch_sgd(loss_fn, params, variant):
         grads = torch.autograd.grad(loss, params)
         with torch.no_grad():
             for p, g in zip(params, grads):
-                p.sub_(g, alpha=LR)
+                p.sub_(g, alpha=lr)
         return loss.detach()
     return run, lambda r: [_np(r)] + [_np(p) for p in params]
 
@@ -758,15 +758,17 @@ def _pytensor_sgd(d, variant, loss_fn, trust_input: bool = False) -> Built:
                  lambda r: [_np(r)] + [_np(p.get_value(borrow=True)) for p in params], clock.s)
 
 
-def _jax_sgd(loss_fn, params, args, rng_key=None):
+def _jax_sgd(loss_fn, params, args, rng_key=None, lr=None):
     """``(run, observe, compile_s)``: ``run(*args)`` takes one SGD step on
     ``loss_fn(params, *args)`` as one ``jit`` function (compiled for arrays
     like ``args``) that donates the parameters, as ``mlp_train``'s; with
     ``rng_key`` it is ``loss_fn(params, key, *args)`` and the step threads the
-    key (split once per call, the next key donated and returned)."""
+    key (split once per call, the next key donated and returned).  ``lr``:
+    the rate (default float32 ``LR``; a Python float keeps the parameters'
+    dtype, as JAX's weak scalars do)."""
     jax = _jax()
     import jax.numpy as jnp
-    lr = jnp.float32(LR)
+    lr = jnp.float32(LR) if lr is None else lr
 
     if rng_key is None:
         def train_step(params, *args):

@@ -108,7 +108,6 @@ class _Step:
     reads: list
     kernel: object = None          # a ScalarKernel (elementwise, fused reductions)
     compute: int = 0               # the pass that computes it
-    ready: int = 0                 # the first pass that can read it
 
 
 class RowPlan:
@@ -170,16 +169,17 @@ class RowPlan:
     def _schedule(self, nin: int) -> None:
         """Each step's pass: a row reduction is computed in the pass where
         its inputs are ready and can be read from the next one."""
-        ready = [0] * (nin + len(self.steps))
+        ready = [0] * (nin + len(self.steps))    # per value: the first pass that can read it
         for s in self.steps:
-            inputs = [ready[i] for i in s.reads[:1 if s.kind in (_SUM_TO, _EXPAND_TO) else None]
-                      if i is not None]
-            s.compute = max(inputs, default=0)
-            s.ready = s.compute + 1 if s.kind == ROW else s.compute
-            ready[s.index] = s.ready
+            s.compute = max((ready[i] for i in self.reads(s.index)), default=0)
+            ready[s.index] = s.compute + 1 if s.kind == ROW else s.compute
         self.passes = 1 + max((s.compute for s in self.steps), default=0)
 
     # -- helpers for the code
+
+    def ctype(self, index: int) -> str:
+        """The C type of value ``index``."""
+        return sc.c_type(self.dtypes[index])
 
     def step_of(self, index: int) -> _Step | None:
         nin = len(self.node.inputs)
@@ -351,10 +351,6 @@ def has_c_code(node: Apply) -> bool:
 # The row function: every pass over one row
 
 
-def _t(plan: RowPlan, index: int) -> str:
-    return sc.c_type(plan.dtypes[index])
-
-
 def value_code(plan: RowPlan, step: _Step) -> list[str]:
     """C assigning ``x<index>`` (declared by the caller) from the values it reads."""
     if step.kind in (_SUM_TO, _EXPAND_TO):
@@ -411,12 +407,12 @@ def _pass_code(plan: RowPlan, p: int, out_slot: dict, col_offset: dict) -> list[
         return code
     for s in rows:
         start = identity(s.node.op.fn_name, plan.dtypes[s.index])
-        code.append(f"{_t(plan, s.index)} a{s.index} = {start};")
+        code.append(f"{plan.ctype(s.index)} a{s.index} = {start};")
     code += ["for (npy_intp j0 = 0; j0 < m; j0 += TN_RW_BLOCK) {",
              "    const npy_intp mb = m - j0 < TN_RW_BLOCK ? m - j0 : TN_RW_BLOCK;"]
     body = []
     for r in loaded:
-        t = _t(plan, r)
+        t = plan.ctype(r)
         body += [f"const {t} *p{r};", f"{t} b{r}[TN_RW_BLOCK];",
                  f"if (cs[{plan.arrays.index(r)}] == (npy_intp)sizeof(*p{r})) {{",
                  f"    p{r} = (const {t} *)row{r} + j0;",
@@ -426,17 +422,17 @@ def _pass_code(plan: RowPlan, p: int, out_slot: dict, col_offset: dict) -> list[
                  f"sizeof b{r}[e]);",
                  f"    p{r} = b{r};", "}"]
     for s in rows:
-        body.append(f"{_t(plan, s.index)} buf{s.index}[TN_RW_BLOCK];")
+        body.append(f"{plan.ctype(s.index)} buf{s.index}[TN_RW_BLOCK];")
     for s in cols:
-        t = _t(plan, s.index)
+        t = plan.ctype(s.index)
         body.append(f"{t} *const c{s.index} = ({t} *)(cp + {col_offset[s.index]} * m) + j0;")
     for v in loop_out:
-        t = _t(plan, v)
+        t = plan.ctype(v)
         body.append(f"{t} *const o{v} = ({t} *)(ob[{out_slot[v]}] + i * ors[{out_slot[v]}]) + j0;")
     body += ["TN_IVDEP", "for (npy_intp e = 0; e < mb; e++) {"]
     inner = [load_element(f"x{r}", plan.dtypes[r], f"p{r}[e]") for r in loaded]
     for v in loop:
-        inner.append(f"{_t(plan, v)} x{v};")
+        inner.append(f"{plan.ctype(v)} x{v};")
         inner += value_code(plan, plan.step_of(v))
     for s in rows:
         pre_code, expr = reduced_value(plan, s)
@@ -452,7 +448,7 @@ def _pass_code(plan: RowPlan, p: int, out_slot: dict, col_offset: dict) -> list[
         body += _fold(plan, s)
     code += ["    " + s for s in body] + ["}"]
     for s in rows:
-        t = _t(plan, s.index)
+        t = plan.ctype(s.index)
         if s.node.op.fn_name == "mean":
             code.append(f"x{s.index} = ({t})((double)a{s.index} / (double)m);")
         else:
@@ -465,7 +461,7 @@ def _pass_code(plan: RowPlan, p: int, out_slot: dict, col_offset: dict) -> list[
 
 def _fold(plan: RowPlan, s: _Step) -> list[str]:
     """Fold ``buf<k>``'s ``mb`` values into the row's accumulator ``a<k>``."""
-    k, t, fn = s.index, _t(plan, s.index), s.node.op.fn_name
+    k, t, fn = s.index, plan.ctype(s.index), s.node.op.fn_name
     if fn in ("sum", "mean"):
         # NumPy's pairwise sum of a block of at most 128
         return ["if (mb < 8) {",
@@ -505,13 +501,13 @@ def _row_function(plan: RowPlan, fname: str, out_slot: dict, col_offset: dict) -
     for a, v in enumerate(plan.arrays):
         decls.append(f"const char *const row{v} = base[{a}] + i * rs[{a}];")
         if not plan.in_loop(v):
-            t = _t(plan, v)
+            t = plan.ctype(v)
             decls.append(f"{t} x{v};")
             decls.append(f"memcpy(&x{v}, row{v}, sizeof x{v});"
                          + (f" x{v} = x{v} != 0;" if plan.dtypes[v].kind == "b" else ""))
     for s in plan.steps:
         if not plan.in_loop(s.index) and s.kind != COLUMN:
-            decls.append(f"{_t(plan, s.index)} x{s.index};")
+            decls.append(f"{plan.ctype(s.index)} x{s.index};")
     body = []
     for p in range(plan.passes):
         body += _pass_code(plan, p, out_slot, col_offset)
@@ -542,7 +538,7 @@ def _driver(plan: RowPlan, fname: str, out_slot: dict, col_offset: dict) -> str:
                   f"{threads} reduction(|:status)")
     init, combine = [], []
     for s in plan.column_steps():
-        k, t = s.index, _t(plan, s.index)
+        k, t = s.index, plan.ctype(s.index)
         off = col_offset[k]
         init += [f"        {{ {t} *c = ({t} *)(cp + {off} * m);",
                  "          for (npy_intp j = 0; j < m; j++) c[j] = 0; }"]

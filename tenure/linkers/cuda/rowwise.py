@@ -47,7 +47,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tenure.linkers.c import scalar_code as sc
 from tenure.linkers.c.rowwise import RowPlan, combine, identity, reduced_value, value_code
 from tenure.linkers.cuda.dispatch import KernelFamily, register_cuda_op
 from tenure.linkers.cuda.kernel_source import at, host_launcher
@@ -106,19 +105,15 @@ def row_kernel(node: Apply) -> RowKernel:
     return RowKernel(name, body.replace("@NAME@", name), plan, sets_status)
 
 
-def _t(plan: RowPlan, v: int) -> str:
-    return sc.c_type(plan.dtypes[v])
-
-
 def _load(plan: RowPlan, v: int, offset: str) -> str:
     a = plan.arrays.index(v)
-    t = _t(plan, v)
+    t = plan.ctype(v)
     normal = " != 0" if plan.dtypes[v].kind == "b" else ""
     return f"const {t} x{v} = {at('const ' + t, f'tn_q{a}', offset)}{normal};"
 
 
 def _column_at(plan: RowPlan, v: int, offsets: dict, chunk: str, j: str) -> str:
-    t = _t(plan, v)
+    t = plan.ctype(v)
     return at(t, "tn_pc", f"{chunk} + {offsets[v]} * tn_m + {j} * (long long)sizeof({t})")
 
 
@@ -129,17 +124,17 @@ def _pass(plan: RowPlan, p: int, out_slot: dict, offsets: dict) -> list[str]:
         code += value_code(plan, plan.step_of(v))
     for v in work.pre_out:
         q = out_slot[v]
-        code.append(f"if (threadIdx.x == 0) {at(_t(plan, v), f'tn_p{q}', f'i * tn_ors{q}')} "
+        code.append(f"if (threadIdx.x == 0) {at(plan.ctype(v), f'tn_p{q}', f'i * tn_ors{q}')} "
                     f"= x{v};")
     if not work.has_loop:
         return code
     for s in work.rows:
-        code.append(f"{_t(plan, s.index)} a{s.index} = "
+        code.append(f"{plan.ctype(s.index)} a{s.index} = "
                     f"{identity(s.node.op.fn_name, plan.dtypes[s.index])};")
     loop = [_load(plan, r, f"i * tn_rs{plan.arrays.index(r)} + j * tn_cs{plan.arrays.index(r)}")
             for r in work.loaded]
     for v in work.loop:
-        loop.append(f"{_t(plan, v)} x{v};")
+        loop.append(f"{plan.ctype(v)} x{v};")
         loop += value_code(plan, plan.step_of(v))
     for s in work.rows:
         pre, expr = reduced_value(plan, s)
@@ -150,7 +145,7 @@ def _pass(plan: RowPlan, p: int, out_slot: dict, offsets: dict) -> list[str]:
         loop += pre + [f"{cell} = {combine(s.node.op.fn_name, cell, expr)};"]
     for v in work.loop_out:
         q = out_slot[v]
-        loop.append(f"{at(_t(plan, v), f'tn_p{q}', f'i * tn_ors{q} + j * tn_ocs{q}')} = x{v};")
+        loop.append(f"{at(plan.ctype(v), f'tn_p{q}', f'i * tn_ors{q} + j * tn_ocs{q}')} = x{v};")
     code += ["for (long long j = threadIdx.x; j < tn_m; j += blockDim.x) {"]
     code += ["    " + s for s in loop] + ["}"]
     if not work.rows:
@@ -166,7 +161,7 @@ def _pass(plan: RowPlan, p: int, out_slot: dict, offsets: dict) -> list[str]:
         code.append(f"        tn_sh{k}[threadIdx.x] = {total};")
     code += ["    }", "    __syncthreads();", "}"]
     for s in work.rows:
-        k, t = s.index, _t(plan, s.index)
+        k, t = s.index, plan.ctype(s.index)
         code.append(f"x{k} = ({t})((double)tn_sh{k}[0] / (double)tn_m);"
                     if s.node.op.fn_name == "mean" else f"x{k} = tn_sh{k}[0];")
         if k in out_slot:
@@ -180,7 +175,7 @@ def _rows_kernel(plan: RowPlan, name: str) -> str:
     out_slot = {v: q for q, v in enumerate(plan.outputs)}
     offsets = plan.column_offsets()
     params = parameters(plan)
-    shared = [f"__shared__ {_t(plan, s.index)} tn_sh{s.index}[{MAX_THREADS}];"
+    shared = [f"__shared__ {plan.ctype(s.index)} tn_sh{s.index}[{MAX_THREADS}];"
               for s in plan.steps if s.kind == "row"]
     zero = [f"{_column_at(plan, s.index, offsets, 'tn_chunk', 'j')} = 0;"
             for s in plan.column_steps()]
@@ -188,7 +183,7 @@ def _rows_kernel(plan: RowPlan, name: str) -> str:
     for a, v in enumerate(plan.arrays):
         if not plan.in_loop(v):
             row.append(_load(plan, v, f"i * tn_rs{a}"))
-    row += [f"{_t(plan, s.index)} x{s.index};" for s in plan.steps
+    row += [f"{plan.ctype(s.index)} x{s.index};" for s in plan.steps
             if not plan.in_loop(s.index) and s.kind != "column"]
     for p in range(plan.passes):
         row += _pass(plan, p, out_slot, offsets)
@@ -223,7 +218,7 @@ def _cols_kernel(plan: RowPlan, name: str) -> str:
     params = parameters(plan)
     lines = []
     for s in plan.column_steps():
-        k, t, q = s.index, _t(plan, s.index), out_slot[s.index]
+        k, t, q = s.index, plan.ctype(s.index), out_slot[s.index]
         first = _column_at(plan, k, offsets, "0", "j")
         later = _column_at(plan, k, offsets, f"c * tn_m * {plan.column_bytes()}", "j")
         lines += ["{",

@@ -109,8 +109,9 @@ class RowProgram(Op):
         self.outputs = tuple(outputs)
 
     def __str__(self) -> str:
-        rows = sum(bool(getattr(op, "keepdims", False)) for op, _ in self.steps)
-        return f"RowProgram{{{len(self.steps)} steps, {rows} row reductions}}"
+        reductions = sum(type(op) is Reduce or isinstance(op, FusedReduce)
+                         for op, _ in self.steps)
+        return f"RowProgram{{{len(self.steps)} steps, {reductions} reductions}}"
 
     # -- the inner nodes: the steps applied to the node's inputs
 
